@@ -15,7 +15,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
+std::string hex(uint64_t v) {
+  return fmt::format("{:#x}", v);
+}
 
 const char* elf_type_name(uint16_t type) {
   switch (type) {
@@ -113,10 +115,11 @@ void print_text(const Json& j) {
   fmt::print("elf type:   {}\n", j["elf_type"].get<std::string>());
   fmt::print("build-id:   {}\n",
              j["build_id"].is_null() ? "(none)" : j["build_id"].get<std::string>());
-  fmt::print("sections:   .symtab {}, .dynsym {}, .eh_frame {}, .eh_frame_hdr {}, "
-             ".debug_frame {}, .debug_info {}\n",
-             yes(j["has_symtab"]), yes(j["has_dynsym"]), yes(j["has_eh_frame"]),
-             yes(j["has_eh_frame_hdr"]), yes(j["has_debug_frame"]), yes(j["has_debug_info"]));
+  fmt::print(
+      "sections:   .symtab {}, .dynsym {}, .eh_frame {}, .eh_frame_hdr {}, "
+      ".debug_frame {}, .debug_info {}\n",
+      yes(j["has_symtab"]), yes(j["has_dynsym"]), yes(j["has_eh_frame"]),
+      yes(j["has_eh_frame_hdr"]), yes(j["has_debug_frame"]), yes(j["has_debug_info"]));
   const Json& rt = j["runtime"];
   fmt::print("runtime:    {} (LuaJIT: {})\n", rt["kind"].get<std::string>(),
              rt["luajit"].get<std::string>());

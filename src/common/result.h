@@ -23,7 +23,7 @@ Error make_error(fmt::format_string<Args...> format, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : state_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : state_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return state_.index() == 0; }
@@ -51,17 +51,16 @@ using Status = Result<Ok>;
 }  // namespace ljprof
 
 // Propagate an error from an expression returning Result<...> / Status.
-#define LJ_TRY(expr)                              \
-  do {                                            \
-    auto lj_try_result_ = (expr);                 \
+#define LJ_TRY(expr)                                         \
+  do {                                                       \
+    auto lj_try_result_ = (expr);                            \
     if (!lj_try_result_.ok()) return lj_try_result_.error(); \
   } while (0)
 
 // Evaluate a Result, propagate its error, else bind its value to `lhs`.
-#define LJ_ASSIGN_OR_RETURN(lhs, expr)               \
-  auto LJ_CONCAT_(lj_res_, __LINE__) = (expr);       \
-  if (!LJ_CONCAT_(lj_res_, __LINE__).ok())           \
-    return LJ_CONCAT_(lj_res_, __LINE__).error();    \
+#define LJ_ASSIGN_OR_RETURN(lhs, expr)                                                   \
+  auto LJ_CONCAT_(lj_res_, __LINE__) = (expr);                                           \
+  if (!LJ_CONCAT_(lj_res_, __LINE__).ok()) return LJ_CONCAT_(lj_res_, __LINE__).error(); \
   lhs = std::move(LJ_CONCAT_(lj_res_, __LINE__)).value()
 
 #define LJ_CONCAT_INNER_(a, b) a##b

@@ -22,8 +22,12 @@ namespace ljprof::elf {
 namespace {
 
 // a + b without wrap-around; false on overflow.
-bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_add_overflow(a, b, out);
+}
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
 
 // True when [offset, offset+len) lies inside a buffer of `size` bytes.
 bool in_bounds(uint64_t offset, uint64_t len, uint64_t size) {
@@ -57,13 +61,17 @@ const char* section_type_name(uint32_t type) {
 
 }  // namespace
 
-const char* arch_name(Arch arch) { return arch == Arch::X86_64 ? "x86-64" : "aarch64"; }
+const char* arch_name(Arch arch) {
+  return arch == Arch::X86_64 ? "x86-64" : "aarch64";
+}
 
 const char* symbol_table_name(SymbolTable table) {
   return table == SymbolTable::Symtab ? ".symtab" : ".dynsym";
 }
 
-bool Section::has_file_data() const { return type != SHT_NOBITS && type != SHT_NULL; }
+bool Section::has_file_data() const {
+  return type != SHT_NOBITS && type != SHT_NULL;
+}
 
 ElfFile::~ElfFile() {
   if (map_ != nullptr) munmap(map_, map_size_);
@@ -288,8 +296,7 @@ Status ElfFile::parse_segments() {
   for (uint64_t i = 0; i < count; ++i) {
     Elf64_Phdr ph;
     read_struct(bytes_, eh.e_phoff + i * sizeof(Elf64_Phdr), &ph);
-    Segment s{ph.p_type, ph.p_flags, ph.p_offset, ph.p_vaddr,
-              ph.p_filesz, ph.p_memsz, ph.p_align};
+    Segment s{ph.p_type, ph.p_flags, ph.p_offset, ph.p_vaddr, ph.p_filesz, ph.p_memsz, ph.p_align};
     uint64_t end;
     if (add_overflows(s.vaddr, s.memsz, &end) || add_overflows(s.offset, s.filesz, &end)) {
       return make_error("{}: program header [{}]: address or file range overflows", path_, i);
@@ -328,8 +335,9 @@ Status ElfFile::parse_symbols() {
   }
   for (uint32_t i = 0; i < symbols_.size(); ++i) {
     const Symbol& sym = symbols_[i];
-    if (sym.defined() && (sym.type == STT_FUNC || sym.type == STT_OBJECT ||
-                          sym.type == STT_NOTYPE || sym.type == STT_GNU_IFUNC) &&
+    if (sym.defined() &&
+        (sym.type == STT_FUNC || sym.type == STT_OBJECT || sym.type == STT_NOTYPE ||
+         sym.type == STT_GNU_IFUNC) &&
         sym.shndx != SHN_ABS && !sym.name.empty()) {
       by_address_.push_back(i);
     }
@@ -546,7 +554,8 @@ const Symbol* ElfFile::symbol_at(uint64_t addr) const {
 Result<uint64_t> ElfFile::file_offset(uint64_t vaddr) const {
   for (const Segment& seg : segments_) {
     if (seg.type != PT_LOAD) continue;
-    if (vaddr >= seg.vaddr && vaddr - seg.vaddr < seg.filesz) return seg.offset + (vaddr - seg.vaddr);
+    if (vaddr >= seg.vaddr && vaddr - seg.vaddr < seg.filesz)
+      return seg.offset + (vaddr - seg.vaddr);
   }
   return make_error("{}: address {:#x} is not in the file-backed part of any PT_LOAD segment",
                     path_, vaddr);

@@ -127,7 +127,8 @@ class ElfFile {
   Status parse_notes();
   Status parse_dynamic();
   Status load_symbol_table(const Section& table, SymbolTable kind);
-  Result<std::string_view> string_at(const Section& strtab, uint64_t offset, const char* what) const;
+  Result<std::string_view> string_at(const Section& strtab, uint64_t offset,
+                                     const char* what) const;
 
   std::string path_;
   void* map_ = nullptr;

@@ -10,7 +10,9 @@ namespace ljprof::luajit {
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
 
 std::string basename_of(const std::string& path) {
   return std::filesystem::path(path).filename().string();
@@ -24,7 +26,9 @@ bool is_regular_file(const std::string& path) {
 // A file "contains LuaJIT" when it defines the public API entry that every LuaJIT build has
 // (lua_close, lj_api.c) — Debian's /usr/bin/luajit re-exports it in .dynsym, Tarantool keeps it
 // in .symtab, libluajit exports it.
-bool defines_luajit(const elf::ElfFile& file) { return file.find_symbol("lua_close") != nullptr; }
+bool defines_luajit(const elf::ElfFile& file) {
+  return file.find_symbol("lua_close") != nullptr;
+}
 
 }  // namespace
 
@@ -62,8 +66,8 @@ const char* luajit_source_name(LuaJITSource source) {
 
 std::span<const char* const> reported_symbols() {
   static constexpr std::array<const char*, 10> kSymbols = {
-      "lj_vm_asm_begin", "lj_vm_exit_handler",       "lj_vm_exit_interp", "lua_close",
-      "luaopen_jit",     "lj_dispatch_update",       "jit_checktrace",    "lj_cf_jit_util_traceinfo",
+      "lj_vm_asm_begin",  "lj_vm_exit_handler", "lj_vm_exit_interp", "lua_close",
+      "luaopen_jit",      "lj_dispatch_update", "jit_checktrace",    "lj_cf_jit_util_traceinfo",
       "lua_pushcclosure", "coro_startup"};
   return kSymbols;
 }
@@ -79,8 +83,8 @@ std::optional<std::string> resolve_needed(const elf::ElfFile& file, const std::s
     size_t start = 0;
     while (start <= entry.size()) {
       size_t colon = entry.find(':', start);
-      std::string dir(entry.substr(start, colon == std::string_view::npos ? std::string_view::npos
-                                                                          : colon - start));
+      std::string dir(entry.substr(
+          start, colon == std::string_view::npos ? std::string_view::npos : colon - start));
       for (const char* token : {"$ORIGIN", "${ORIGIN}"}) {
         size_t at = dir.find(token);
         if (at != std::string::npos) dir.replace(at, std::string_view(token).size(), origin);
@@ -151,8 +155,7 @@ RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string
                     "'; LuaJIT is not linked in, a module (ngx_http_lua_module.so) loads "
                     "libluajit at run time";
     } else {
-      info.reason = "basename is '" + base + "' and LuaJIT is " +
-                    luajit_source_name(info.source);
+      info.reason = "basename is '" + base + "' and LuaJIT is " + luajit_source_name(info.source);
     }
   } else if (starts_with(base, "luajit") && executable) {
     if (info.source != LuaJITSource::Absent) {
@@ -163,8 +166,8 @@ RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string
       info.reason = "named 'luajit*' but neither defines lua_close nor needs libluajit";
     }
   } else if (info.source != LuaJITSource::Absent) {
-    info.reason = std::string("not a known runtime name, but LuaJIT is ") +
-                  luajit_source_name(info.source);
+    info.reason =
+        std::string("not a known runtime name, but LuaJIT is ") + luajit_source_name(info.source);
   } else {
     info.reason = "no LuaJIT: does not define lua_close and needs no libluajit";
   }

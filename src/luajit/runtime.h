@@ -25,7 +25,7 @@ enum class LuaJITSource {
 const char* luajit_source_name(LuaJITSource source);
 
 struct NeededLibrary {
-  std::string name;                // as written in DT_NEEDED
+  std::string name;                 // as written in DT_NEEDED
   std::optional<std::string> path;  // resolved path, if found
 };
 

@@ -64,7 +64,9 @@ CommandResult run(const std::vector<std::string>& argv) {
   return result;
 }
 
-std::string fixture(const std::string& rel) { return std::string(LJPROF_FIXTURES_DIR) + "/" + rel; }
+std::string fixture(const std::string& rel) {
+  return std::string(LJPROF_FIXTURES_DIR) + "/" + rel;
+}
 
 std::vector<RealBinary> real_binaries() {
   return {
