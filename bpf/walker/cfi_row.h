@@ -1,0 +1,73 @@
+/* cfi_row.h: the compact unwind row the stack walker consumes as-is.
+ *
+ * Plain C with fixed-size types only: this header is included by the BPF program (kernel
+ * build) and by the natively compiled walker (core files). It has no libc dependency; the
+ * includer provides uint8_t/int32_t/uint64_t (<stdint.h> natively, vmlinux.h/linux/types.h
+ * in BPF).
+ *
+ * A table is an array of rows sorted by pc_start (strictly increasing). Row i is valid for
+ * pcs in [rows[i].pc_start, rows[i+1].pc_start). The last row of a table is always an
+ * LJ_CFI_INVALID row at the end of the last FDE, so a binary search that lands on it means
+ * "no CFI". Gaps between FDEs are explicit LJ_CFI_INVALID rows.
+ *
+ * pc_start is a link-time virtual address of the ELF file (p_vaddr based); the walker
+ * subtracts the mapping's load bias from the sampled pc before the lookup.
+ *
+ * Stepping one frame with an LJ_CFI_OK / LJ_CFI_KEEP row, registers of the current frame
+ * being sp, fp and pc (x86-64: rsp, rbp, rip; AArch64: sp, x29, pc; plus x30 on AArch64):
+ *   cfa       = (cfa_base == LJ_CFI_REG_SP ? sp : fp) + cfa_offset
+ *   caller sp = cfa                    (both ABIs define the CFA as the caller's sp)
+ *   caller pc = per ra_rule/ra_offset  (x86-64 rip, DWARF reg 16; AArch64 x30, DWARF reg 30)
+ *   caller fp = per fp_rule/fp_offset  (x86-64 rbp, DWARF reg 6; AArch64 x29, DWARF reg 29)
+ * Offsets are in bytes, signed, already multiplied by the CIE data alignment factor.
+ */
+#ifndef LJPROF_BPF_WALKER_CFI_ROW_H
+#define LJPROF_BPF_WALKER_CFI_ROW_H
+
+/* hint: what the walker may do at a pc covered by this row. */
+#define LJ_CFI_OK 0 /* the rule below is exact: step with it */
+#define LJ_CFI_INVALID                                               \
+  1 /* no usable rule (no CFI, expression CFA, register-held RA, a   \
+       malformed FDE, a VM sub-range with no static rule): stop with \
+       "[unknown: no CFI]" rather than guess */
+#define LJ_CFI_STOP                                                    \
+  2 /* proven stack root (_start, clone/clone3 thread start, Tarantool \
+       coro_init / arm64 coro_startup): the stack ends here cleanly */
+#define LJ_CFI_KEEP                                                        \
+  3 /* pc is inside the LuaJIT VM interval (interpreter + VM helpers);     \
+       the rule below is exact for this pc (the blanket VM rule, or the    \
+       corrected rule of a known VM sub-range), but the walker should hand \
+       over to the LuaJIT frame walk here and use the rule only to step    \
+       over the VM's C frame afterwards. Never merged with neighbours. */
+
+/* cfa_base: the register the CFA is computed from. */
+#define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */
+#define LJ_CFI_REG_FP 1 /* x86-64 rbp (DWARF 6), AArch64 x29 (DWARF 29) */
+
+/* ra_rule / fp_rule: where the caller's value of that register is. */
+#define LJ_CFI_RULE_SAME                                           \
+  0 /* unchanged: the caller's value is the current register value \
+       (AArch64 leaf code before x30 is saved; an FP never saved) */
+#define LJ_CFI_RULE_UNDEFINED                                                                \
+  1                           /* explicitly undefined (DW_CFA_undefined): the caller's value \
+                                 cannot be recovered; for the RA this marks the outermost frame */
+#define LJ_CFI_RULE_AT_CFA 2  /* saved in memory: value = *(uint64_t *)(cfa + offset) */
+#define LJ_CFI_RULE_VAL_CFA 3 /* value = cfa + offset, no memory read (DW_CFA_val_offset) */
+#define LJ_CFI_RULE_UNKNOWN                                           \
+  4 /* a rule this format cannot express (another register, a DWARF   \
+       expression). For the RA this never occurs in an OK/KEEP row    \
+       (the row is INVALID instead); for the FP it means "caller's FP \
+       unknown" and the next frame must not be FP-based. */
+
+struct lj_cfi_row {
+  uint64_t pc_start;  /* first link-time pc this row covers */
+  int32_t cfa_offset; /* CFA = cfa_base register + cfa_offset (bytes) */
+  int32_t ra_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
+  int32_t fp_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
+  uint8_t hint;       /* LJ_CFI_OK / LJ_CFI_INVALID / LJ_CFI_STOP / LJ_CFI_KEEP */
+  uint8_t cfa_base;   /* LJ_CFI_REG_SP / LJ_CFI_REG_FP (0 in INVALID rows) */
+  uint8_t ra_rule;    /* LJ_CFI_RULE_* for the return address */
+  uint8_t fp_rule;    /* LJ_CFI_RULE_* for the caller's frame pointer */
+};                    /* 24 bytes, 8-byte aligned, no padding */
+
+#endif /* LJPROF_BPF_WALKER_CFI_ROW_H */

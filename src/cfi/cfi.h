@@ -1,0 +1,196 @@
+// cfi: call frame information (.eh_frame / .debug_frame) -> the walker's compact rows.
+//
+// Three layers:
+//  - list_fdes / fde_rows: every FDE of a file with its full-fidelity rows (what readelf's
+//    --debug-dump=frames-interp shows: CFA rule, return-address and frame-pointer rules).
+//  - build_unwind_table: one sorted table of `lj_cfi_row` (bpf/walker/cfi_row.h) for the
+//    walker, with Invalid gaps, Stop roots, Keep VM rows and delta compaction.
+//  - derive_vm_cframe: how to step over the LuaJIT VM's C frame to its native caller.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "elf/elf_file.h"
+
+extern "C" {
+#include "walker/cfi_row.h"
+}
+
+namespace ljprof::cfi {
+
+// Caps on the work one file can cost. Exceeding one fails that FDE (or the table, for the
+// per-binary caps) with a message naming the cap.
+struct CfiLimits {
+  static constexpr uint64_t kMaxEntryLength = 1u << 20;  // one CIE/FDE, bytes
+  static constexpr uint64_t kMaxFdes = 1u << 20;         // per section
+  static constexpr uint32_t kMaxRowsPerFde = 1u << 14;   // rows (advance_loc steps) per FDE
+  static constexpr uint64_t kMaxRows = 1u << 23;         // rows of one UnwindTable
+};
+
+// Which section an FDE comes from.
+enum class CfiSection : uint8_t { EhFrame, DebugFrame };
+const char* cfi_section_name(CfiSection section);  // ".eh_frame", ".debug_frame"
+
+// The CFA rule of one row.
+struct CfaRule {
+  enum class Kind : uint8_t { RegOffset, Expression };
+  Kind kind = Kind::RegOffset;
+  uint32_t reg = 0;    // DWARF register number (RegOffset)
+  int64_t offset = 0;  // bytes (RegOffset)
+  bool operator==(const CfaRule&) const = default;
+};
+
+// Where the caller's value of one register is (DWARF register rules).
+struct RegisterRule {
+  enum class Kind : uint8_t {
+    SameValue,      // unchanged (also: never mentioned by the CIE/FDE)
+    Undefined,      // DW_CFA_undefined
+    AtCfa,          // offset(N): saved at CFA + offset
+    ValCfa,         // val_offset(N): value is CFA + offset
+    InRegister,     // register(R): in DWARF register `reg`
+    Expression,     // expression(E)
+    ValExpression,  // val_expression(E)
+  };
+  Kind kind = Kind::SameValue;
+  int64_t offset = 0;
+  uint32_t reg = 0;
+  bool operator==(const RegisterRule&) const = default;
+};
+
+// One full-fidelity row of one FDE: valid for [pc_begin, pc_end).
+struct CfiRow {
+  uint64_t pc_begin = 0;
+  uint64_t pc_end = 0;
+  CfaRule cfa;
+  RegisterRule ra;  // the CIE's return address register (x86-64 rip 16, AArch64 x30)
+  RegisterRule fp;  // x86-64 rbp (6), AArch64 x29 (29)
+};
+
+struct FdeSummary {
+  CfiSection section = CfiSection::EhFrame;
+  uint64_t section_offset = 0;  // of the FDE's length field
+  uint64_t cie_offset = 0;      // section offset of its CIE
+  uint64_t pc_begin = 0;        // link-time
+  uint64_t pc_end = 0;
+  std::string augmentation;              // the CIE's augmentation string, e.g. "zPR"
+  std::optional<uint64_t> personality;   // 'P': the personality routine's address
+  std::optional<uint64_t> lsda;          // 'L': this FDE's language-specific data area
+  uint32_t return_address_register = 0;  // the CIE's RA column
+  bool signal_frame = false;             // 'S'
+  // The CFA rule in effect at pc_begin (CIE initial instructions + FDE rules at pc_begin).
+  std::optional<CfaRule> initial_cfa;
+};
+
+// Every FDE of .eh_frame, then of .debug_frame, in section order. Fails when a section's
+// structure is broken (a length runs past the section, a CIE pointer is wrong, a pointer
+// encoding is unknown, a cap is exceeded); the message names section, offset and rule.
+Result<std::vector<FdeSummary>> list_fdes(const elf::ElfFile& file);
+// Only one section's FDEs (empty when the file has no such section).
+Result<std::vector<FdeSummary>> list_fdes(const elf::ElfFile& file, CfiSection section);
+
+// The rows of one FDE (as listed by list_fdes of the same file), one per distinct location
+// where the CFI program advances, covering [pc_begin, pc_end) without gaps.
+Result<std::vector<CfiRow>> fde_rows(const elf::ElfFile& file, const FdeSummary& fde);
+
+// LuaJIT describes its whole interpreter with one large FDE whose CIE has a personality
+// (lj_err_unwind_dwarf, augmentation "zPR"). Finds that FDE in .eh_frame: the largest FDE
+// with a personality, at least kMinInterpreterBytes long, whose CFA rule is the VM's
+// (x86-64: rsp + const; AArch64: x29 + 16 or sp + const). Fails when none or more than one
+// qualifies (ambiguous), naming the candidates. When the file has `lj_vm_asm_begin`, the
+// FDE must start there.
+constexpr uint64_t kMinInterpreterBytes = 4096;
+Result<FdeSummary> find_interpreter_fde(const elf::ElfFile& file);
+
+// The VM interval [begin, end), from src/luajit when known (lj_vm_asm_begin .. end of
+// lj_vm_ffi_call or the interpreter FDE).
+struct VmHints {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// A known VM sub-range whose blanket CFI row is wrong, and what replaced it.
+struct VmSubRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  std::string what;  // e.g. "lj_vm_resume prologue before sub rsp,0x28"
+  std::string how;   // "symbol" or "pattern"
+  lj_cfi_row row{};  // the row that replaced the blanket rule (hint Keep or Invalid)
+};
+
+// Why one FDE contributed no rows (its range is Invalid in the table).
+struct FdeError {
+  CfiSection section = CfiSection::EhFrame;
+  uint64_t section_offset = 0;
+  uint64_t pc_begin = 0;
+  uint64_t pc_end = 0;
+  std::string message;
+};
+
+class UnwindTable {
+ public:
+  elf::Arch arch() const { return arch_; }
+  std::span<const lj_cfi_row> rows() const { return rows_; }
+  // The row covering `pc` (link-time), or nullptr when pc is before the first row. A pc at
+  // or past the end of the last FDE gets the final Invalid row.
+  const lj_cfi_row* row_at(uint64_t pc) const;
+  // Section offset of the FDE each row came from (parallel to rows(); UINT64_MAX for gap,
+  // synthetic-root and VM sub-range rows).
+  std::span<const uint64_t> row_fde_offsets() const { return row_fde_offsets_; }
+  std::span<const FdeError> fde_errors() const { return fde_errors_; }
+  std::span<const VmSubRange> vm_subranges() const { return vm_subranges_; }
+  std::optional<VmHints> vm() const { return vm_; }
+  uint64_t fde_count() const { return fde_count_; }
+  CfiSection section() const { return section_; }
+
+ private:
+  friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, const std::optional<VmHints>&);
+  elf::Arch arch_ = elf::Arch::X86_64;
+  CfiSection section_ = CfiSection::EhFrame;
+  std::vector<lj_cfi_row> rows_;
+  std::vector<uint64_t> row_fde_offsets_;
+  std::vector<FdeError> fde_errors_;
+  std::vector<VmSubRange> vm_subranges_;
+  std::optional<VmHints> vm_;
+  uint64_t fde_count_ = 0;
+};
+
+// Builds the walker table from .eh_frame (from .debug_frame when the file has no .eh_frame).
+// `vm` marks the LuaJIT VM interval (rows there get hint Keep, and the known wrong sub-ranges
+// are replaced); without it, the interpreter FDE found by find_interpreter_fde is used when
+// there is exactly one.
+Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::optional<VmHints>& vm);
+
+// How to step from a pc inside the VM/JIT C frame to its native caller.
+struct VmCframe {
+  elf::Arch arch = elf::Arch::X86_64;
+  uint64_t vm_begin = 0;
+  uint64_t vm_end = 0;
+  uint8_t cfa_base = LJ_CFI_REG_SP;  // LJ_CFI_REG_SP (x86-64: CFA = rsp + frame size) or FP
+  int32_t cfa_offset = 0;            // x86-64: the C frame size (CFRAME_SIZE), e.g. 80
+  uint8_t ra_rule = LJ_CFI_RULE_AT_CFA;
+  int32_t ra_offset = 0;  // caller's PC at CFA + ra_offset
+  uint8_t fp_rule = LJ_CFI_RULE_SAME;
+  int32_t fp_offset = 0;            // caller's FP at CFA + fp_offset (when AT_CFA)
+  uint64_t fde_section_offset = 0;  // the FDE the rule came from
+  uint64_t covered_bytes = 0;       // bytes of [vm_begin, vm_end) governed by this rule
+};
+
+// The rule governing most of [vm_begin, vm_end) among the table's Ok/Keep rows. Fails when
+// the interval has no such row, or its rule is not SP/FP + offset with the RA in memory.
+Result<VmCframe> derive_vm_cframe(const UnwindTable& table, uint64_t vm_begin, uint64_t vm_end);
+
+// {"vm_begin","vm_end","cfa":"rsp+80","cfa_base":"sp","cfa_offset":80,"ra":"cfa-8",
+//  "fp":"cfa-16","fde_offset","covered_bytes"} with register names of the cframe's arch.
+nlohmann::ordered_json to_json(const VmCframe& cframe);
+
+// Human-readable forms used by `ljprof cfi` and error messages.
+std::string describe_row(const lj_cfi_row& row, elf::Arch arch);  // "rsp+80 ra=cfa-8 fp=cfa-16"
+const char* hint_name(uint8_t hint);                              // "ok", "invalid", ...
+
+}  // namespace ljprof::cfi
