@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -87,6 +88,27 @@ struct FdeSummary {
   std::optional<CfaRule> initial_cfa;
 };
 
+// Why one FDE contributed no rows (its range is Invalid in the table).
+struct FdeError {
+  CfiSection section = CfiSection::EhFrame;
+  uint64_t section_offset = 0;
+  uint64_t pc_begin = 0;  // 0/0 when the range itself could not be decoded
+  uint64_t pc_end = 0;
+  std::string message;
+};
+
+// One section scanned: the FDEs that decoded, and the entries that did not (a CIE with a bad
+// augmentation fails every FDE that uses it, not the section).
+struct CfiScan {
+  std::vector<FdeSummary> fdes;
+  std::vector<FdeError> errors;
+  uint64_t cie_count = 0;
+};
+// Fails only when the section's structure is broken (entry lengths, a cap); an empty scan
+// when the file has no such section. `with_initial_cfa` also runs each FDE's CFI program to
+// fill FdeSummary::initial_cfa (an FDE whose program fails moves to `errors`).
+Result<CfiScan> scan_cfi(const elf::ElfFile& file, CfiSection section, bool with_initial_cfa);
+
 // Every FDE of .eh_frame, then of .debug_frame, in section order. Fails when a section's
 // structure is broken (a length runs past the section, a CIE pointer is wrong, a pointer
 // encoding is unknown, a cap is exceeded); the message names section, offset and rule.
@@ -94,8 +116,27 @@ Result<std::vector<FdeSummary>> list_fdes(const elf::ElfFile& file);
 // Only one section's FDEs (empty when the file has no such section).
 Result<std::vector<FdeSummary>> list_fdes(const elf::ElfFile& file, CfiSection section);
 
-// The rows of one FDE (as listed by list_fdes of the same file), one per distinct location
-// where the CFI program advances, covering [pc_begin, pc_end) without gaps.
+// Runs FDE programs of one section through libdw. Open once per file and section (opening
+// indexes the section), then ask for the rows of each FDE that scan_cfi listed.
+class FdeRowReader {
+ public:
+  static Result<FdeRowReader> open(const elf::ElfFile& file, CfiSection section);
+  FdeRowReader(FdeRowReader&&) noexcept;
+  FdeRowReader& operator=(FdeRowReader&&) noexcept;
+  ~FdeRowReader();
+  // One row per distinct location where the program advances, covering [pc_begin, pc_end)
+  // without gaps. Fails (naming the FDE offset) on a libdw error, a row outside the FDE
+  // (advance_loc past its end), or more than CfiLimits::kMaxRowsPerFde rows.
+  Result<std::vector<CfiRow>> rows(const FdeSummary& fde) const;
+
+  struct State;
+
+ private:
+  explicit FdeRowReader(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// The rows of one FDE (as listed by list_fdes of the same file); opens a reader per call.
 Result<std::vector<CfiRow>> fde_rows(const elf::ElfFile& file, const FdeSummary& fde);
 
 // LuaJIT describes its whole interpreter with one large FDE whose CIE has a personality
@@ -121,15 +162,6 @@ struct VmSubRange {
   std::string what;  // e.g. "lj_vm_resume prologue before sub rsp,0x28"
   std::string how;   // "symbol" or "pattern"
   lj_cfi_row row{};  // the row that replaced the blanket rule (hint Keep or Invalid)
-};
-
-// Why one FDE contributed no rows (its range is Invalid in the table).
-struct FdeError {
-  CfiSection section = CfiSection::EhFrame;
-  uint64_t section_offset = 0;
-  uint64_t pc_begin = 0;
-  uint64_t pc_end = 0;
-  std::string message;
 };
 
 class UnwindTable {

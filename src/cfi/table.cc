@@ -1,0 +1,407 @@
+// The walker table: FDE rows -> sorted lj_cfi_row with Invalid gaps, Stop roots, Keep VM
+// rows, VM sub-range corrections and delta compaction.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "cfi/internal.h"
+
+namespace ljprof::cfi {
+
+namespace {
+
+constexpr uint64_t kNoFde = std::numeric_limits<uint64_t>::max();
+
+bool fits_i32(int64_t v) {
+  return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+}
+
+lj_cfi_row invalid_row(uint64_t pc) {
+  lj_cfi_row row{};
+  row.pc_start = pc;
+  row.hint = LJ_CFI_INVALID;
+  row.ra_rule = LJ_CFI_RULE_UNKNOWN;
+  row.fp_rule = LJ_CFI_RULE_UNKNOWN;
+  return row;
+}
+
+// Converts one full rule into the walker's form; anything the walker cannot evaluate with
+// sp/fp/pc and plain memory reads becomes Invalid. An explicitly undefined return address is
+// the ABI's mark of the outermost frame (x86-64 psABI §3.7 / AArch64 AAPCS64 unwinding: "the
+// end of the stack"): _start, clone/clone3 thread starts, Tarantool's coro_init. Those rows
+// become Stop.
+lj_cfi_row compact(const CfiRow& r, elf::Arch arch) {
+  internal::ArchRegs regs = internal::arch_regs(arch);
+  lj_cfi_row row = invalid_row(r.pc_begin);
+  if (r.cfa.kind != CfaRule::Kind::RegOffset || !fits_i32(r.cfa.offset)) return row;
+  if (r.cfa.reg == regs.sp) {
+    row.cfa_base = LJ_CFI_REG_SP;
+  } else if (r.cfa.reg == regs.fp) {
+    row.cfa_base = LJ_CFI_REG_FP;
+  } else {
+    return row;
+  }
+  row.cfa_offset = static_cast<int32_t>(r.cfa.offset);
+  switch (r.ra.kind) {
+    case RegisterRule::Kind::AtCfa:
+    case RegisterRule::Kind::ValCfa:
+      if (!fits_i32(r.ra.offset)) return row;
+      row.ra_rule =
+          r.ra.kind == RegisterRule::Kind::AtCfa ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_VAL_CFA;
+      row.ra_offset = static_cast<int32_t>(r.ra.offset);
+      break;
+    case RegisterRule::Kind::SameValue:
+      // AArch64: the RA is still in x30 (leaf code, prologue). x86-64 has no RA register.
+      if (arch != elf::Arch::AArch64) return row;
+      row.ra_rule = LJ_CFI_RULE_SAME;
+      break;
+    case RegisterRule::Kind::Undefined:
+      row.ra_rule = LJ_CFI_RULE_UNDEFINED;
+      break;
+    default:
+      return row;
+  }
+  switch (r.fp.kind) {
+    case RegisterRule::Kind::SameValue:
+      row.fp_rule = LJ_CFI_RULE_SAME;
+      break;
+    case RegisterRule::Kind::Undefined:
+      row.fp_rule = LJ_CFI_RULE_UNDEFINED;
+      break;
+    case RegisterRule::Kind::AtCfa:
+    case RegisterRule::Kind::ValCfa:
+      if (fits_i32(r.fp.offset)) {
+        row.fp_rule =
+            r.fp.kind == RegisterRule::Kind::AtCfa ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_VAL_CFA;
+        row.fp_offset = static_cast<int32_t>(r.fp.offset);
+      } else {
+        row.fp_rule = LJ_CFI_RULE_UNKNOWN;
+      }
+      break;
+    default:
+      row.fp_rule = LJ_CFI_RULE_UNKNOWN;
+      break;
+  }
+  row.hint = row.ra_rule == LJ_CFI_RULE_UNDEFINED ? LJ_CFI_STOP : LJ_CFI_OK;
+  return row;
+}
+
+bool same_rule(const lj_cfi_row& a, const lj_cfi_row& b) {
+  return a.hint == b.hint && a.cfa_base == b.cfa_base && a.cfa_offset == b.cfa_offset &&
+         a.ra_rule == b.ra_rule && a.ra_offset == b.ra_offset && a.fp_rule == b.fp_rule &&
+         a.fp_offset == b.fp_offset;
+}
+
+// Table under construction: rows sorted by pc_start plus the FDE each came from.
+struct Builder {
+  std::vector<lj_cfi_row> rows;
+  std::vector<uint64_t> origins;
+
+  size_t index_at(uint64_t pc) const {  // index of the row covering pc; rows must not be empty
+    auto it = std::upper_bound(rows.begin(), rows.end(), pc,
+                               [](uint64_t v, const lj_cfi_row& r) { return v < r.pc_start; });
+    return it == rows.begin() ? 0 : static_cast<size_t>(it - rows.begin()) - 1;
+  }
+
+  // Makes a row start at pc (a copy of the row covering it), when pc is inside the table.
+  void split(uint64_t pc) {
+    if (rows.empty() || pc <= rows.front().pc_start || pc >= rows.back().pc_start) return;
+    size_t i = index_at(pc);
+    if (rows[i].pc_start == pc) return;
+    lj_cfi_row copy = rows[i];
+    copy.pc_start = pc;
+    rows.insert(rows.begin() + static_cast<long>(i) + 1, copy);
+    origins.insert(origins.begin() + static_cast<long>(i) + 1, origins[i]);
+  }
+
+  // Replaces [begin, end) by `row`, restoring the previous rule at `end`.
+  void overlay(uint64_t begin, uint64_t end, lj_cfi_row row, uint64_t origin) {
+    if (begin >= end) return;
+    lj_cfi_row after = invalid_row(end);
+    uint64_t after_origin = kNoFde;
+    if (!rows.empty() && rows.front().pc_start <= end) {
+      size_t i = index_at(end);
+      after = rows[i];
+      after_origin = origins[i];
+      after.pc_start = end;
+    }
+    size_t lo = static_cast<size_t>(
+        std::lower_bound(rows.begin(), rows.end(), begin,
+                         [](const lj_cfi_row& r, uint64_t v) { return r.pc_start < v; }) -
+        rows.begin());
+    size_t hi = static_cast<size_t>(
+        std::upper_bound(rows.begin(), rows.end(), end,
+                         [](uint64_t v, const lj_cfi_row& r) { return v < r.pc_start; }) -
+        rows.begin());
+    rows.erase(rows.begin() + static_cast<long>(lo), rows.begin() + static_cast<long>(hi));
+    origins.erase(origins.begin() + static_cast<long>(lo), origins.begin() + static_cast<long>(hi));
+    row.pc_start = begin;
+    rows.insert(rows.begin() + static_cast<long>(lo), {row, after});
+    origins.insert(origins.begin() + static_cast<long>(lo), {origin, after_origin});
+  }
+};
+
+// Tarantool's arm64 fiber trampoline (third_party/coro, coro_startup): AArch64 ELF, a .symtab
+// symbol named exactly "coro_startup", and at it `mov x0, x20; blr x19; b <anything>`. It has
+// no CFI; this exact signature proves it is the bottom of a fiber stack.
+std::vector<uint64_t> find_coro_startup(const elf::ElfFile& file) {
+  std::vector<uint64_t> found;
+  if (file.arch() != elf::Arch::AArch64) return found;
+  for (const elf::Symbol& sym : file.symbols()) {
+    if (sym.table != elf::SymbolTable::Symtab || !sym.defined() || sym.name != "coro_startup") {
+      continue;
+    }
+    auto bytes = file.read(sym.value, 12);
+    if (!bytes.ok()) continue;
+    uint32_t w[3];
+    std::memcpy(w, bytes->data(), 12);
+    const bool mov_x0_x20 = w[0] == 0xaa1403e0;              // orr x0, xzr, x20
+    const bool blr_x19 = w[1] == 0xd63f0260;                 // blr x19
+    const bool b_imm26 = (w[2] & 0xfc000000) == 0x14000000;  // b <imm26>
+    if (mov_x0_x20 && blr_x19 && b_imm26) found.push_back(sym.value);
+  }
+  return found;
+}
+
+// .eh_frame_hdr's binary-search table is what libdw uses to find an FDE by pc; a table that
+// disagrees with the section would make libdw answer with another FDE's rows, so it must
+// match the enumeration exactly or the whole table fails.
+Status check_eh_frame_hdr(const elf::ElfFile& file, const std::vector<FdeSummary>& fdes,
+                          const std::vector<FdeError>& errors) {
+  const elf::Section* hdr = file.section(".eh_frame_hdr");
+  const elf::Section* eh = file.section(".eh_frame");
+  if (hdr == nullptr || eh == nullptr || !hdr->has_file_data()) return Ok{};
+  auto bytes = file.section_data(*hdr);
+  auto fail = [&](uint64_t off, const std::string& why) {
+    return make_error("{}: .eh_frame_hdr+{:#x}: {}", file.path(), off, why);
+  };
+  if (bytes.size() < 4) return fail(0, "shorter than its 4-byte header");
+  if (bytes[0] != 1) return fail(0, fmt::format("version {} (expected 1)", bytes[0]));
+  const uint8_t ptr_enc = bytes[1], count_enc = bytes[2], table_enc = bytes[3];
+  const uint8_t* p = bytes.data() + 4;
+  const uint8_t* end = bytes.data() + bytes.size();
+  auto at = [&](const uint8_t* q) { return static_cast<uint64_t>(q - bytes.data()); };
+  internal::PointerContext ctx{hdr->addr + 4, hdr->addr, ".eh_frame_hdr", 4};
+  auto eh_ptr = internal::read_encoded(ptr_enc, &p, end, ctx);
+  if (!eh_ptr.ok()) return fail(4, eh_ptr.message());
+  if (*eh_ptr != eh->addr) {
+    return fail(
+        4, fmt::format("eh_frame_ptr {:#x} is not .eh_frame's address {:#x}", *eh_ptr, eh->addr));
+  }
+  if (count_enc == DW_EH_PE_omit || table_enc == DW_EH_PE_omit) return Ok{};
+  ctx.field_vaddr = hdr->addr + at(p);
+  ctx.section_offset = at(p);
+  auto count = internal::read_encoded(count_enc, &p, end, ctx);
+  if (!count.ok()) return fail(at(p), count.message());
+  if (table_enc != (DW_EH_PE_datarel | DW_EH_PE_sdata4)) {
+    return fail(3, fmt::format("table encoding {:#04x} (expected datarel|sdata4)", table_enc));
+  }
+  if (*count > static_cast<uint64_t>(end - p) / 8) {
+    return fail(at(p), fmt::format("fde_count {} runs past the section", *count));
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> by_offset;  // section offset -> pc_begin
+  by_offset.reserve(fdes.size());
+  for (const FdeSummary& f : fdes) by_offset.emplace_back(f.section_offset, f.pc_begin);
+  std::sort(by_offset.begin(), by_offset.end());
+  std::vector<uint64_t> failed;
+  for (const FdeError& e : errors) failed.push_back(e.section_offset);
+  std::sort(failed.begin(), failed.end());
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < *count; ++i) {
+    const uint8_t* entry = p;
+    ctx.section_offset = at(p);
+    auto loc = internal::read_encoded(table_enc, &p, end, ctx);
+    auto fde = internal::read_encoded(table_enc, &p, end, ctx);
+    if (!loc.ok() || !fde.ok()) return fail(at(entry), "truncated table entry");
+    if (i > 0 && *loc < prev) return fail(at(entry), "table is not sorted by initial location");
+    prev = *loc;
+    if (*fde < eh->addr || *fde - eh->addr >= eh->size) {
+      return fail(at(entry), fmt::format("FDE address {:#x} is outside .eh_frame", *fde));
+    }
+    uint64_t off = *fde - eh->addr;
+    auto it =
+        std::lower_bound(by_offset.begin(), by_offset.end(), std::make_pair(off, uint64_t{0}));
+    if (it != by_offset.end() && it->first == off) {
+      if (it->second != *loc) {
+        return fail(at(entry), fmt::format("initial location {:#x} but the FDE at .eh_frame+{:#x} "
+                                           "starts at {:#x}",
+                                           *loc, off, it->second));
+      }
+    } else if (!std::binary_search(failed.begin(), failed.end(), off)) {
+      return fail(at(entry), fmt::format("names .eh_frame+{:#x}, which is not an FDE", off));
+    }
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+const char* hint_name(uint8_t hint) {
+  switch (hint) {
+    case LJ_CFI_OK:
+      return "ok";
+    case LJ_CFI_INVALID:
+      return "invalid";
+    case LJ_CFI_STOP:
+      return "stop";
+    case LJ_CFI_KEEP:
+      return "keep";
+    default:
+      return "bad-hint";
+  }
+}
+
+static std::string rule_text(uint8_t rule, int32_t offset, const char* reg) {
+  switch (rule) {
+    case LJ_CFI_RULE_SAME:
+      return fmt::format("{}", reg);
+    case LJ_CFI_RULE_UNDEFINED:
+      return "undefined";
+    case LJ_CFI_RULE_AT_CFA:
+      return fmt::format("[cfa{:+d}]", offset);
+    case LJ_CFI_RULE_VAL_CFA:
+      return fmt::format("cfa{:+d}", offset);
+    default:
+      return "unknown";
+  }
+}
+
+std::string describe_row(const lj_cfi_row& row, elf::Arch arch) {
+  internal::ArchRegs regs = internal::arch_regs(arch);
+  if (row.hint == LJ_CFI_INVALID) return "no rule";
+  return fmt::format("cfa={}{:+d} ra={} fp={}",
+                     row.cfa_base == LJ_CFI_REG_SP ? regs.sp_name : regs.fp_name, row.cfa_offset,
+                     rule_text(row.ra_rule, row.ra_offset, regs.ra_name),
+                     rule_text(row.fp_rule, row.fp_offset, regs.fp_name));
+}
+
+const lj_cfi_row* UnwindTable::row_at(uint64_t pc) const {
+  auto it = std::upper_bound(rows_.begin(), rows_.end(), pc,
+                             [](uint64_t v, const lj_cfi_row& r) { return v < r.pc_start; });
+  if (it == rows_.begin()) return nullptr;
+  return &*(it - 1);
+}
+
+Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::optional<VmHints>& vm) {
+  UnwindTable table;
+  table.arch_ = file.arch();
+  LJ_ASSIGN_OR_RETURN(CfiScan scan, internal::scan_cfi_entries(file, CfiSection::EhFrame));
+  table.section_ = CfiSection::EhFrame;
+  if (scan.fdes.empty() && scan.errors.empty()) {
+    LJ_ASSIGN_OR_RETURN(scan, internal::scan_cfi_entries(file, CfiSection::DebugFrame));
+    table.section_ = CfiSection::DebugFrame;
+  }
+  if (table.section_ == CfiSection::EhFrame)
+    LJ_TRY(check_eh_frame_hdr(file, scan.fdes, scan.errors));
+  table.fde_errors_ = scan.errors;
+  table.fde_count_ = scan.fdes.size() + scan.errors.size();
+
+  std::vector<FdeSummary> fdes = std::move(scan.fdes);
+  std::sort(fdes.begin(), fdes.end(), [](const FdeSummary& a, const FdeSummary& b) {
+    return a.pc_begin != b.pc_begin ? a.pc_begin < b.pc_begin : a.section_offset < b.section_offset;
+  });
+
+  Builder b;
+  std::optional<FdeRowReader> reader;
+  if (!fdes.empty()) {
+    LJ_ASSIGN_OR_RETURN(FdeRowReader r, FdeRowReader::open(file, table.section_));
+    reader.emplace(std::move(r));
+  }
+  uint64_t covered_end = 0;  // end of the last FDE placed
+  const FdeSummary* previous = nullptr;
+  for (const FdeSummary& fde : fdes) {
+    if (fde.pc_end == fde.pc_begin) continue;  // describes no code
+    if (previous != nullptr && fde.pc_begin < covered_end) {
+      table.fde_errors_.push_back(
+          {fde.section, fde.section_offset, fde.pc_begin, fde.pc_end,
+           fmt::format("{}: FDE at {}+{:#x} (pc {:#x}..{:#x}) overlaps the FDE at {:#x}",
+                       file.path(), cfi_section_name(fde.section), fde.section_offset, fde.pc_begin,
+                       fde.pc_end, previous->section_offset)});
+      continue;
+    }
+    if (!b.rows.empty() && fde.pc_begin > covered_end) {
+      b.rows.push_back(invalid_row(covered_end));  // gap between FDEs
+      b.origins.push_back(kNoFde);
+    }
+    auto rows = reader->rows(fde);
+    if (!rows.ok()) {
+      table.fde_errors_.push_back(
+          {fde.section, fde.section_offset, fde.pc_begin, fde.pc_end, rows.message()});
+      b.rows.push_back(invalid_row(fde.pc_begin));
+      b.origins.push_back(fde.section_offset);
+    } else {
+      for (const CfiRow& r : *rows) {
+        b.rows.push_back(compact(r, file.arch()));
+        b.origins.push_back(fde.section_offset);
+      }
+    }
+    if (b.rows.size() > CfiLimits::kMaxRows) {
+      return make_error("{}: more than {} rows (cap CfiLimits::kMaxRows)", file.path(),
+                        CfiLimits::kMaxRows);
+    }
+    covered_end = fde.pc_end;
+    previous = &fde;
+  }
+  if (!b.rows.empty()) {
+    b.rows.push_back(invalid_row(covered_end));  // terminator: past the last FDE
+    b.origins.push_back(kNoFde);
+  }
+
+  // LuaJIT VM: Keep rows over the interval, then the sub-ranges whose blanket rule is wrong.
+  std::optional<VmHints> vm_range = vm;
+  if (!vm_range) {
+    auto interp = find_interpreter_fde(file);
+    if (interp.ok()) vm_range = VmHints{interp->pc_begin, interp->pc_end};
+  }
+  if (vm_range && vm_range->begin < vm_range->end && !b.rows.empty()) {
+    table.vm_ = vm_range;
+    // Split at the interval's edges so that marking stays inside it.
+    b.split(vm_range->begin);
+    b.split(vm_range->end);
+    for (size_t i = 0; i + 1 < b.rows.size(); ++i) {
+      if (b.rows[i].pc_start < vm_range->begin || b.rows[i].pc_start >= vm_range->end) continue;
+      if (b.rows[i].hint == LJ_CFI_OK) b.rows[i].hint = LJ_CFI_KEEP;
+    }
+    const lj_cfi_row* blanket = &b.rows[b.index_at(vm_range->begin)];
+    if (blanket->hint == LJ_CFI_KEEP) {
+      table.vm_subranges_ = internal::detect_vm_subranges(file, *vm_range, *blanket);
+      for (const VmSubRange& s : table.vm_subranges_) b.overlay(s.begin, s.end, s.row, kNoFde);
+    }
+  }
+
+  // Proven fiber roots without CFI.
+  for (uint64_t pc : find_coro_startup(file)) {
+    lj_cfi_row stop = invalid_row(pc);
+    stop.hint = LJ_CFI_STOP;
+    stop.ra_rule = LJ_CFI_RULE_UNDEFINED;
+    stop.fp_rule = LJ_CFI_RULE_UNDEFINED;
+    if (b.rows.empty()) {
+      b.rows.push_back(invalid_row(pc + 12));
+      b.origins.push_back(kNoFde);
+    }
+    b.overlay(pc, pc + 12, stop, kNoFde);
+  }
+
+  // Delta compaction: drop a row equal to its predecessor, unless either is Stop or Keep.
+  for (size_t i = 0; i < b.rows.size(); ++i) {
+    const lj_cfi_row& row = b.rows[i];
+    if (!table.rows_.empty()) {
+      const lj_cfi_row& last = table.rows_.back();
+      bool pinned = row.hint == LJ_CFI_STOP || row.hint == LJ_CFI_KEEP ||
+                    last.hint == LJ_CFI_STOP || last.hint == LJ_CFI_KEEP;
+      if (row.pc_start == last.pc_start) {  // an empty range left by an overlay
+        table.rows_.back() = row;
+        table.row_fde_offsets_.back() = b.origins[i];
+        continue;
+      }
+      if (!pinned && same_rule(row, last)) continue;
+    }
+    table.rows_.push_back(row);
+    table.row_fde_offsets_.push_back(b.origins[i]);
+  }
+  return table;
+}
+
+}  // namespace ljprof::cfi

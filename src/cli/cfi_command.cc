@@ -1,0 +1,138 @@
+// `ljprof cfi BINARY [--at ADDR] [--json]`: the walker's unwind rows of one binary (the whole
+// table, or the row covering ADDR), with hints, FDE errors and the VM C-frame rule.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cfi/cfi.h"
+#include "cli/commands.h"
+#include "elf/elf_file.h"
+
+namespace ljprof::cli {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct CfiOptions {
+  std::string binary;
+  std::string at;
+  bool json = false;
+};
+
+Json row_json(const lj_cfi_row& row, uint64_t end, uint64_t fde, elf::Arch arch) {
+  Json j;
+  j["pc_start"] = fmt::format("{:#x}", row.pc_start);
+  j["pc_end"] = end ? Json(fmt::format("{:#x}", end)) : Json(nullptr);
+  j["hint"] = cfi::hint_name(row.hint);
+  j["rule"] = cfi::describe_row(row, arch);
+  j["fde_offset"] = fde == UINT64_MAX ? Json(nullptr) : Json(fmt::format("{:#x}", fde));
+  return j;
+}
+
+int run_cfi(const CfiOptions& opt) {
+  auto file = elf::ElfFile::open(opt.binary);
+  if (!file.ok()) {
+    std::cerr << "ljprof cfi: " << file.message() << "\n";
+    return 2;
+  }
+  std::optional<uint64_t> at;
+  if (!opt.at.empty()) {
+    try {
+      size_t used = 0;
+      at = std::stoull(opt.at, &used, 0);
+      if (used != opt.at.size()) throw std::invalid_argument("trailing characters");
+    } catch (const std::exception&) {
+      std::cerr << "ljprof cfi: --at: not an address: " << opt.at << "\n";
+      return 2;
+    }
+  }
+  auto table = cfi::build_unwind_table(**file, std::nullopt);
+  if (!table.ok()) {
+    std::cerr << "ljprof cfi: " << table.message() << "\n";
+    return 2;
+  }
+  const elf::Arch arch = (*file)->arch();
+  auto rows = table->rows();
+  auto origins = table->row_fde_offsets();
+  Json j;
+  j["path"] = opt.binary;
+  j["arch"] = elf::arch_name(arch);
+  j["section"] = cfi::cfi_section_name(table->section());
+  j["fde_count"] = table->fde_count();
+  j["row_count"] = rows.size();
+  Json errors = Json::array();
+  for (const cfi::FdeError& e : table->fde_errors()) errors.push_back(e.message);
+  j["fde_errors"] = errors;
+  if (auto vm = table->vm()) {
+    j["vm"] = {{"begin", fmt::format("{:#x}", vm->begin)}, {"end", fmt::format("{:#x}", vm->end)}};
+    Json subs = Json::array();
+    for (const cfi::VmSubRange& s : table->vm_subranges()) {
+      subs.push_back({{"begin", fmt::format("{:#x}", s.begin)},
+                      {"end", fmt::format("{:#x}", s.end)},
+                      {"what", s.what},
+                      {"how", s.how},
+                      {"hint", cfi::hint_name(s.row.hint)},
+                      {"rule", cfi::describe_row(s.row, arch)}});
+    }
+    j["vm_subranges"] = subs;
+    auto cframe = cfi::derive_vm_cframe(*table, vm->begin, vm->end);
+    j["vm_cframe"] = cframe.ok() ? cfi::to_json(*cframe) : Json({{"error", cframe.message()}});
+  }
+  Json out_rows = Json::array();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    uint64_t end = i + 1 < rows.size() ? rows[i + 1].pc_start : 0;
+    if (at && !(rows[i].pc_start <= *at && (end == 0 || *at < end))) continue;
+    out_rows.push_back(row_json(rows[i], end, origins[i], arch));
+  }
+  if (at && out_rows.empty()) {
+    Json none = Json::object();
+    none["pc_start"] = nullptr;
+    none["hint"] = "invalid";
+    none["rule"] = "no rule (before the first FDE)";
+    out_rows.push_back(none);
+  }
+  j["rows"] = out_rows;
+  if (opt.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} ({}): {} {} FDEs, {} rows, {} FDE errors\n", opt.binary,
+                           elf::arch_name(arch), cfi::cfi_section_name(table->section()),
+                           table->fde_count(), rows.size(), table->fde_errors().size());
+  for (const auto& e : j["fde_errors"]) std::cout << "  error: " << e.get<std::string>() << "\n";
+  if (j.contains("vm")) {
+    std::cout << fmt::format("vm {}..{}\n", j["vm"]["begin"].get<std::string>(),
+                             j["vm"]["end"].get<std::string>());
+    for (const auto& s : j["vm_subranges"]) {
+      std::cout << fmt::format("  sub-range {}..{} {} ({}): {} {}\n", s["begin"].get<std::string>(),
+                               s["end"].get<std::string>(), s["what"].get<std::string>(),
+                               s["how"].get<std::string>(), s["hint"].get<std::string>(),
+                               s["rule"].get<std::string>());
+    }
+    std::cout << "vm_cframe " << j["vm_cframe"].dump() << "\n";
+  }
+  for (const auto& r : j["rows"]) {
+    std::cout << fmt::format(
+        "{:>18} {:>18} {:<7} {}\n",
+        r["pc_start"].is_null() ? "-" : r["pc_start"].get<std::string>(),
+        !r.contains("pc_end") || r["pc_end"].is_null() ? "-" : r["pc_end"].get<std::string>(),
+        r["hint"].get<std::string>(), r["rule"].get<std::string>());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_cfi_command(CLI::App& app, int* exit_code) {
+  auto opt = std::make_shared<CfiOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("cfi", "Show the unwind rows (CFI) the walker uses for a binary");
+  cmd->add_option("BINARY", opt->binary, "ELF executable or shared library")->required();
+  cmd->add_option("--at", opt->at, "Only the row covering this link-time address (0x...)");
+  cmd->add_flag("--json", opt->json, "Machine-readable output");
+  cmd->callback([opt, exit_code] { *exit_code = run_cfi(*opt); });
+}
+
+}  // namespace ljprof::cli
