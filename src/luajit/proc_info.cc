@@ -1,0 +1,481 @@
+#include "luajit/proc_info.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ljprof::luajit {
+
+namespace {
+
+constexpr uint64_t kUnsizedFunctionBytes = 1024;
+
+struct DecodedFunction {
+  std::vector<Insn> insns;
+  Code code() const { return Code{arch, name, insns}; }
+  elf::Arch arch = elf::Arch::X86_64;
+  std::string name;
+};
+
+Result<DecodedFunction> decode_symbol(const elf::ElfFile& file, const char* name) {
+  const elf::Symbol* sym = file.find_symbol(name);
+  if (sym == nullptr) return make_error("{}: no symbol {}", file.path(), name);
+  uint64_t len = sym->size ? sym->size : kUnsizedFunctionBytes;
+  if (len > DisasmLimits::kMaxFunctionBytes) {
+    return make_error("{}: {} is {} bytes, above the cap of {}", file.path(), name, len,
+                      DisasmLimits::kMaxFunctionBytes);
+  }
+  auto insns = disassemble_range(file, sym->value, len);
+  if (!insns.ok()) {
+    // An unsized symbol near the end of its segment: retry with what the segment holds.
+    if (sym->size == 0) insns = disassemble_range(file, sym->value, 64);
+    if (!insns.ok())
+      return make_error("{}: cannot read {}: {}", file.path(), name, insns.message());
+  }
+  DecodedFunction f;
+  f.arch = file.arch();
+  f.name = name;
+  f.insns = std::move(*insns);
+  return f;
+}
+
+// Layout rules: offsets that no exported function exposes with a distinctive pattern, taken
+// from the struct definitions for the detected GC64 mode. They hold for every fork and
+// version checked (upstream, OpenResty, Tarantool 1.10..3.3): lj_obj.h GCHeader is
+// `GCRef nextgc; uint8 marked, gct` (10 bytes GC64, 6 bytes non-GC64), then each struct's
+// own fields.
+struct LayoutRule {
+  std::string_view name;
+  int64_t gc64;
+  int64_t gc32;
+  const char* rule;
+};
+constexpr LayoutRule kLayoutRules[] = {
+    {field::kLMaxstack, 48, 32, "layout rule lj_obj.h lua_State (maxstack after top)"},
+    {field::kLStack, 56, 36, "layout rule lj_obj.h lua_State (stack after maxstack)"},
+    {field::kFnFfid, 10, 6, "layout rule lj_obj.h GCfuncHeader (ffid after GCHeader)"},
+    {field::kFnPc, 32, 16, "layout rule lj_obj.h GCfuncHeader (MRef pc)"},
+    {field::kPtSizebc, 12, 8, "layout rule lj_obj.h GCproto"},
+    {field::kPtChunkname, 64, 40, "layout rule lj_obj.h GCproto"},
+    {field::kPtFirstline, 72, 44, "layout rule lj_obj.h GCproto"},
+    {field::kPtNumline, 76, 48, "layout rule lj_obj.h GCproto"},
+    {field::kPtLineinfo, 80, 52, "layout rule lj_obj.h GCproto"},
+    {field::kPtSize, 104, 64, "layout rule lj_obj.h sizeof(GCproto) (bytecode follows)"},
+    {field::kTrStartpt, 64, 48, "layout rule lj_jit.h GCtrace"},
+    {field::kTrSzmcode, 84, 60, "layout rule lj_jit.h GCtrace"},
+    {field::kTrTraceno, 104, 80, "layout rule lj_jit.h GCtrace"},
+};
+
+// Offsets the code gives us that the same layout rules predict: a disagreement means the
+// build's structs are not the ones the rules describe, so the rule-based fields above would
+// be wrong too — fail instead.
+constexpr LayoutRule kCrossChecks[] = {
+    {field::kLGlref, 16, 8, "lj_obj.h lua_State.glref"},
+    {field::kLBase, 32, 16, "lj_obj.h lua_State.base"},
+    {field::kLTop, 40, 24, "lj_obj.h lua_State.top"},
+    {field::kLCframe, 80, 48, "lj_obj.h lua_State.cframe"},
+    {field::kTrMcode, 88, 64, "lj_jit.h GCtrace.mcode"},
+};
+
+std::string vm_label(const VmInterval& vm) {
+  return fmt::format("VM interval [{:#x}, {:#x})", vm.begin, vm.end);
+}
+
+Result<VmInterval> find_vm_interval(const elf::ElfFile& file) {
+  const elf::Symbol* begin = file.find_symbol("lj_vm_asm_begin");
+  const elf::Symbol* ffi = file.find_symbol("lj_vm_ffi_call");
+  auto fde = cfi::find_interpreter_fde(file);
+  if (begin != nullptr) {
+    VmInterval vm;
+    vm.begin = begin->value;
+    if (ffi != nullptr && ffi->value > begin->value) {
+      vm.end = ffi->value + ffi->size;
+      vm.source = "symbols lj_vm_asm_begin .. end of lj_vm_ffi_call";
+    } else if (fde.ok()) {
+      vm.end = fde->pc_end;
+      vm.source = "symbol lj_vm_asm_begin .. end of the interpreter FDE";
+    } else {
+      return make_error(
+          "{}: lj_vm_asm_begin at {:#x} but neither lj_vm_ffi_call nor the "
+          "interpreter FDE gives the VM's end ({})",
+          file.path(), vm.begin, fde.message());
+    }
+    if (fde.ok()) {
+      // Both anchors exist: they must describe the same VM (a large static binary with a
+      // second big personality FDE must not move the interval).
+      if (fde->pc_begin != vm.begin || fde->pc_end > vm.end) {
+        return make_error(
+            "{}: interpreter FDE [{:#x}, {:#x}) disagrees with the symbols' VM "
+            "interval [{:#x}, {:#x})",
+            file.path(), fde->pc_begin, fde->pc_end, vm.begin, vm.end);
+      }
+      vm.source += " (interpreter FDE agrees)";
+    }
+    return vm;
+  }
+  if (!fde.ok()) {
+    return make_error("{}: no lj_vm_asm_begin symbol and no interpreter FDE: {}", file.path(),
+                      fde.message());
+  }
+  VmInterval vm{fde->pc_begin, fde->pc_end,
+                fmt::format("interpreter FDE at .eh_frame+{:#x}", fde->section_offset)};
+  return vm;
+}
+
+Field make_field(std::string_view name, int64_t value, std::string source,
+                 std::vector<Evidence> evidence = {}) {
+  return Field{std::string(name), value, std::move(source), std::move(evidence)};
+}
+
+Result<Field> add_offset(std::string_view name, int64_t dispatch_relative,
+                         const DispatchSetupMatch& setup, std::string source,
+                         std::vector<Evidence> evidence) {
+  int64_t g_rel =
+      setup.register_is_g ? dispatch_relative : setup.dispatch_distance + dispatch_relative;
+  if (g_rel <= 0 || g_rel >= setup.dispatch_distance) {
+    return make_error("{} at G{:+#x} is outside global_State..dispatch (0, {:#x})", name, g_rel,
+                      setup.dispatch_distance);
+  }
+  return make_field(name, g_rel, std::move(source), std::move(evidence));
+}
+
+}  // namespace
+
+const char* vmstate_numbering_name(VmstateNumbering n) {
+  return n == VmstateNumbering::Tarantool ? "tarantool" : "upstream";
+}
+
+const Field* LuaJITProcInfo::field(std::string_view name) const {
+  for (const Field& f : fields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+int64_t LuaJITProcInfo::value(std::string_view name) const {
+  const Field* f = field(name);
+  return f ? f->value : 0;
+}
+
+uint8_t dwarf_register(elf::Arch arch, int reg) {
+  if (arch == elf::Arch::AArch64) return static_cast<uint8_t>(reg);
+  // x86-64 DWARF numbering: rax rdx rcx rbx rsi rdi rbp rsp r8..r15.
+  static constexpr uint8_t kMap[16] = {0, 2, 1, 3, 7, 6, 4, 5, 8, 9, 10, 11, 12, 13, 14, 15};
+  return reg >= 0 && reg < 16 ? kMap[reg] : 0xff;
+}
+
+Result<Field> choose_jit_base(Runtime runtime, const Result<ExitHandlerMatch>& exit_handler,
+                              int64_t dispatch_to_g, int64_t cur_L, uint8_t ref_size) {
+  if (exit_handler.ok()) {
+    const int64_t g_rel = dispatch_to_g + exit_handler->jit_base;
+    if (g_rel <= cur_L || g_rel > cur_L + 4 * ref_size || g_rel % ref_size != 0) {
+      return make_error(
+          "jit_base at G{:+#x} (exit handler) is not an aligned slot within 4 "
+          "references after cur_L (G{:+#x})",
+          g_rel, cur_L);
+    }
+    return make_field(field::kGJitBase, g_rel, "exit-handler", exit_handler->evidence);
+  }
+  if (runtime == Runtime::Tarantool) {
+    return make_error(
+        "Tarantool needs jit_base from lj_vm_exit_handler (Tarantool >= 2.6.3 "
+        "puts global_State.mem_L between cur_L and jit_base, so cur_L + {} would "
+        "be wrong): {}",
+        ref_size, exit_handler.message());
+  }
+  return make_field(field::kGJitBase, cur_L + ref_size, "fallback");
+}
+
+Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const cfi::VmCframe& cf) {
+  if (arch == elf::Arch::X86_64) {
+    if (cf.cfa_base != LJ_CFI_REG_SP) {
+      return make_error(
+          "VM C frame: CFI CFA is not rsp-based (x86-64 VM frames are rsp + "
+          "CFRAME_SIZE)");
+    }
+    // vm_x64.dasc saveregs: push rbp, rbx, r15, r14 below the return address, then
+    // `sub rsp, CFRAME_SPACE` whose last slot is SAVE_CFRAME.
+    const int64_t expected = int64_t{cf.cfa_offset} - 8 * (1 + 4) - 8;
+    if (prev_offset != expected) {
+      return make_error(
+          "VM C frame: link slot [rsp{:+#x}] from the VM entry code disagrees "
+          "with the CFI frame size {} (expected the slot at {} = size - 48)",
+          prev_offset, cf.cfa_offset, expected);
+    }
+    return Ok{};
+  }
+  if (prev_offset != 0) {
+    return make_error(
+        "VM C frame: AArch64 link slot [sp{:+#x}] from the VM entry code, "
+        "expected [sp+0] (lj_frame.h CFRAME_OFS_PREV)",
+        prev_offset);
+  }
+  if (cf.cfa_base != LJ_CFI_REG_FP) {
+    return make_error("VM C frame: AArch64 VM CFI is not x29-based");
+  }
+  return Ok{};
+}
+
+Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file) {
+  RuntimeInfo rt = detect_runtime(file, {});
+  return extract_proc_info(file, rt.runtime);
+}
+
+Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runtime) {
+  LuaJITProcInfo info;
+  info.path = file.path();
+  info.runtime = runtime;
+  info.arch = file.arch();
+  const std::string& path = file.path();
+  auto fail = [&](const std::string& what, const std::string& why) -> Error {
+    return make_error("{}: {}: {}", path, what, why);
+  };
+
+  // GC64 and cur_L from lua_close.
+  LJ_ASSIGN_OR_RETURN(DecodedFunction lua_close, decode_symbol(file, "lua_close"));
+  auto close = match_lua_close(lua_close.code());
+  if (!close.ok()) return fail("lua_close", close.message());
+  info.ref_size = close->ref_width;
+  info.gc64 = close->ref_width == 8;
+  info.fields.push_back(
+      make_field(field::kGc64, info.gc64 ? 1 : 0, "lua_close", {close->glref_load}));
+
+  // The VM interval and its code.
+  LJ_ASSIGN_OR_RETURN(info.vm, find_vm_interval(file));
+  if (info.vm.end <= info.vm.begin || info.vm.end - info.vm.begin > DisasmLimits::kMaxVmBytes) {
+    return fail("VM interval", fmt::format("[{:#x}, {:#x}) is empty or larger than {} bytes",
+                                           info.vm.begin, info.vm.end, DisasmLimits::kMaxVmBytes));
+  }
+  auto vm_insns = disassemble_range(file, info.vm.begin, info.vm.end - info.vm.begin);
+  if (!vm_insns.ok()) return fail("VM interval", vm_insns.message());
+  const Code vm{info.arch, vm_label(info.vm), *vm_insns};
+
+  // DISPATCH/GL register and the G->dispatch distance (VM entry).
+  auto setup = match_dispatch_setup(vm, close->glref_offset, close->ref_width);
+  if (!setup.ok()) return fail("vm-entry", setup.message());
+  info.dispatch_reg = setup->dispatch_reg;
+  info.dispatch_is_g = setup->register_is_g;
+
+  // Exit handler: anchored to its symbol when present, else searched in the whole VM.
+  std::optional<DecodedFunction> exit_fn;
+  if (file.find_symbol("lj_vm_exit_handler") != nullptr) {
+    auto f = decode_symbol(file, "lj_vm_exit_handler");
+    if (!f.ok()) return fail("lj_vm_exit_handler", f.message());
+    exit_fn = std::move(*f);
+  }
+  Result<ExitHandlerMatch> exit_handler = match_exit_handler(exit_fn ? exit_fn->code() : vm);
+  if (exit_handler.ok() && exit_handler->dispatch_reg != setup->dispatch_reg) {
+    return fail("exit-handler", fmt::format("accesses G through {}, but the VM entry sets up {}",
+                                            register_name(info.arch, exit_handler->dispatch_reg),
+                                            register_name(info.arch, setup->dispatch_reg)));
+  }
+  const int64_t to_g = setup->register_is_g ? 0 : setup->dispatch_distance;
+
+  info.fields.push_back(
+      make_field(field::kGDispatch, setup->dispatch_distance, "vm-entry", setup->evidence));
+  // cur_L: lua_close, confirmed by the exit handler when it matched.
+  if (exit_handler.ok() && to_g + exit_handler->cur_L != close->cur_L) {
+    return fail("cur_L", fmt::format("lua_close clears G{:+#x}, the exit handler loads L from "
+                                     "G{:+#x}",
+                                     close->cur_L, to_g + exit_handler->cur_L));
+  }
+  info.fields.push_back(make_field(field::kGCurL, close->cur_L, "lua_close", {close->cur_L_store}));
+  auto jit_base = choose_jit_base(runtime, exit_handler, to_g, close->cur_L, info.ref_size);
+  if (!jit_base.ok()) return fail("jit_base", jit_base.message());
+  info.fields.push_back(*jit_base);
+
+  if (!exit_handler.ok()) {
+    return fail("vmstate",
+                "the exit-handler pattern is required to find global_State.vmstate "
+                "and the EXIT state: " +
+                    exit_handler.message());
+  }
+  const ExitHandlerMatch& eh = *exit_handler;
+  LJ_ASSIGN_OR_RETURN(
+      Field vmstate, add_offset(field::kGVmstate, eh.vmstate, *setup, "exit-handler", eh.evidence));
+  if (vmstate.value >= close->cur_L || vmstate.value % 4 != 0) {
+    return fail("vmstate", fmt::format("G{:+#x} must be 4-aligned and before cur_L (G{:+#x}) "
+                                       "(lj_obj.h global_State order)",
+                                       vmstate.value, close->cur_L));
+  }
+  info.fields.push_back(vmstate);
+
+  // J->trace from BC_JLOOP.
+  auto jloop = match_jloop(vm, setup->dispatch_reg);
+  if (!jloop.ok()) return fail("BC_JLOOP", jloop.message());
+  LJ_ASSIGN_OR_RETURN(Field jtrace, add_offset(field::kGJitTrace, jloop->trace_array, *setup,
+                                               "BC_JLOOP", jloop->evidence));
+  if (jtrace.value <= info.value(field::kGJitBase)) {
+    return fail("J->trace", fmt::format("G{:+#x} is not after global_State.jit_base (jit_State "
+                                        "follows global_State in GG_State)",
+                                        jtrace.value));
+  }
+  info.fields.push_back(jtrace);
+
+  // The C-frame link, cross-checked with the VM's CFI.
+  auto link = match_cframe_link(vm, eh.L_cframe);
+  if (!link.ok()) return fail("vm-entry", link.message());
+  info.fields.push_back(
+      make_field(field::kCframePrev, link->prev_offset, "vm-entry", link->evidence));
+  auto table = cfi::build_unwind_table(file, cfi::VmHints{info.vm.begin, info.vm.end});
+  if (!table.ok()) return fail("cfi", table.message());
+  auto cframe = cfi::derive_vm_cframe(*table, info.vm.begin, info.vm.end);
+  if (!cframe.ok()) return fail("cfi", cframe.message());
+  LJ_TRY(check_cframe_against_cfi(info.arch, link->prev_offset, *cframe));
+  info.vm_cframe = *cframe;
+  if (info.arch == elf::Arch::X86_64) {
+    // x86-64: CFA = rsp + CFRAME_SIZE. (AArch64's CFA is x29 + 16, which says nothing about
+    // the frame size, so the field is left out there.)
+    info.fields.push_back(make_field(field::kCframeSize, cframe->cfa_offset, "cfi"));
+  }
+
+  // vmstate numbering.
+  auto interp = match_exit_interp(vm, setup->dispatch_reg, eh.jit_base, eh.vmstate);
+  if (!interp.ok()) return fail("vm_exit_interp", interp.message());
+  auto ccall = match_c_call_state(vm, setup->dispatch_reg, eh.vmstate);
+  if (!ccall.ok()) return fail("lj_BC_FUNCC", ccall.message());
+  const int32_t s_interp = interp->state, s_c = ccall->state, s_exit = eh.exit_state;
+  // Both families keep C/CFUNC, GC, EXIT adjacent (lj_obj.h LJ_VMST_*): EXIT == C - 2.
+  if (s_exit != s_c - 2) {
+    return fail("vmstate", fmt::format("EXIT {} is not two states after C/CFUNC {} (lj_obj.h: "
+                                       "C/CFUNC, GC, EXIT are consecutive)",
+                                       s_exit, s_c));
+  }
+  if (s_c == s_interp - 1) {
+    info.numbering = VmstateNumbering::Upstream;
+  } else if (s_c == s_interp - 3) {
+    info.numbering = VmstateNumbering::Tarantool;
+  } else {
+    return fail("vmstate", fmt::format("INTERP {} and C/CFUNC {} fit neither the upstream "
+                                       "(INTERP, C) nor the Tarantool (INTERP, LFUNC, FFUNC, "
+                                       "CFUNC) numbering",
+                                       s_interp, s_c));
+  }
+  info.fields.push_back(
+      make_field(field::kVmstInterp, s_interp, "vm_exit_interp", interp->evidence));
+  if (info.numbering == VmstateNumbering::Tarantool) {
+    info.fields.push_back(make_field(field::kVmstLfunc, s_interp - 1,
+                                     "layout rule lj_obj.h LJ_VMST_LFUNC follows INTERP "
+                                     "(Tarantool numbering)"));
+    info.fields.push_back(make_field(field::kVmstFfunc, s_interp - 2,
+                                     "layout rule lj_obj.h LJ_VMST_FFUNC follows LFUNC "
+                                     "(Tarantool numbering)"));
+  }
+  info.fields.push_back(make_field(field::kVmstC, s_c, "lj_BC_FUNCC", ccall->evidence));
+  info.fields.push_back(make_field(field::kVmstGc, s_c - 1,
+                                   "layout rule lj_obj.h LJ_VMST_GC between C/CFUNC and EXIT"));
+  info.fields.push_back(make_field(field::kVmstExit, s_exit, "exit-handler", eh.evidence));
+
+  // lua_State.
+  info.fields.push_back(
+      make_field(field::kLGlref, close->glref_offset, "lua_close", {close->glref_load}));
+  LJ_ASSIGN_OR_RETURN(DecodedFunction gettop_fn, decode_symbol(file, "lua_gettop"));
+  auto gettop = match_gettop(gettop_fn.code());
+  if (!gettop.ok()) return fail("lua_gettop", gettop.message());
+  if (gettop->base_offset != eh.L_base) {
+    return fail("lua_State.base", fmt::format("lua_gettop reads L{:+#x}, the exit handler "
+                                              "stores BASE to L{:+#x}",
+                                              gettop->base_offset, eh.L_base));
+  }
+  info.fields.push_back(make_field(field::kLBase, eh.L_base, "exit-handler", eh.evidence));
+  info.fields.push_back(
+      make_field(field::kLTop, gettop->top_offset, "lua_gettop", gettop->evidence));
+  info.fields.push_back(make_field(field::kLCframe, eh.L_cframe, "exit-handler", eh.evidence));
+
+  // GCstr.
+  LJ_ASSIGN_OR_RETURN(DecodedFunction tolstring_fn, decode_symbol(file, "lua_tolstring"));
+  auto tolstring = match_tolstring(tolstring_fn.code());
+  if (!tolstring.ok()) return fail("lua_tolstring", tolstring.message());
+  info.fields.push_back(
+      make_field(field::kStrLen, tolstring->len_offset, "lua_tolstring", tolstring->evidence));
+  info.fields.push_back(
+      make_field(field::kStrData, tolstring->data_offset, "lua_tolstring", tolstring->evidence));
+
+  info.fields.push_back(
+      make_field(field::kTrMcode, jloop->trace_mcode, "BC_JLOOP", jloop->evidence));
+  const char* mode = info.gc64 ? " (GC64)" : " (non-GC64)";
+  for (const LayoutRule& r : kLayoutRules) {
+    info.fields.push_back(
+        make_field(r.name, info.gc64 ? r.gc64 : r.gc32, r.rule + std::string(mode)));
+  }
+  for (const LayoutRule& r : kCrossChecks) {
+    const int64_t expect = info.gc64 ? r.gc64 : r.gc32;
+    if (info.value(r.name) != expect) {
+      return fail(std::string(r.name),
+                  fmt::format("code gives {}, but the{} layout rule {} says {}; the struct "
+                              "layout is not the one the layout rules describe",
+                              info.value(r.name), mode, r.rule, expect));
+    }
+  }
+  // Order the fields as documented (field:: namespace order) for stable output.
+  static constexpr std::string_view kOrder[] = {
+      field::kGc64,       field::kGVmstate,    field::kGCurL,       field::kGJitBase,
+      field::kGDispatch,  field::kGJitTrace,   field::kCframePrev,  field::kCframeSize,
+      field::kVmstInterp, field::kVmstLfunc,   field::kVmstFfunc,   field::kVmstC,
+      field::kVmstGc,     field::kVmstExit,    field::kLGlref,      field::kLBase,
+      field::kLTop,       field::kLMaxstack,   field::kLStack,      field::kLCframe,
+      field::kStrLen,     field::kStrData,     field::kFnFfid,      field::kFnPc,
+      field::kPtSizebc,   field::kPtChunkname, field::kPtFirstline, field::kPtNumline,
+      field::kPtLineinfo, field::kPtSize,      field::kTrSzmcode,   field::kTrMcode,
+      field::kTrTraceno,  field::kTrStartpt};
+  auto rank = [&](const Field& f) {
+    for (size_t i = 0; i < std::size(kOrder); ++i)
+      if (kOrder[i] == f.name) return i;
+    return std::size(kOrder);
+  };
+  std::stable_sort(info.fields.begin(), info.fields.end(),
+                   [&](const Field& a, const Field& b) { return rank(a) < rank(b); });
+  return info;
+}
+
+lj_luajit_info to_walker_info(const LuaJITProcInfo& info) {
+  lj_luajit_info w{};
+  auto u16 = [&](std::string_view n) { return static_cast<uint16_t>(info.value(n)); };
+  auto u32 = [&](std::string_view n) { return static_cast<uint32_t>(info.value(n)); };
+  auto i32 = [&](std::string_view n) { return static_cast<int32_t>(info.value(n)); };
+  w.vm_begin = info.vm.begin;
+  w.vm_end = info.vm.end;
+  w.version = LJ_LUAJIT_INFO_VERSION;
+  w.arch = info.arch == elf::Arch::X86_64 ? LJ_INFO_ARCH_X86_64 : LJ_INFO_ARCH_ARM64;
+  w.gc64 = info.gc64 ? 1 : 0;
+  w.dispatch_reg = dwarf_register(info.arch, info.dispatch_reg);
+  w.dispatch_is_g = info.dispatch_is_g ? 1 : 0;
+  w.g_to_dispatch = i32(field::kGDispatch);
+  w.g_vmstate = u32(field::kGVmstate);
+  w.g_cur_L = u32(field::kGCurL);
+  w.g_jit_base = u32(field::kGJitBase);
+  w.g_jit_trace = u32(field::kGJitTrace);
+  w.cframe_prev_offset = u32(field::kCframePrev);
+  w.cframe_size = u32(field::kCframeSize);
+  w.vmst_interp = i32(field::kVmstInterp);
+  w.vmst_c = i32(field::kVmstC);
+  w.vmst_gc = i32(field::kVmstGc);
+  w.vmst_exit = i32(field::kVmstExit);
+  w.vmst_lfunc = i32(field::kVmstLfunc);
+  w.vmst_ffunc = i32(field::kVmstFfunc);
+  w.vmst_numbering = info.numbering == VmstateNumbering::Tarantool ? LJ_VMST_NUMBERING_TARANTOOL
+                                                                   : LJ_VMST_NUMBERING_UPSTREAM;
+  w.ref_size = info.ref_size;
+  w.L_glref = u16(field::kLGlref);
+  w.L_base = u16(field::kLBase);
+  w.L_top = u16(field::kLTop);
+  w.L_stack = u16(field::kLStack);
+  w.L_maxstack = u16(field::kLMaxstack);
+  w.L_cframe = u16(field::kLCframe);
+  w.str_len = u16(field::kStrLen);
+  w.str_data = u16(field::kStrData);
+  w.fn_ffid = u16(field::kFnFfid);
+  w.fn_pc = u16(field::kFnPc);
+  w.pt_sizebc = u16(field::kPtSizebc);
+  w.pt_chunkname = u16(field::kPtChunkname);
+  w.pt_firstline = u16(field::kPtFirstline);
+  w.pt_numline = u16(field::kPtNumline);
+  w.pt_lineinfo = u16(field::kPtLineinfo);
+  w.pt_size = u16(field::kPtSize);
+  w.tr_szmcode = u16(field::kTrSzmcode);
+  w.tr_mcode = u16(field::kTrMcode);
+  w.tr_traceno = u16(field::kTrTraceno);
+  w.tr_startpt = u16(field::kTrStartpt);
+  return w;
+}
+
+}  // namespace ljprof::luajit
