@@ -1,0 +1,201 @@
+// CoreFile: an ELF core file (Linux kernel, gdb `gcore`, or qemu-user guest core) of an x86-64
+// or AArch64 process, opened for post-mortem unwinding.
+//
+// What it gives: every thread's registers (NT_PRSTATUS), the process and signal (NT_PRPSINFO,
+// NT_SIGINFO), the aux vector (NT_AUXV), the file mappings (NT_FILE, or — for qemu-user cores,
+// which have no NT_FILE — the dynamic linker's link_map read from the core's memory), and reads
+// of the process memory. Memory comes from the core's PT_LOAD bytes first; a file-backed range the
+// core holds no bytes for (p_filesz < p_memsz, or no segment at all, as gdb and qemu omit
+// read-only file pages) is read from the mapped file itself. A mapped file whose build-id the core
+// contains (in the ELF notes of the mapping's first page) must match it, or that file is refused.
+//
+// Everything read from the core is bounds-checked and capped; a malformed core fails `open` with a
+// message naming the file, the offset and the rule. Reads are all-or-nothing.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "core/read_mem.h"
+#include "elf/elf_file.h"
+
+namespace ljprof::core {
+
+// Caps that bound the work and memory an opened core can cost.
+struct Limits {
+  static constexpr uint32_t kMaxNotes = 1u << 17;
+  static constexpr uint64_t kMaxNoteDesc = 16u << 20;  // one note's descriptor (NT_FILE is largest)
+  static constexpr uint32_t kMaxThreads = 1u << 14;
+  static constexpr uint64_t kMaxMappings = 1u << 16;  // Linux vm.max_map_count is 65530
+  static constexpr uint32_t kMaxAuxv = 512;
+  static constexpr uint32_t kMaxPath = 4096;  // PATH_MAX
+  static constexpr uint32_t kMaxLinkMapEntries = 1024;
+  static constexpr uint32_t kMaxMappedFiles = 4096;
+  static constexpr uint64_t kMaxRead = 1u << 30;
+  static constexpr uint32_t kMaxHeaderNoteBytes = 1u << 16;  // PT_NOTE of a mapped ELF header
+};
+
+struct CoreOptions {
+  // Prefix joined to every recorded file path before it is opened ("" = the path as recorded).
+  // E.g. /usr/aarch64-linux-gnu for a qemu-aarch64 core whose libraries are /lib/libc.so.6.
+  std::string sysroot;
+  // File to use for the executable's mappings instead of the recorded path (not prefixed by
+  // `sysroot`).
+  std::string exe;
+  // Open the mapped files (false: only the core's own bytes are readable; for fuzzing).
+  bool open_mapped_files = true;
+};
+
+// One thread's general-purpose registers, in the order of the kernel's regset for the
+// architecture: x86-64 `struct user_regs_struct` (27 registers), AArch64 `struct user_pt_regs`
+// (x0..x30, sp, pc, pstate). Names: `gpr_name`.
+struct Thread {
+  static constexpr size_t kMaxGprs = 34;
+
+  elf::Arch arch = elf::Arch::X86_64;
+  uint32_t tid = 0;    // pr_pid
+  int32_t signal = 0;  // pr_cursig: the signal the thread was stopped by (0 if none)
+  uint64_t pc = 0;     // rip / pc
+  uint64_t sp = 0;     // rsp / sp
+  uint64_t fp = 0;     // rbp / x29
+  uint64_t lr = 0;     // x30 on AArch64; 0 on x86-64, which has no link register
+  std::array<uint64_t, kMaxGprs> gprs{};
+  uint32_t gpr_count = 0;
+
+  // The register with this kernel name (`gpr_name`), if the architecture has it.
+  std::optional<uint64_t> reg(std::string_view name) const;
+};
+// Name of GPR `index` of `arch` in kernel regset order ("rip", "x29", "sp", ...), or nullptr.
+const char* gpr_name(elf::Arch arch, uint32_t index);
+uint32_t gpr_count(elf::Arch arch);
+
+// NT_PRPSINFO (struct elf_prpsinfo).
+struct ProcessInfo {
+  int32_t pid = 0;
+  int32_t ppid = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  char state = 0;      // pr_sname: 'R', 'S', ...
+  std::string fname;   // pr_fname: executable basename, at most 15 characters
+  std::string psargs;  // pr_psargs: the first 80 bytes of the command line
+};
+
+// NT_SIGINFO (siginfo_t of the signal that killed the process).
+struct SignalInfo {
+  int32_t signo = 0;
+  int32_t errno_value = 0;
+  int32_t code = 0;
+  // si_addr for SIGSEGV/SIGBUS/SIGILL/SIGFPE/SIGTRAP; 0 otherwise.
+  uint64_t fault_addr = 0;
+  // si_pid of the sender for a signal sent by kill/tgkill/raise (si_code <= 0); 0 otherwise.
+  int32_t sender_pid = 0;
+};
+
+struct AuxEntry {
+  uint64_t type = 0;  // AT_*
+  uint64_t value = 0;
+};
+
+// Where the file mappings came from.
+enum class MappingSource {
+  NtFile,   // the core's NT_FILE note (kernel and gdb cores)
+  LinkMap,  // the executable (auxv) + the dynamic linker's r_debug/link_map in core memory
+  None,     // neither: only the core's own bytes are readable
+};
+const char* mapping_source_name(MappingSource source);
+
+// The outcome of opening and checking one mapped file.
+enum class FileCheck {
+  Verified,    // the core holds the mapping's build-id note and it equals the file's
+  Unverified,  // the core does not hold the build-id note (page not dumped, or no note)
+  Mismatch,    // the core's build-id differs from the file's: the file is refused
+  OpenFailed,  // missing / not a valid ELF file: the file is refused
+  NotOpened,   // CoreOptions::open_mapped_files was false
+};
+const char* file_check_name(FileCheck check);
+
+struct MappedFile {
+  std::string path;      // as recorded in the core (NT_FILE or link_map l_name)
+  std::string resolved;  // the path actually opened (sysroot / exe override applied)
+  bool is_executable = false;
+  FileCheck check = FileCheck::NotOpened;
+  std::optional<std::string> core_build_id;  // hex, as found in the core's memory
+  std::string error;                         // why the file is refused (Mismatch, OpenFailed)
+  std::unique_ptr<elf::ElfFile> elf;         // set when the file may be read
+
+  bool usable() const { return elf != nullptr; }
+};
+
+struct Mapping {
+  uint64_t start = 0;
+  uint64_t end = 0;          // exclusive
+  uint64_t file_offset = 0;  // byte offset in the file of `start`
+  uint32_t file_index = 0;   // index into CoreFile::files()
+};
+
+class CoreFile {
+ public:
+  static Result<CoreFile> open(const std::string& path, const CoreOptions& options = {});
+  // A core image already in memory (tests, fuzzing); `bytes` must outlive the result.
+  static Result<CoreFile> from_memory(std::span<const uint8_t> bytes, std::string name,
+                                      const CoreOptions& options = {});
+
+  CoreFile(CoreFile&&) noexcept;
+  CoreFile& operator=(CoreFile&&) noexcept;
+  ~CoreFile();
+
+  const std::string& path() const;
+  elf::Arch arch() const;
+
+  // Threads in note order; the first is the one that received the fatal signal.
+  std::span<const Thread> threads() const;
+  const std::optional<ProcessInfo>& process() const;
+  const std::optional<SignalInfo>& signal() const;
+  std::span<const AuxEntry> auxv() const;
+  std::optional<uint64_t> auxv_value(uint64_t type) const;
+
+  MappingSource mapping_source() const;
+  // Sorted by start, non-overlapping.
+  std::span<const Mapping> mappings() const;
+  std::span<const MappedFile> files() const;
+  const Mapping* mapping_at(uint64_t addr) const;
+  const MappedFile& file_of(const Mapping& mapping) const;
+  // The executable's MappedFile (found through AT_ENTRY), if known.
+  const MappedFile* executable() const;
+  // Non-fatal findings of `open`: refused files, link_map entries that could not be resolved.
+  std::span<const std::string> diagnostics() const;
+
+  // Copies `len` bytes at `addr` into `dst`: core bytes first, then the mapped file. All or
+  // nothing: returns `len`, or an error naming the first address that cannot be read and why.
+  Result<size_t> read(uint64_t addr, void* dst, size_t len) const;
+  Result<uint64_t> read_u64(uint64_t addr) const;
+  Result<uint32_t> read_u32(uint64_t addr) const;
+  // A NUL-terminated string of at most `max_len` bytes (without the NUL).
+  Result<std::string> read_c_string(uint64_t addr, size_t max_len) const;
+  // Whether the core itself (not a mapped file) holds the byte at `addr`.
+  bool core_has(uint64_t addr) const;
+
+  // The C interface for the natively compiled walker: `ctx` is this CoreFile, which must outlive
+  // every call.
+  ljprof_mem_reader mem_reader() const;
+
+ private:
+  struct State;
+  explicit CoreFile(std::unique_ptr<State> state);
+  static Result<CoreFile> from_elf(std::unique_ptr<elf::ElfFile> elf, const CoreOptions& options);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ljprof::core
+
+extern "C" {
+// ljprof_read_mem_fn over a `const ljprof::core::CoreFile*` context.
+int ljprof_core_read_mem(void* ctx, uint64_t addr, void* dst, uint32_t len);
+}

@@ -1,0 +1,261 @@
+#include "core/core_walk.h"
+
+#include <elf.h>
+
+#include <cstring>
+
+extern "C" {
+#include "walker/luajit_layout.h"
+#include "walker/native_step.h"
+#include "walker/native_walk.h"
+#include "walker/walker.h"
+}
+
+namespace ljprof::core {
+
+namespace {
+
+int lookup_callback(void* ctx, uint64_t pc, lj_cfi_row* row) {
+  return static_cast<const CoreWalker*>(ctx)->lookup(pc, row);
+}
+
+// Load bias of a mapping: runtime start minus the link-time address of the same file offset,
+// found through the PT_LOAD segment that holds that offset.
+std::optional<uint64_t> mapping_bias(const elf::ElfFile& file, const Mapping& m) {
+  for (const elf::Segment& seg : file.segments()) {
+    if (seg.type != PT_LOAD || seg.filesz == 0) continue;
+    // Mappings start on page boundaries: compare page-aligned offsets.
+    const uint64_t page_off = seg.offset & ~uint64_t{0xfff};
+    if (m.file_offset < page_off || m.file_offset >= seg.offset + seg.filesz) continue;
+    const uint64_t link = (seg.vaddr & ~uint64_t{0xfff}) + (m.file_offset - page_off);
+    return m.start - link;
+  }
+  return std::nullopt;
+}
+
+const char* end_name(uint32_t end) {
+  switch (end) {
+    case LJ_END_ROOT:
+      return "root";
+    case LJ_END_RA_ZERO:
+      return "end of chain (return address 0)";
+    case LJ_END_NO_CFI:
+      return "no CFI";
+    case LJ_END_NO_MODULE:
+      return "pc in no mapped file with CFI";
+    case LJ_END_READ_FAULT:
+      return "memory read failed";
+    case LJ_END_BAD_FRAME:
+      return "impossible frame";
+    case LJ_END_FP_UNKNOWN:
+      return "frame pointer lost";
+    case LJ_END_RA_UNKNOWN:
+      return "return address register lost";
+    case LJ_END_TRUNCATED:
+      return "truncated (frame budget exhausted)";
+    case LJ_END_NO_LUAJIT:
+      return "LuaJIT VM frame but no LuaJIT layout";
+    case LJ_END_BAD_LUA_STATE:
+      return "VM C frame holds no valid lua_State";
+    case LJ_END_CFRAME_MISMATCH:
+      return "VM frame off the lua_State's cframe chain";
+    case LJ_END_BAD_LUA_FRAME:
+      return "Lua frame link outside the Lua stack";
+    default:
+      return "unknown";
+  }
+}
+
+// The walker's layout record from the extracted LuaJITProcInfo. The C-frame slots of the
+// lua_State and saved PC are the layout rule of lj_frame.h (CFRAME_OFS_L / CFRAME_OFS_PC):
+// x86-64 GC64 2*8 / 3*8, x86-64 32-bit refs 6*4 / 7*4, AArch64 16 / 8; GCfuncC.f follows the
+// GCfuncHeader + pc MRef (lj_obj.h GCfuncC): GC64 40, 32-bit refs 24.
+lj_luajit_layout make_layout(const lj_luajit_info& info, elf::Arch arch) {
+  lj_luajit_layout l{};
+  l.gc64 = info.gc64;
+  if (arch == elf::Arch::AArch64) {
+    l.cframe_ofs_l = 16;
+    l.cframe_ofs_pc = 8;
+  } else {
+    l.cframe_ofs_l = info.gc64 ? 16 : 24;
+    l.cframe_ofs_pc = info.gc64 ? 24 : 28;
+  }
+  l.cframe_ofs_prev =
+      static_cast<uint16_t>(info.cframe_prev_offset != 0 ? info.cframe_prev_offset
+                                                         : (arch == elf::Arch::AArch64 ? 0 : 32));
+  l.l_glref = info.L_glref;
+  l.l_base = info.L_base;
+  l.l_top = info.L_top;
+  l.l_stack = info.L_stack;
+  l.l_cframe = info.L_cframe;
+  l.fn_ffid = info.fn_ffid;
+  l.fn_pc = info.fn_pc;
+  l.fn_cfunc_f = static_cast<uint16_t>(info.fn_pc + info.ref_size);
+  return l;
+}
+
+}  // namespace
+
+const char* frame_kind_name(FrameKind kind) {
+  switch (kind) {
+    case FrameKind::Native:
+      return "native";
+    case FrameKind::Lua:
+      return "lua";
+    case FrameKind::CFunc:
+      return "cfunc";
+    case FrameKind::Root:
+      return "root";
+    case FrameKind::Unknown:
+      break;
+  }
+  return "unknown";
+}
+
+Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
+  std::unique_ptr<CoreWalker> w(new CoreWalker(core));
+  // Find the file that carries LuaJIT: executable first, then libraries.
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < core.files().size(); ++i) {
+    if (core.files()[i].is_executable)
+      order.insert(order.begin(), i);
+    else
+      order.push_back(i);
+  }
+  for (uint32_t i : order) {
+    const MappedFile& f = core.files()[i];
+    if (!f.usable()) continue;
+    luajit::RuntimeInfo rt = luajit::detect_runtime(*f.elf, {});
+    if (rt.source != luajit::LuaJITSource::LinkedIn) continue;
+    auto info = luajit::extract_proc_info(*f.elf, rt.runtime);
+    if (!info.ok()) {
+      w->luajit_error_ = info.message();
+      continue;
+    }
+    w->luajit_ = std::move(*info);
+    w->luajit_file_ = f.path;
+    w->luajit_error_.clear();
+    w->info_ = luajit::to_walker_info(*w->luajit_);
+    w->layout_ = make_layout(w->info_, core.arch());
+    break;
+  }
+  return w;
+}
+
+const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
+  const Mapping* m = core_.mapping_at(pc);
+  if (m == nullptr) return nullptr;
+  const MappedFile& f = core_.file_of(*m);
+  if (!f.usable()) return nullptr;
+  auto it = modules_.find(m->file_index);
+  if (it == modules_.end()) {
+    Module mod;
+    mod.file = &f;
+    auto bias = mapping_bias(*f.elf, *m);
+    mod.bias = bias.value_or(0);
+    std::optional<cfi::VmHints> hints;
+    if (luajit_ && f.path == luajit_file_) hints = cfi::VmHints{luajit_->vm.begin, luajit_->vm.end};
+    auto table = cfi::build_unwind_table(*f.elf, hints);
+    if (table.ok()) {
+      mod.table = std::move(*table);
+    } else {
+      mod.table_error = table.message();
+    }
+    it = modules_.emplace(m->file_index, std::move(mod)).first;
+  }
+  return &it->second;
+}
+
+int CoreWalker::lookup(uint64_t pc, lj_cfi_row* row) const {
+  const Module* mod = module_at(pc);
+  if (mod == nullptr || !mod->table) return 1;
+  const lj_cfi_row* hit = mod->table->row_at(pc - mod->bias);
+  if (hit == nullptr) return 1;
+  *row = *hit;
+  return 0;
+}
+
+void CoreWalker::symbolize_native(StackFrame& frame, bool exact_pc) const {
+  const Module* mod = module_at(frame.pc);
+  if (mod == nullptr) return;
+  frame.module = mod->file->path;
+  frame.module_offset = frame.pc - mod->bias;
+  // A return address points after the call: symbolize the call instruction's last byte, so a
+  // call at the end of a function is not attributed to the next one.
+  const uint64_t back = exact_pc ? 0 : 1;
+  symbolize::NativeSymbol sym =
+      symbolize::native_symbol(*mod->file->elf, frame.module_offset - back);
+  frame.symbol = sym.name;
+  frame.symbol_offset = sym.name.empty() ? 0 : sym.offset + back;
+}
+
+ThreadStack CoreWalker::walk(const Thread& thread) const {
+  ThreadStack out;
+  out.tid = thread.tid;
+  out.signal = thread.signal;
+  lj_walk_env env{};
+  env.mem = core_.mem_reader();
+  env.lookup = &lookup_callback;
+  env.lookup_ctx = const_cast<CoreWalker*>(this);
+  lj_native_regs regs{};
+  regs.pc = thread.pc;
+  regs.sp = thread.sp;
+  regs.fp = thread.fp;
+  regs.lr = thread.lr;
+  regs.lr_valid = thread.arch == elf::Arch::AArch64 ? 1 : 0;
+  regs.fp_valid = 1;
+  auto result = std::make_unique<lj_walk_result>();
+  lj_walk_native(&env, luajit_ ? &layout_ : nullptr, &regs, result.get());
+
+  for (uint32_t i = 0; i < result->nframes; ++i) {
+    const lj_walk_frame& wf = result->frames[i];
+    StackFrame f;
+    f.lua_state = wf.lua_state;
+    switch (wf.kind) {
+      case LJ_FRAME_LUA: {
+        f.kind = FrameKind::Lua;
+        f.gcfunc = wf.pc;
+        f.bcpc = wf.b;
+        auto loc = symbolize::lua_location(env.mem, info_, wf.pc, wf.b);
+        if (loc.ok()) {
+          f.lua = std::move(*loc);
+        } else {
+          f.reason = loc.message();
+        }
+        break;
+      }
+      case LJ_FRAME_CFUNC:
+        f.kind = FrameKind::CFunc;
+        f.gcfunc = wf.pc;
+        f.pc = wf.b;
+        symbolize_native(f, true);
+        break;
+      case LJ_FRAME_ROOT:
+        f.kind = FrameKind::Root;
+        f.pc = wf.pc;
+        symbolize_native(f, i == 0);
+        break;
+      default:
+        f.kind = FrameKind::Native;
+        f.pc = wf.pc;
+        symbolize_native(f, i == 0);
+        break;
+    }
+    out.frames.push_back(std::move(f));
+  }
+  out.reached_root = result->end == LJ_END_ROOT;
+  out.end = end_name(result->end);
+  if (result->end != LJ_END_ROOT && result->end != LJ_END_RA_ZERO) {
+    StackFrame unknown;
+    unknown.kind = FrameKind::Unknown;
+    unknown.pc = result->end_pc;
+    unknown.reason = fmt::format("{} at {:#x}", end_name(result->end), result->end_pc);
+    if (result->end == LJ_END_NO_LUAJIT && !luajit_error_.empty()) {
+      unknown.reason += ": " + luajit_error_;
+    }
+    out.frames.push_back(std::move(unknown));
+  }
+  return out;
+}
+
+}  // namespace ljprof::core

@@ -1,0 +1,85 @@
+// Core mode: runs the one walker (bpf/walker, compiled natively in native_walk.c) over every
+// thread of a core file and symbolizes the frames.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cfi/cfi.h"
+#include "common/result.h"
+#include "core/core_file.h"
+#include "luajit/proc_info.h"
+#include "symbolize/symbolize.h"
+
+extern "C" {
+#include "walker/luajit_layout.h"
+}
+
+namespace ljprof::core {
+
+enum class FrameKind { Native, Lua, CFunc, Root, Unknown };
+const char* frame_kind_name(FrameKind kind);  // "native", "lua", "cfunc", "root", "unknown"
+
+struct StackFrame {
+  FrameKind kind = FrameKind::Native;
+  uint64_t pc = 0;             // native/root/cfunc: code address; lua: 0
+  std::string module;          // mapped file of pc (native, root, cfunc)
+  uint64_t module_offset = 0;  // pc - load bias (the link-time address)
+  std::string symbol;          // ELF symbol containing the pc, "" if none
+  uint64_t symbol_offset = 0;
+  uint64_t gcfunc = 0;  // lua/cfunc: the GCfunc object
+  uint64_t bcpc = 0;    // lua: bytecode pc (0 = unknown)
+  std::optional<symbolize::LuaLocation> lua;
+  uint32_t lua_state = 0;  // which lua_State segment (lua/cfunc)
+  std::string reason;      // unknown: why; lua: symbolization error, if any
+};
+
+struct ThreadStack {
+  uint32_t tid = 0;
+  int32_t signal = 0;
+  std::vector<StackFrame> frames;
+  std::string end;  // how the walk ended: "root", "no CFI at 0x…", ...
+  bool reached_root = false;
+};
+
+class CoreWalker {
+ public:
+  // Prepares unwind tables for the mapped files and extracts the LuaJIT layout from the file
+  // that carries LuaJIT (the executable for tarantool/luajit, libluajit for nginx).
+  static Result<std::unique_ptr<CoreWalker>> create(const CoreFile& core);
+
+  ThreadStack walk(const Thread& thread) const;
+
+  const std::optional<luajit::LuaJITProcInfo>& luajit() const { return luajit_; }
+  const std::string& luajit_file() const { return luajit_file_; }
+  // Why LuaJIT frames cannot be walked (empty when luajit() is set or there is no LuaJIT).
+  const std::string& luajit_error() const { return luajit_error_; }
+
+  // Row lookup for the walker (runtime address). Public for the C callback.
+  int lookup(uint64_t pc, lj_cfi_row* row) const;
+
+ private:
+  explicit CoreWalker(const CoreFile& core) : core_(core) {}
+  struct Module {
+    const MappedFile* file = nullptr;
+    uint64_t bias = 0;
+    std::optional<cfi::UnwindTable> table;
+    std::string table_error;
+  };
+  const Module* module_at(uint64_t pc) const;
+  void symbolize_native(StackFrame& frame, bool exact_pc) const;
+
+  const CoreFile& core_;
+  mutable std::map<uint32_t, Module> modules_;  // by MappedFile index, built on first use
+  std::optional<luajit::LuaJITProcInfo> luajit_;
+  std::string luajit_file_;
+  std::string luajit_error_;
+  lj_luajit_info info_{};
+  lj_luajit_layout layout_{};
+};
+
+}  // namespace ljprof::core

@@ -1,0 +1,481 @@
+// CoreFile against real cores made here and now (kernel core of a luajit that aborts itself
+// through FFI, gcore of looping luajit and tarantool, qemu-aarch64 guest core of the arm64
+// luajit), checked against outside oracles: gdb / gdb-multiarch on the same core, the
+// workload's own /proc/self/maps, readelf on the mapped files.
+#include <elf.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "core/core_file.h"
+#include "core/core_fixtures.h"
+#include "support/test_support.h"
+
+namespace ljprof::core {
+namespace {
+
+using test::gdb_batch;
+using test::MadeCore;
+using test::ScratchDir;
+
+constexpr const char* kLuajit = "/usr/bin/luajit";
+constexpr const char* kTarantool = "/usr/bin/tarantool";
+constexpr const char* kArm64Sysroot = "/usr/aarch64-linux-gnu";
+
+// Prints its pid, then aborts itself through FFI (SIGABRT in libc's pthread_kill).
+const char* kAbortLua =
+    "local ffi=require'ffi' ffi.cdef'int getpid(void); void abort(void);' "
+    "io.write('pid ', ffi.C.getpid(), '\\n') io.stdout:flush() ffi.C.abort()";
+// Prints "ready PID" and spins (the loop is JIT-compiled).
+const char* kLoopLua =
+    "local ffi=require'ffi' ffi.cdef'int getpid(void);' "
+    "io.write('ready ', ffi.C.getpid(), '\\n') io.stdout:flush() "
+    "local x=0 while true do x=x+1 end";
+// Tarantool: fio.stat runs on a coio worker thread, so the process has two threads.
+const char* kTarantoolLoopLua =
+    "require('fio').stat('/') local ffi=require'ffi' ffi.cdef'int getpid(void);' "
+    "io.write('ready ', ffi.C.getpid(), '\\n') io.stdout:flush() "
+    "local x=0 while true do x=x+1 end";
+// arm64 under qemu: prints the guest's own memory map and pid, then raises SIGABRT.
+const char* kArm64Lua =
+    "local ffi=require'ffi' ffi.cdef'int getpid(void); int raise(int);' "
+    "io.write(io.open('/proc/self/maps'):read('*a')) io.write('pid ', ffi.C.getpid(), '\\n') "
+    "io.stdout:flush() ffi.C.raise(6)";
+
+CoreOptions options(const std::string& sysroot, const std::string& exe) {
+  CoreOptions o;
+  o.sysroot = sysroot;
+  o.exe = exe;
+  return o;
+}
+
+// gdb's name of one of our registers.
+std::string gdb_reg_name(elf::Arch arch, const std::string& ours) {
+  if (arch == elf::Arch::AArch64 && ours == "pstate") return "cpsr";
+  return ours;
+}
+
+// Every register gdb shows for every thread equals ours; every thread gdb knows is ours.
+void expect_registers_match_gdb(const CoreFile& core, const std::string& gdb_out) {
+  auto gdb = test::parse_gdb_thread_registers(gdb_out);
+  ASSERT_EQ(gdb.size(), core.threads().size()) << gdb_out;
+  for (const Thread& t : core.threads()) {
+    SCOPED_TRACE("thread " + std::to_string(t.tid));
+    auto it = gdb.find(t.tid);
+    ASSERT_NE(it, gdb.end()) << "gdb has no LWP " << t.tid << "\n" << gdb_out;
+    uint32_t compared = 0;
+    for (uint32_t i = 0; i < t.gpr_count; ++i) {
+      const std::string name = gdb_reg_name(t.arch, gpr_name(t.arch, i));
+      auto g = it->second.find(name);
+      if (g == it->second.end()) continue;
+      EXPECT_EQ(t.gprs[i], g->second) << name;
+      ++compared;
+    }
+    // gdb shows every GPR except x86-64 orig_rax, fs_base and gs_base.
+    EXPECT_GE(compared, t.gpr_count - (t.arch == elf::Arch::X86_64 ? 3 : 0));
+    const bool x86 = t.arch == elf::Arch::X86_64;
+    EXPECT_EQ(t.pc, it->second.at(x86 ? "rip" : "pc"));
+    EXPECT_EQ(t.sp, it->second.at(x86 ? "rsp" : "sp"));
+    EXPECT_EQ(t.fp, it->second.at(x86 ? "rbp" : "x29"));
+    if (!x86) {
+      EXPECT_EQ(t.lr, it->second.at("x30"));
+    }
+  }
+}
+
+// For each thread, the 16 bytes at `expr` ($pc, $sp) are readable by us iff gdb reads them, and
+// equal.
+void expect_thread_bytes_match_gdb(const CoreFile& core, const std::string& gdb_out,
+                                   const char* what) {
+  auto gdb = test::parse_gdb_thread_bytes(gdb_out);
+  for (const Thread& t : core.threads()) {
+    SCOPED_TRACE(std::string(what) + " of thread " + std::to_string(t.tid));
+    const uint64_t addr = std::string(what) == "pc" ? t.pc : t.sp;
+    uint8_t ours[16];
+    auto r = core.read(addr, ours, sizeof(ours));
+    auto it = gdb.find(t.tid);
+    if (it == gdb.end() || !it->second.has_value()) {
+      EXPECT_FALSE(r.ok()) << "gdb cannot read " << std::hex << addr << " but we can";
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << r.message();
+    ASSERT_EQ(it->second->size(), 16u) << gdb_out;
+    EXPECT_EQ(std::vector<uint8_t>(ours, ours + 16), *it->second);
+  }
+}
+
+// Our mappings are exactly gdb's `info proc mappings` (which gdb takes from the core).
+void expect_mappings_match_gdb(const CoreFile& core, const std::string& gdb_out) {
+  auto rows = test::parse_gdb_mappings(gdb_out);
+  ASSERT_FALSE(rows.empty()) << gdb_out;
+  ASSERT_EQ(rows.size(), core.mappings().size()) << gdb_out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Mapping& m = core.mappings()[i];
+    EXPECT_EQ(m.start, rows[i].start) << i;
+    EXPECT_EQ(m.end, rows[i].end) << i;
+    EXPECT_EQ(m.file_offset, rows[i].offset) << i;
+    EXPECT_EQ(core.file_of(m).path, rows[i].path) << i;
+  }
+}
+
+// Addresses in file mappings that the core holds no bytes for (one per mapping, at most 12).
+std::vector<uint64_t> file_only_addresses(const CoreFile& core) {
+  std::vector<uint64_t> addrs;
+  for (const Mapping& m : core.mappings()) {
+    const uint64_t a = m.start + std::min<uint64_t>(0x100, (m.end - m.start) / 2);
+    if (!core.core_has(a) && core.file_of(m).usable() && addrs.size() < 12) addrs.push_back(a);
+  }
+  return addrs;
+}
+
+// What gdb says about one core, from a single gdb run (one run per test keeps the tests fast:
+// loading tarantool's DWARF dominates). Sections are split by `echo` markers.
+struct GdbView {
+  std::string regs, pc, sp, maps, file;
+  std::vector<uint64_t> file_addrs;
+};
+
+GdbView query_gdb(const CoreFile& core, const std::string& exe, bool multiarch = false,
+                  const std::string& sysroot = "") {
+  GdbView view;
+  view.file_addrs = file_only_addresses(core);
+  std::vector<std::string> cmds = {"echo @@regs\\n", "thread apply all info registers",
+                                   "echo @@pc\\n",   "thread apply all -s x/16xb $pc",
+                                   "echo @@sp\\n",   "thread apply all -s x/16xb $sp",
+                                   "echo @@maps\\n", "info proc mappings",
+                                   "echo @@file\\n"};
+  if (!multiarch) {
+    for (uint64_t a : view.file_addrs) cmds.push_back(fmt::format("x/16xb {:#x}", a));
+  }
+  cmds.push_back("echo @@end\\n");
+  const std::string out = gdb_batch(exe, core.path(), cmds, multiarch, sysroot);
+  auto part = [&](const std::string& name, const std::string& next) {
+    size_t a = out.find("@@" + name + "\n");
+    size_t b = out.find("@@" + next + "\n");
+    if (a == std::string::npos || b == std::string::npos || b < a) return std::string();
+    a += name.size() + 3;
+    return out.substr(a, b - a);
+  };
+  view.regs = part("regs", "pc");
+  view.pc = part("pc", "sp");
+  view.sp = part("sp", "maps");
+  view.maps = part("maps", "file");
+  view.file = part("file", "end");
+  return view;
+}
+
+// Bytes gdb reads at addresses the core holds no bytes for (gdb reads them from the files it
+// loads: the executable and the shared libraries).
+void expect_file_backed_bytes_match_gdb(const CoreFile& core, const GdbView& gdb) {
+  ASSERT_FALSE(gdb.file_addrs.empty()) << "the core holds every page: nothing is read from a file";
+  const auto lines = test::parse_gdb_x_lines(gdb.file);
+  for (uint64_t a : gdb.file_addrs) {
+    SCOPED_TRACE(fmt::format("address {:#x}", a));
+    // gdb prints 16 bytes as two lines of 8.
+    std::vector<uint8_t> expected;
+    for (uint64_t line : {a, a + 8}) {
+      auto it = lines.find(line);
+      ASSERT_NE(it, lines.end()) << "gdb printed no line at " << std::hex << line << "\n"
+                                 << gdb.file;
+      ASSERT_EQ(it->second.size(), 8u);
+      expected.insert(expected.end(), it->second.begin(), it->second.end());
+    }
+    uint8_t ours[16];
+    auto r = core.read(a, ours, sizeof(ours));
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(std::vector<uint8_t>(ours, ours + 16), expected);
+  }
+}
+
+// Every ELF file whose build-id we checked agrees with readelf; the ELF files of the process are
+// all verified (kernel and gdb cores keep the first page of each mapped ELF file).
+void expect_build_ids_verified(const CoreFile& core) {
+  uint32_t verified = 0;
+  for (const MappedFile& f : core.files()) {
+    SCOPED_TRACE(f.path);
+    if (f.check == FileCheck::OpenFailed) {
+      // Only non-ELF files (locale archives) may fail to open.
+      EXPECT_NE(f.error.find("not an ELF file"), std::string::npos) << f.error;
+      continue;
+    }
+    EXPECT_EQ(f.check, FileCheck::Verified) << f.error;
+    ASSERT_TRUE(f.core_build_id.has_value());
+    EXPECT_EQ(*f.core_build_id, test::readelf_build_id(f.resolved));
+    ++verified;
+  }
+  EXPECT_GE(verified, 3u);
+}
+
+TEST(CoreFileAmd64, KernelCoreOfLuajitAbortMatchesGdb) {
+  ScratchDir dir;
+  MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  EXPECT_EQ(core->arch(), elf::Arch::X86_64);
+  EXPECT_EQ(core->mapping_source(), MappingSource::NtFile);
+
+  const GdbView gdb = query_gdb(*core, kLuajit);
+  expect_registers_match_gdb(*core, gdb.regs);
+  expect_mappings_match_gdb(*core, gdb.maps);
+
+  // The process and the signal: the workload's own pid, SIGABRT sent by itself (raise).
+  ASSERT_GT(made.pid, 0) << made.output;
+  ASSERT_TRUE(core->process().has_value());
+  EXPECT_EQ(core->process()->pid, made.pid);
+  EXPECT_EQ(core->process()->fname, "luajit");
+  EXPECT_EQ(core->threads()[0].tid, static_cast<uint32_t>(made.pid));
+  EXPECT_EQ(core->threads()[0].signal, SIGABRT);
+  ASSERT_TRUE(core->signal().has_value());
+  EXPECT_EQ(core->signal()->signo, SIGABRT);
+  EXPECT_EQ(core->signal()->sender_pid, made.pid);
+
+  // The executable is found through AT_ENTRY and verified by build-id.
+  ASSERT_NE(core->executable(), nullptr);
+  EXPECT_EQ(core->executable()->path, kLuajit);
+  expect_build_ids_verified(*core);
+
+  // $pc is in libc's text, which a kernel core does not dump: read from libc.so.6.
+  const Mapping* pc_map = core->mapping_at(core->threads()[0].pc);
+  ASSERT_NE(pc_map, nullptr);
+  EXPECT_FALSE(core->core_has(core->threads()[0].pc));
+  EXPECT_NE(core->file_of(*pc_map).path.find("libc.so"), std::string::npos);
+  expect_thread_bytes_match_gdb(*core, gdb.pc, "pc");
+  expect_thread_bytes_match_gdb(*core, gdb.sp, "sp");
+  expect_file_backed_bytes_match_gdb(*core, gdb);
+}
+
+TEST(CoreFileAmd64, GcoreOfLuajitLoopMatchesGdb) {
+  ScratchDir dir;
+  MadeCore made = test::gcore_of(dir.path(), {kLuajit, "-e", kLoopLua});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  EXPECT_EQ(core->mapping_source(), MappingSource::NtFile);
+  ASSERT_TRUE(core->process().has_value());
+  EXPECT_EQ(core->process()->pid, made.pid);
+
+  const GdbView gdb = query_gdb(*core, kLuajit);
+  expect_registers_match_gdb(*core, gdb.regs);
+  expect_mappings_match_gdb(*core, gdb.maps);
+  expect_thread_bytes_match_gdb(*core, gdb.pc, "pc");
+  expect_thread_bytes_match_gdb(*core, gdb.sp, "sp");
+  expect_build_ids_verified(*core);
+  // gdb omits the read-only file pages entirely (no PT_LOAD at all): they come from the files.
+  expect_file_backed_bytes_match_gdb(*core, gdb);
+}
+
+TEST(CoreFileAmd64, GcoreOfTarantoolWithTwoThreadsMatchesGdb) {
+  ScratchDir dir;
+  MadeCore made = test::gcore_of(dir.path(), {kTarantool, "-e", kTarantoolLoopLua});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  EXPECT_GE(core->threads().size(), 2u);
+
+  const GdbView gdb = query_gdb(*core, kTarantool);
+  expect_registers_match_gdb(*core, gdb.regs);
+  expect_mappings_match_gdb(*core, gdb.maps);
+  expect_thread_bytes_match_gdb(*core, gdb.pc, "pc");
+  expect_thread_bytes_match_gdb(*core, gdb.sp, "sp");
+  expect_build_ids_verified(*core);
+  // Non-PIE: the executable is mapped at its link address, and its .text comes from the file.
+  ASSERT_NE(core->executable(), nullptr);
+  EXPECT_EQ(core->executable()->path, kTarantool);
+  const elf::Symbol* main_sym = core->executable()->elf->find_symbol("main");
+  ASSERT_NE(main_sym, nullptr);
+  EXPECT_FALSE(core->core_has(main_sym->value));
+  expect_file_backed_bytes_match_gdb(*core, gdb);
+}
+
+TEST(CoreFileAmd64, ExecutableOverrideIsCheckedByBuildId) {
+  ScratchDir dir;
+  MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+
+  // The same binary under another name is accepted and verified.
+  const std::string copy = dir.path() + "/luajit-copy";
+  std::filesystem::copy_file(kLuajit, copy);
+  auto good = CoreFile::open(made.core, options("", copy));
+  ASSERT_TRUE(good.ok()) << good.message();
+  ASSERT_NE(good->executable(), nullptr);
+  EXPECT_EQ(good->executable()->resolved, copy);
+  EXPECT_EQ(good->executable()->check, FileCheck::Verified);
+
+  // Another binary is refused with a named error, and its pages are unreadable.
+  auto bad = CoreFile::open(made.core, options("", kTarantool));
+  ASSERT_TRUE(bad.ok()) << bad.message();
+  ASSERT_NE(bad->executable(), nullptr);
+  EXPECT_EQ(bad->executable()->check, FileCheck::Mismatch);
+  EXPECT_NE(bad->executable()->error.find("build-id mismatch"), std::string::npos)
+      << bad->executable()->error;
+  EXPECT_NE(bad->executable()->error.find(test::readelf_build_id(kTarantool)), std::string::npos);
+  for (const Mapping& m : bad->mappings()) {
+    if (!bad->file_of(m).is_executable || bad->core_has(m.start)) continue;
+    uint8_t b[8];
+    auto r = bad->read(m.start, b, sizeof(b));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.message().find("build-id mismatch"), std::string::npos) << r.message();
+  }
+}
+
+TEST(CoreFileAmd64, SysrootWithoutTheFilesLeavesOnlyCoreBytes) {
+  ScratchDir dir;
+  MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core, options(dir.path() + "/empty-root", ""));
+  ASSERT_TRUE(core.ok()) << core.message();
+  for (const MappedFile& f : core->files()) {
+    EXPECT_EQ(f.check, FileCheck::OpenFailed) << f.path;
+    EXPECT_EQ(f.resolved, dir.path() + "/empty-root" + f.path);
+  }
+  EXPECT_FALSE(core->diagnostics().empty());
+  const Thread& t = core->threads()[0];
+  uint8_t b[16];
+  auto pc = core->read(t.pc, b, sizeof(b));  // libc text: only in the (missing) file
+  ASSERT_FALSE(pc.ok());
+  EXPECT_NE(pc.message().find("cannot open"), std::string::npos) << pc.message();
+  EXPECT_NE(pc.message().find(fmt::format("{:#x}", t.pc)), std::string::npos) << pc.message();
+  EXPECT_TRUE(core->read(t.sp, b, sizeof(b)).ok());  // the stack is in the core
+}
+
+TEST(CoreFileAmd64, CReaderInterfaceMatchesRead) {
+  ScratchDir dir;
+  MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  ljprof_mem_reader reader = core->mem_reader();
+  const Thread& t = core->threads()[0];
+  for (uint64_t addr : {t.pc, t.sp}) {
+    uint8_t via_c[24], via_cc[24];
+    ASSERT_EQ(reader.read_mem(reader.ctx, addr, via_c, sizeof(via_c)), 0);
+    ASSERT_TRUE(core->read(addr, via_cc, sizeof(via_cc)).ok());
+    EXPECT_EQ(std::memcmp(via_c, via_cc, sizeof(via_c)), 0);
+    auto word = core->read_u64(addr);
+    ASSERT_TRUE(word.ok());
+    uint64_t expected;
+    std::memcpy(&expected, via_c, 8);
+    EXPECT_EQ(*word, expected);
+  }
+  // An unmapped address fails with -EFAULT and a zeroed buffer, like bpf_probe_read_user.
+  uint8_t buf[8];
+  std::memset(buf, 0xaa, sizeof(buf));
+  EXPECT_EQ(reader.read_mem(reader.ctx, 8, buf, sizeof(buf)), -14);
+  for (uint8_t b : buf) EXPECT_EQ(b, 0);
+  auto err = core->read(8, buf, sizeof(buf));
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(err.message().find("0x8: not in the core"), std::string::npos) << err.message();
+  // A read that runs off the end of the address space is refused, not wrapped.
+  EXPECT_FALSE(core->read(UINT64_MAX - 3, buf, sizeof(buf)).ok());
+}
+
+// The arm64 core: qemu-user writes no NT_FILE, so the mappings come from the executable (auxv)
+// and the dynamic linker's link_map, and the libraries are found under the sysroot.
+TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
+  ScratchDir dir;
+  MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  const std::string exe = test::fixture("arm64/usr/bin/luajit");
+  auto core = CoreFile::open(made.core, options(kArm64Sysroot, exe));
+  ASSERT_TRUE(core.ok()) << core.message();
+  EXPECT_EQ(core->arch(), elf::Arch::AArch64);
+  EXPECT_EQ(core->mapping_source(), MappingSource::LinkMap);
+  ASSERT_EQ(core->threads().size(), 1u);
+  EXPECT_EQ(core->threads()[0].signal, SIGABRT);
+  ASSERT_TRUE(core->process().has_value());
+  EXPECT_EQ(core->process()->pid, made.pid);
+
+  const GdbView gdb = query_gdb(*core, exe, /*multiarch=*/true, kArm64Sysroot);
+  expect_registers_match_gdb(*core, gdb.regs);
+  // gdb-multiarch does not load the libraries of a qemu core (it reads their text as zeros), so
+  // only the stack is compared with it; $pc is checked against the file below.
+  expect_thread_bytes_match_gdb(*core, gdb.sp, "sp");
+
+  // Every mapping we rebuilt lies inside a line of the guest's own /proc/self/maps with the same
+  // file and the same file offset; every r-x file line starts one of ours.
+  auto guest = test::parse_proc_maps(made.output);
+  ASSERT_GT(guest.size(), 5u) << made.output;
+  for (const Mapping& m : core->mappings()) {
+    const MappedFile& f = core->file_of(m);
+    SCOPED_TRACE(fmt::format("{:#x}..{:#x} {}", m.start, m.end, f.resolved));
+    // A mapping may span several lines of one file (RELRO mprotect splits a segment).
+    for (uint64_t a = m.start; a < m.end; a = std::min(m.end, (a | 0xfff) + 1)) {
+      bool found = false;
+      for (const auto& g : guest) {
+        if (a >= g.start && a < g.end && g.path == f.resolved &&
+            g.offset + (a - g.start) == m.file_offset + (a - m.start)) {
+          found = true;
+        }
+      }
+      EXPECT_TRUE(found) << std::hex << a;
+    }
+  }
+  uint32_t code_lines = 0;
+  for (const auto& g : guest) {
+    if (g.perms[2] != 'x' || g.path.empty() || g.path[0] != '/') continue;
+    ++code_lines;
+    const Mapping* m = core->mapping_at(g.start);
+    ASSERT_NE(m, nullptr) << g.path;
+    EXPECT_EQ(m->start, g.start) << g.path;
+    EXPECT_EQ(core->file_of(*m).resolved, g.path);
+  }
+  EXPECT_GE(code_lines, 4u);  // luajit, ld.so, libm, libgcc_s, libc
+
+  // $pc is in libc's text, which qemu does not dump: the bytes come from the sysroot's libc at
+  // the offset the guest's map gives.
+  const uint64_t pc = core->threads()[0].pc;
+  EXPECT_FALSE(core->core_has(pc));
+  const test::ProcMapping* line = nullptr;
+  for (const auto& g : guest) {
+    if (pc >= g.start && pc < g.end) line = &g;
+  }
+  ASSERT_NE(line, nullptr);
+  EXPECT_EQ(line->path, std::string(kArm64Sysroot) + "/lib/libc.so.6");
+  std::vector<uint8_t> file = test::read_file(line->path);
+  const uint64_t off = line->offset + (pc - line->start);
+  ASSERT_LE(off + 16, file.size());
+  uint8_t ours[16];
+  auto r = core->read(pc, ours, sizeof(ours));
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(std::vector<uint8_t>(ours, ours + 16),
+            std::vector<uint8_t>(file.begin() + off, file.begin() + off + 16));
+}
+
+TEST(CoreFileArm64, WrongExecutableIsRefused) {
+  ScratchDir dir;
+  MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  // An x86-64 binary for an AArch64 core.
+  auto other_arch = CoreFile::open(made.core, options(kArm64Sysroot, kLuajit));
+  ASSERT_TRUE(other_arch.ok()) << other_arch.message();
+  ASSERT_NE(other_arch->executable(), nullptr);
+  EXPECT_EQ(other_arch->executable()->check, FileCheck::OpenFailed);
+  EXPECT_NE(other_arch->executable()->error.find("is x86-64 but the core is aarch64"),
+            std::string::npos)
+      << other_arch->executable()->error;
+  // An AArch64 file that is not the executable: AT_ENTRY does not match its e_entry.
+  auto wrong = CoreFile::open(
+      made.core,
+      options(kArm64Sysroot, test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2")));
+  ASSERT_TRUE(wrong.ok()) << wrong.message();
+  ASSERT_NE(wrong->executable(), nullptr);
+  EXPECT_EQ(wrong->executable()->check, FileCheck::Mismatch);
+  EXPECT_NE(wrong->executable()->error.find("AT_ENTRY"), std::string::npos)
+      << wrong->executable()->error;
+  uint8_t b[4];
+  EXPECT_FALSE(wrong->read(wrong->threads()[0].pc, b, sizeof(b)).ok());
+}
+
+TEST(CoreFileErrors, NotACoreFile) {
+  auto r = CoreFile::open(kLuajit);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("not a core file"), std::string::npos) << r.message();
+  auto missing = CoreFile::open("/nonexistent/core");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("cannot open"), std::string::npos) << missing.message();
+}
+
+}  // namespace
+}  // namespace ljprof::core
