@@ -75,7 +75,7 @@ CfaRule cfa_from_ops(const Dwarf_Op* ops, size_t nops) {
 
 // libdw's forms (dwarf_frame_register): undefined = no ops with ops == ops_mem; same_value =
 // no ops with ops == NULL; offset(N) = call_frame_cfa [plus_uconst N]; val_offset(N) = the
-// same + stack_value; register(R) = bregx R 0 (+ stack_value); anything else is an expression.
+// same + stack_value; register(R) = regx R; anything else is an expression.
 RegisterRule register_from_ops(const Dwarf_Op* ops_mem, const Dwarf_Op* ops, size_t nops) {
   RegisterRule rule;
   if (nops == 0) {
@@ -101,6 +101,16 @@ RegisterRule register_from_ops(const Dwarf_Op* ops_mem, const Dwarf_Op* ops, siz
       rule.offset = static_cast<int64_t>(ops[1].number);
       return rule;
     }
+  }
+  if (nops == 1 && ops[0].atom == DW_OP_regx) {
+    rule.kind = RegisterRule::Kind::InRegister;
+    rule.reg = static_cast<uint32_t>(ops[0].number);
+    return rule;
+  }
+  if (nops == 1 && ops[0].atom >= DW_OP_reg0 && ops[0].atom <= DW_OP_reg31) {
+    rule.kind = RegisterRule::Kind::InRegister;
+    rule.reg = ops[0].atom - DW_OP_reg0;
+    return rule;
   }
   if (n == 1 && stack_value && ops[0].atom == DW_OP_bregx && ops[0].number2 == 0) {
     rule.kind = RegisterRule::Kind::InRegister;

@@ -1,0 +1,362 @@
+// Oracle: binutils. For every FDE of the real binaries, the CFA and return-address rules of
+// every row equal what `readelf --debug-dump=frames-interp` (aarch64-linux-gnu-readelf for
+// AArch64) prints, in both directions (each of our row starts checked against readelf's rule
+// in effect there, each readelf row start against ours). Stop rows must be exactly the FDEs
+// whose raw CFI (`--debug-dump=frames`) has DW_CFA_undefined for the return address column.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "cfi/cfi.h"
+#include "elf/elf_file.h"
+#include "support/test_support.h"
+
+namespace ljprof::cfi {
+namespace {
+
+struct OracleRow {
+  uint64_t loc = 0;
+  std::string cfa;
+  std::string ra;  // "" when readelf prints no ra column (never referenced)
+};
+
+struct OracleEntry {
+  uint64_t offset = 0;
+  bool is_cie = false;
+  uint64_t cie = 0;
+  uint64_t pc_begin = 0, pc_end = 0;
+  std::vector<OracleRow> rows;
+};
+
+std::vector<std::string> split_ws(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  std::string tok;
+  while (in >> tok) {
+    // readelf prints a register-held rule as "r10 (r10)": one value, two words.
+    if (!out.empty() && tok.front() == '(' && tok.back() == ')') {
+      out.back() += " " + tok;
+    } else {
+      out.push_back(tok);
+    }
+  }
+  return out;
+}
+
+bool is_hex(const std::string& s, size_t len) {
+  return s.size() == len && std::all_of(s.begin(), s.end(), [](char c) { return isxdigit(c); });
+}
+
+// Parses one section's part of readelf's frames-interp output.
+std::map<uint64_t, OracleEntry> parse_frames_interp(const std::string& text,
+                                                    const std::string& section) {
+  std::map<uint64_t, OracleEntry> entries;
+  std::istringstream in(text);
+  std::string line;
+  bool inside = false;
+  OracleEntry* cur = nullptr;
+  std::vector<std::string> header;
+  while (std::getline(in, line)) {
+    if (line.rfind("Contents of the ", 0) == 0) {
+      inside = line.find(section + " section") != std::string::npos;
+      cur = nullptr;
+      continue;
+    }
+    if (!inside) continue;
+    auto t = split_ws(line);
+    if (t.empty()) continue;
+    if (t.size() >= 4 && is_hex(t[0], 8) && (t[3] == "CIE" || t[3] == "FDE")) {
+      OracleEntry e;
+      e.offset = std::stoull(t[0], nullptr, 16);
+      e.is_cie = t[3] == "CIE";
+      if (!e.is_cie) {
+        for (const std::string& tok : t) {
+          if (tok.rfind("cie=", 0) == 0) e.cie = std::stoull(tok.substr(4), nullptr, 16);
+          if (tok.rfind("pc=", 0) == 0) {
+            auto dots = tok.find("..");
+            e.pc_begin = std::stoull(tok.substr(3, dots - 3), nullptr, 16);
+            e.pc_end = std::stoull(tok.substr(dots + 2), nullptr, 16);
+          }
+        }
+      }
+      cur = &(entries[e.offset] = e);
+      header.clear();
+      continue;
+    }
+    if (cur == nullptr) continue;
+    if (t[0] == "LOC") {
+      header = t;
+      continue;
+    }
+    if (is_hex(t[0], 16) && !header.empty()) {
+      OracleRow row;
+      row.loc = std::stoull(t[0], nullptr, 16);
+      for (size_t i = 1; i < header.size() && i < t.size(); ++i) {
+        if (header[i] == "CFA") row.cfa = t[i];
+        if (header[i] == "ra") row.ra = t[i];
+      }
+      if (!cur->rows.empty() && cur->rows.back().loc == row.loc) cur->rows.pop_back();
+      cur->rows.push_back(row);
+    }
+  }
+  return entries;
+}
+
+std::string reg_name(uint32_t reg, elf::Arch arch) {
+  if (arch == elf::Arch::AArch64) {
+    if (reg <= 30) return "x" + std::to_string(reg);
+    if (reg == 31) return "sp";
+    return "r" + std::to_string(reg);
+  }
+  static const char* const names[] = {"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8",
+                                      "r9",  "r10", "r11", "r12", "r13", "r14", "r15", "rip"};
+  if (reg < 17) return names[reg];
+  return "r" + std::to_string(reg);
+}
+
+std::string cfa_text(const CfaRule& cfa, elf::Arch arch) {
+  if (cfa.kind == CfaRule::Kind::Expression) return "exp";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s%+lld", reg_name(cfa.reg, arch).c_str(),
+                static_cast<long long>(cfa.offset));
+  return buf;
+}
+
+// readelf prints "u" both for DW_CFA_undefined and for a never-mentioned column (or no column
+// at all), and "s" for an explicit DW_CFA_same_value; libdw folds never-mentioned into
+// same-value. So SameValue matches "", "u", "s"; Undefined matches "u" (the raw-CFI check
+// below pins the Undefined ones exactly).
+bool ra_matches(const RegisterRule& ra, const std::string& text, elf::Arch arch) {
+  char buf[64];
+  switch (ra.kind) {
+    case RegisterRule::Kind::SameValue:
+      return text.empty() || text == "u" || text == "s";
+    case RegisterRule::Kind::Undefined:
+      return text == "u";
+    case RegisterRule::Kind::AtCfa:
+      std::snprintf(buf, sizeof buf, "c%+lld", static_cast<long long>(ra.offset));
+      return text == buf;
+    case RegisterRule::Kind::ValCfa:
+      std::snprintf(buf, sizeof buf, "v%+lld", static_cast<long long>(ra.offset));
+      return text == buf;
+    case RegisterRule::Kind::InRegister:
+      return text == reg_name(ra.reg, arch) ||
+             text.rfind("r" + std::to_string(ra.reg) + " (", 0) == 0;
+    case RegisterRule::Kind::Expression:
+      return text == "exp";
+    case RegisterRule::Kind::ValExpression:
+      return text == "vexp";
+  }
+  return false;
+}
+
+// FDE offsets whose raw CFI (their own instructions or their CIE's initial instructions) sets
+// the return address column undefined.
+std::set<uint64_t> fdes_with_undefined_ra(const std::string& raw, const std::string& section,
+                                          const std::string& ra_reg_text) {
+  std::set<uint64_t> out, cies;
+  std::map<uint64_t, uint64_t> fde_cie;
+  std::istringstream in(raw);
+  std::string line;
+  bool inside = false;
+  uint64_t cur = 0;
+  bool has_cur = false;
+  bool cur_is_cie = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("Contents of the ", 0) == 0) {
+      inside = line.find(section + " section") != std::string::npos;
+      has_cur = false;
+      continue;
+    }
+    if (!inside) continue;
+    auto t = split_ws(line);
+    if (t.size() >= 4 && is_hex(t[0], 8) && (t[3] == "CIE" || t[3] == "FDE")) {
+      cur = std::stoull(t[0], nullptr, 16);
+      has_cur = true;
+      cur_is_cie = t[3] == "CIE";
+      if (!cur_is_cie && t.size() >= 5 && t[4].rfind("cie=", 0) == 0) {
+        fde_cie[cur] = std::stoull(t[4].substr(4), nullptr, 16);
+      }
+      continue;
+    }
+    if (has_cur && line.find("DW_CFA_undefined: " + ra_reg_text) != std::string::npos) {
+      (cur_is_cie ? cies : out).insert(cur);
+    }
+  }
+  for (const auto& [fde, cie] : fde_cie) {
+    if (cies.count(cie)) out.insert(fde);
+  }
+  return out;
+}
+
+struct Target {
+  std::string path;
+  std::string readelf;
+};
+
+std::vector<Target> targets() {
+  const std::string a64 = "aarch64-linux-gnu-readelf";
+  return {
+      {"/usr/bin/tarantool", "readelf"},
+      {"/usr/lib/x86_64-linux-gnu/libc.so.6", "readelf"},
+      {"/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2", "readelf"},
+      {test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2"), a64},
+      {"/lib64/ld-linux-x86-64.so.2", "readelf"},
+      {"/usr/sbin/nginx", "readelf"},
+      {"/usr/bin/luajit", "readelf"},
+      {test::fixture("arm64/usr/bin/luajit"), a64},
+      {test::fixture("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"), "readelf"},
+  };
+}
+
+class ReadelfOracle : public ::testing::TestWithParam<Target> {};
+
+TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
+  const Target& target = GetParam();
+  auto file = elf::ElfFile::open(target.path);
+  ASSERT_TRUE(file.ok()) << file.message();
+  const elf::Arch arch = (*file)->arch();
+  // -wN: only this file's sections (readelf otherwise follows .gnu_debuglink and exits 1).
+  auto interp = test::run({target.readelf, "-wN", "--debug-dump=frames-interp", target.path});
+  ASSERT_EQ(interp.exit_code, 0) << interp.err;
+  auto raw = test::run({target.readelf, "-wN", "--debug-dump=frames", target.path});
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+
+  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(table.ok()) << table.message();
+  EXPECT_TRUE(table->fde_errors().empty()) << table->fde_errors().front().message;
+
+  uint64_t compared = 0, rows_compared = 0, mismatches = 0;
+  for (CfiSection section : {CfiSection::EhFrame, CfiSection::DebugFrame}) {
+    const std::string name = cfi_section_name(section);
+    auto scan = scan_cfi(**file, section, false);
+    ASSERT_TRUE(scan.ok()) << scan.message();
+    if (scan->fdes.empty()) continue;
+    EXPECT_TRUE(scan->errors.empty()) << scan->errors.front().message;
+    auto oracle = parse_frames_interp(interp.out, name);
+    uint64_t oracle_fdes = std::count_if(oracle.begin(), oracle.end(),
+                                         [](const auto& kv) { return !kv.second.is_cie; });
+    EXPECT_EQ(scan->fdes.size(), oracle_fdes) << name;
+    auto reader = FdeRowReader::open(**file, section);
+    ASSERT_TRUE(reader.ok()) << reader.message();
+    for (const FdeSummary& fde : scan->fdes) {
+      auto it = oracle.find(fde.section_offset);
+      if (it == oracle.end() || it->second.is_cie) {
+        ADD_FAILURE() << name << "+" << std::hex << fde.section_offset << " unknown to readelf";
+        ++mismatches;
+        continue;
+      }
+      const OracleEntry& o = it->second;
+      EXPECT_EQ(o.pc_begin, fde.pc_begin) << std::hex << fde.section_offset;
+      EXPECT_EQ(o.pc_end, fde.pc_end) << std::hex << fde.section_offset;
+      if (fde.pc_end == fde.pc_begin) {
+        ++compared;
+        continue;
+      }
+      auto rows = reader->rows(fde);
+      if (!rows.ok()) {
+        ADD_FAILURE() << rows.message();
+        ++mismatches;
+        continue;
+      }
+      // readelf prints no table for an FDE without instructions: the CIE's row applies.
+      std::vector<OracleRow> orows = o.rows;
+      if (orows.empty()) {
+        auto cie = oracle.find(o.cie);
+        ASSERT_NE(cie, oracle.end());
+        ASSERT_FALSE(cie->second.rows.empty()) << "CIE " << std::hex << o.cie;
+        orows = {cie->second.rows.back()};
+        orows.front().loc = fde.pc_begin;
+      }
+      auto oracle_at = [&](uint64_t pc) -> const OracleRow* {
+        const OracleRow* best = nullptr;
+        for (const OracleRow& r : orows) {
+          if (r.loc <= pc) best = &r;
+        }
+        return best;
+      };
+      auto ours_at = [&](uint64_t pc) -> const CfiRow* {
+        for (const CfiRow& r : *rows) {
+          if (r.pc_begin <= pc && pc < r.pc_end) return &r;
+        }
+        return nullptr;
+      };
+      auto check = [&](const CfiRow* ours, const OracleRow* theirs, uint64_t pc) {
+        ++rows_compared;
+        if (ours == nullptr || theirs == nullptr || cfa_text(ours->cfa, arch) != theirs->cfa ||
+            !ra_matches(ours->ra, theirs->ra, arch)) {
+          ++mismatches;
+          ADD_FAILURE() << target.path << " " << name << "+0x" << std::hex << fde.section_offset
+                        << " pc 0x" << pc << ": ours "
+                        << (ours ? cfa_text(ours->cfa, arch) : "none") << " ra kind "
+                        << (ours ? static_cast<int>(ours->ra.kind) : -1) << " off "
+                        << (ours ? ours->ra.offset : 0) << " readelf "
+                        << (theirs ? theirs->cfa + " ra " + theirs->ra : "none");
+        }
+      };
+      for (const CfiRow& r : *rows) check(&r, oracle_at(r.pc_begin), r.pc_begin);
+      for (const OracleRow& r : orows) {
+        if (r.loc < fde.pc_end) check(ours_at(r.loc), &r, r.loc);
+      }
+      ++compared;
+      // The walker table agrees with the rows where it takes them as they are (outside the
+      // VM interval and without an explicitly undefined RA).
+      if (section == table->section()) {
+        auto vm = table->vm();
+        for (const CfiRow& r : *rows) {
+          if (vm && r.pc_begin < vm->end && r.pc_end > vm->begin) continue;
+          const lj_cfi_row* t = table->row_at(r.pc_begin);
+          ASSERT_NE(t, nullptr);
+          bool simple =
+              r.cfa.kind == CfaRule::Kind::RegOffset && r.ra.kind == RegisterRule::Kind::AtCfa;
+          if (simple && (r.cfa.reg == 7 || r.cfa.reg == 6 || r.cfa.reg == 31 || r.cfa.reg == 29)) {
+            EXPECT_EQ(t->hint, LJ_CFI_OK) << std::hex << r.pc_begin;
+            EXPECT_EQ(t->cfa_offset, r.cfa.offset) << std::hex << r.pc_begin;
+            EXPECT_EQ(t->ra_offset, r.ra.offset) << std::hex << r.pc_begin;
+          }
+          if (r.cfa.kind == CfaRule::Kind::Expression) {
+            EXPECT_EQ(t->hint, LJ_CFI_INVALID) << std::hex << r.pc_begin;
+          }
+        }
+      }
+    }
+  }
+  // Stop rows come exactly from FDEs with DW_CFA_undefined on the RA column.
+  const std::string ra_text = arch == elf::Arch::AArch64 ? "r30 (x30)" : "r16 (rip)";
+  std::set<uint64_t> undefined_ra =
+      fdes_with_undefined_ra(raw.out, cfi_section_name(table->section()), ra_text);
+  std::set<uint64_t> stop_fdes;
+  auto rows = table->rows();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].hint == LJ_CFI_STOP && table->row_fde_offsets()[i] != UINT64_MAX) {
+      stop_fdes.insert(table->row_fde_offsets()[i]);
+    }
+  }
+  EXPECT_EQ(stop_fdes, undefined_ra);
+  std::printf(
+      "[ readelf ] %s: %llu FDEs compared, %llu row checks, %llu mismatches, %zu Stop "
+      "FDEs\n",
+      target.path.c_str(), static_cast<unsigned long long>(compared),
+      static_cast<unsigned long long>(rows_compared), static_cast<unsigned long long>(mismatches),
+      stop_fdes.size());
+  RecordProperty("fdes_compared", static_cast<int>(compared));
+  EXPECT_GT(compared, 0u);
+  EXPECT_EQ(mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealBinaries, ReadelfOracle, ::testing::ValuesIn(targets()),
+                         [](const ::testing::TestParamInfo<Target>& info) {
+                           std::string n = info.param.path;
+                           std::string out;
+                           for (char c : n.substr(n.find_first_of('/') == 0 ? 1 : 0)) {
+                             out += isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           }
+                           return out.substr(out.size() > 48 ? out.size() - 48 : 0);
+                         });
+
+}  // namespace
+}  // namespace ljprof::cfi
