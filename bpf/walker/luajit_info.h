@@ -62,6 +62,10 @@ struct lj_luajit_info {
   /* GCfunc */
   uint16_t fn_ffid;
   uint16_t fn_pc;
+  uint16_t fn_cfunc_f; /* GCfuncC.f: the C entry of a C function */
+  /* C frame slots from the VM's own sp (lj_frame.h CFRAME_OFS_L / CFRAME_OFS_PC) */
+  uint16_t cframe_ofs_L;
+  uint16_t cframe_ofs_pc;
   /* GCproto */
   uint16_t pt_sizebc;
   uint16_t pt_chunkname;
@@ -74,7 +78,7 @@ struct lj_luajit_info {
   uint16_t tr_mcode;
   uint16_t tr_traceno;
   uint16_t tr_startpt;
-  uint16_t reserved[2];
+  uint16_t reserved[3];
 };
 
 #endif /* LJPROF_BPF_WALKER_LUAJIT_INFO_H */

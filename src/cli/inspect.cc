@@ -4,9 +4,14 @@
 
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "cfi/cfi.h"
 #include "cli/commands.h"
 #include "elf/elf_file.h"
+#include "luajit/dwarf_verify.h"
+#include "luajit/live_verify.h"
+#include "luajit/proc_info.h"
 #include "luajit/runtime.h"
 
 namespace ljprof::cli {
@@ -64,6 +69,71 @@ const char* type_name(uint8_t type) {
   }
 }
 
+Json evidence_json(const luajit::Evidence& e) {
+  return {{"function", e.function},
+          {"address", hex(e.address)},
+          {"bytes", e.bytes},
+          {"text", e.text},
+          {"role", e.role}};
+}
+
+Json proc_info_json(const luajit::LuaJITProcInfo& info) {
+  Json j;
+  j["module"] = info.path;
+  j["runtime"] = luajit::runtime_name(info.runtime);
+  j["arch"] = elf::arch_name(info.arch);
+  j["gc64"] = info.gc64;
+  j["vm"] = {{"begin", hex(info.vm.begin)}, {"end", hex(info.vm.end)}, {"source", info.vm.source}};
+  j["dispatch_register"] = luajit::register_name(info.arch, info.dispatch_reg);
+  j["dispatch_register_holds"] = info.dispatch_is_g ? "G" : "G + GG_State.dispatch-g";
+  j["vmstate_numbering"] = luajit::vmstate_numbering_name(info.numbering);
+  Json fields = Json::object();
+  for (const luajit::Field& f : info.fields) {
+    Json ev = Json::array();
+    for (const luajit::Evidence& e : f.evidence) ev.push_back(evidence_json(e));
+    fields[f.name] = {{"value", f.value}, {"source", f.source}, {"evidence", ev}};
+  }
+  j["fields"] = fields;
+  return j;
+}
+
+// The file whose LuaJIT the proc info describes: the binary itself when LuaJIT is linked in,
+// else the libluajit it needs (resolved like the loader would).
+std::optional<std::string> luajit_module(const luajit::RuntimeInfo& rt, const std::string& path) {
+  if (rt.source == luajit::LuaJITSource::LinkedIn) return path;
+  if (rt.source == luajit::LuaJITSource::NeededLib && rt.libluajit && rt.libluajit->path) {
+    return *rt.libluajit->path;
+  }
+  return std::nullopt;
+}
+
+void add_proc_info(Json& j, const luajit::RuntimeInfo& rt, const std::string& path) {
+  std::optional<std::string> module = luajit_module(rt, path);
+  if (!module) {
+    j["luajit_proc_info"] = nullptr;
+    j["vm_cframe"] = nullptr;
+    return;
+  }
+  auto file = elf::ElfFile::open(*module);
+  if (!file.ok()) {
+    j["luajit_proc_info"] = {{"error", file.message()}};
+    j["vm_cframe"] = nullptr;
+    return;
+  }
+  // A needed libluajit is classified by its own name (libluajit), so its jit_base policy is
+  // the non-Tarantool one; a Tarantool binary always links LuaJIT in.
+  const luajit::Runtime runtime =
+      *module == path ? rt.runtime : luajit::detect_runtime(**file, {}).runtime;
+  auto info = luajit::extract_proc_info(**file, runtime);
+  if (!info.ok()) {
+    j["luajit_proc_info"] = {{"module", *module}, {"error", info.message()}};
+    j["vm_cframe"] = nullptr;
+    return;
+  }
+  j["luajit_proc_info"] = proc_info_json(*info);
+  j["vm_cframe"] = info->vm_cframe ? Json(cfi::to_json(*info->vm_cframe)) : Json(nullptr);
+}
+
 Json describe(const elf::ElfFile& file, const std::vector<std::string>& lib_dirs) {
   Json j;
   j["path"] = file.path();
@@ -105,6 +175,7 @@ Json describe(const elf::ElfFile& file, const std::vector<std::string>& lib_dirs
                      {"type", type_name(sym->type)}};
   }
   j["symbols"] = symbols;
+  add_proc_info(j, rt, file.path());
   return j;
 }
 
@@ -140,6 +211,109 @@ void print_text(const Json& j) {
                  sym["type"].get<std::string>());
     }
   }
+  const Json& pi = j["luajit_proc_info"];
+  if (pi.is_null()) return;
+  if (pi.contains("error")) {
+    fmt::print("luajit:     extraction FAILED: {}\n", pi["error"].get<std::string>());
+    return;
+  }
+  fmt::print("luajit:     {} ({}, {}, GC64 {})\n", pi["module"].get<std::string>(),
+             pi["runtime"].get<std::string>(), pi["arch"].get<std::string>(),
+             pi["gc64"].get<bool>() ? "yes" : "no");
+  fmt::print("vm:         [{}, {})  {}\n", pi["vm"]["begin"].get<std::string>(),
+             pi["vm"]["end"].get<std::string>(), pi["vm"]["source"].get<std::string>());
+  fmt::print(
+      "dispatch:   {} holds {}; vmstate numbering {}\n", pi["dispatch_register"].get<std::string>(),
+      pi["dispatch_register_holds"].get<std::string>(), pi["vmstate_numbering"].get<std::string>());
+  if (!j["vm_cframe"].is_null() && j["vm_cframe"].contains("cfa")) {
+    fmt::print("vm cframe:  CFA {}\n", j["vm_cframe"]["cfa"].get<std::string>());
+  }
+  fmt::print("offsets:\n");
+  for (const auto& [name, f] : pi["fields"].items()) {
+    std::string where;
+    if (!f["evidence"].empty()) {
+      const Json& e = f["evidence"].front();
+      where = fmt::format("  [{} {} {}: {}]", e["function"].get<std::string>(),
+                          e["address"].get<std::string>(), e["bytes"].get<std::string>(),
+                          e["text"].get<std::string>());
+    }
+    fmt::print("  {:<24} {:>6}  {}{}\n", name, f["value"].get<int64_t>(),
+               f["source"].get<std::string>(), where);
+  }
+}
+
+int verify_dwarf(const std::string& binary, bool json) {
+  auto file = elf::ElfFile::open(binary);
+  if (!file.ok()) {
+    std::cerr << "ljprof inspect: " << file.message() << "\n";
+    return 2;
+  }
+  auto info = luajit::extract_proc_info(**file);
+  if (!info.ok()) {
+    std::cerr << "ljprof inspect: " << info.message() << "\n";
+    return 2;
+  }
+  auto dwarf = luajit::read_dwarf_layout(binary);
+  if (!dwarf.ok()) {
+    std::cerr << "ljprof inspect: " << dwarf.message() << "\n";
+    return 2;
+  }
+  bool all = true;
+  Json rows = Json::array();
+  for (const luajit::DwarfCheck& c : luajit::verify_against_dwarf(*info, *dwarf)) {
+    const char* verdict = !c.dwarf ? "N/A" : c.pass ? "PASS" : "FAIL";
+    if (c.dwarf && !c.pass) all = false;
+    if (json) {
+      rows.push_back({{"field", c.field},
+                      {"extracted", c.extracted},
+                      {"dwarf", c.dwarf ? Json(*c.dwarf) : Json(nullptr)},
+                      {"dwarf_rule", c.dwarf_rule},
+                      {"result", verdict}});
+    } else {
+      fmt::print("{:<4}  {:<24} extracted {:>6}  dwarf {:>6}  ({})\n", verdict, c.field,
+                 c.extracted, c.dwarf ? fmt::format("{}", *c.dwarf) : "-", c.dwarf_rule);
+    }
+  }
+  if (json) {
+    std::cout << Json{{"binary", binary}, {"checks", rows}, {"pass", all}}.dump(2) << "\n";
+  } else {
+    fmt::print("{}\n", all ? "verify-dwarf: all PASS" : "verify-dwarf: FAIL");
+  }
+  return all ? 0 : 1;
+}
+
+int verify_live(int pid, bool json) {
+  auto report = luajit::verify_live(pid);
+  if (!report.ok()) {
+    std::cerr << "ljprof inspect: " << report.message() << "\n";
+    return 2;
+  }
+  const bool all = report->all_pass();
+  if (json) {
+    Json checks = Json::array();
+    for (const luajit::VmCheck& c : report->checks) {
+      checks.push_back(
+          {{"check", c.name}, {"result", c.pass ? "PASS" : "FAIL"}, {"detail", c.detail}});
+    }
+    std::cout << Json{{"pid", pid},
+                      {"module", report->module},
+                      {"bias", hex(report->bias)},
+                      {"attempts", report->attempts},
+                      {"pc", hex(report->snapshot.pc)},
+                      {"g", hex(report->snapshot.g)},
+                      {"checks", checks},
+                      {"pass", all}}
+                     .dump(2)
+              << "\n";
+  } else {
+    fmt::print("pid {} module {} bias {:#x}: stop {} at pc {:#x}, G {:#x}\n", pid, report->module,
+               report->bias, report->attempts, report->snapshot.pc, report->snapshot.g);
+    for (const luajit::VmCheck& c : report->checks) {
+      fmt::print("{:<4}  {}  ({})\n", c.pass ? "PASS" : "FAIL", c.name, c.detail);
+    }
+    fmt::print("{}\n", all ? "verify-live: all PASS" : "verify-live: FAIL");
+  }
+  return all ? 0 : 1;
 }
 
 }  // namespace
@@ -149,6 +323,8 @@ void add_inspect_command(CLI::App& app, int* exit_code) {
     std::string binary;
     bool json = false;
     std::vector<std::string> lib_dirs;
+    bool verify_dwarf = false;
+    int verify_live_pid = 0;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -156,12 +332,33 @@ void add_inspect_command(CLI::App& app, int* exit_code) {
       "Show what ljprof understands about a binary: architecture, build-id, unwind and debug "
       "sections, the LuaJIT runtime it is (tarantool, luajit, libluajit, nginx/openresty) and "
       "where the LuaJIT symbols ljprof relies on are.");
-  cmd->add_option("BINARY", opts->binary, "ELF executable or shared object")->required();
+  cmd->add_option("BINARY", opts->binary,
+                  "ELF executable or shared object (required unless --verify-live)");
   cmd->add_flag("--json", opts->json, "Print one JSON object with stable keys instead of text");
   cmd->add_option("--lib-path", opts->lib_dirs,
                   "Extra directory to resolve DT_NEEDED libluajit in, searched first (like "
                   "LD_LIBRARY_PATH); repeatable");
+  cmd->add_flag("--verify-dwarf", opts->verify_dwarf,
+                "Compare every extracted LuaJIT offset with the binary's DWARF (libdw) and "
+                "print PASS/FAIL per field; exit 1 on any FAIL");
+  cmd->add_option("--verify-live", opts->verify_live_pid,
+                  "Check the extracted offsets against running process PID: briefly stops it "
+                  "(ptrace) until a stop lands in the LuaJIT VM, then reads G, cur_L, the Lua "
+                  "stack, jit_base, vmstate and a chunk name; exit 1 on any FAIL");
   cmd->callback([opts, exit_code]() {
+    if (opts->verify_live_pid > 0) {
+      *exit_code = verify_live(opts->verify_live_pid, opts->json);
+      return;
+    }
+    if (opts->binary.empty()) {
+      std::cerr << "ljprof inspect: BINARY is required (or --verify-live PID)\n";
+      *exit_code = 2;
+      return;
+    }
+    if (opts->verify_dwarf) {
+      *exit_code = verify_dwarf(opts->binary, opts->json);
+      return;
+    }
     auto file = elf::ElfFile::open(opts->binary);
     if (!file.ok()) {
       std::cerr << "ljprof inspect: " << file.message() << "\n";

@@ -368,6 +368,27 @@ Result<ExitHandlerMatch> match_exit_handler(const Code& c) {
         m.evidence.push_back(evidence_of(c, c.insns[q], "L->cframe"));
         m.evidence.push_back(evidence_of(c, a, "& CFRAME_RAWMASK"));
         have_cframe = true;
+        const int frame = a.ops[0].reg;
+        for (size_t t = r + 1; t < std::min(n, r + 8); ++t) {
+          const Insn& fi = c.insns[t];
+          const bool via_frame = [&] {
+            for (int o = 0; o < fi.op_count; ++o)
+              if (fi.ops[o].kind == Kind::Mem)
+                return fi.ops[o].base == frame || fi.ops[o].base == stack_reg(c);
+            return false;
+          }();
+          if (!via_frame) {
+            if (fi.kind == InsnKind::Branch || fi.kind == InsnKind::JumpIndirect) break;
+            continue;
+          }
+          if (auto fs = as_store(c, fi); fs && !fs->is_imm && fs->src == l_reg && m.cframe_L < 0) {
+            m.cframe_L = fs->disp;
+            m.evidence.push_back(evidence_of(c, fi, "SAVE_L = L"));
+          } else if (auto fl = as_load(c, fi); fl && m.cframe_PC < 0 && fl->dst != l_reg) {
+            m.cframe_PC = fl->disp;
+            m.evidence.push_back(evidence_of(c, fi, "PC = SAVE_PC"));
+          }
+        }
         break;
       }
     }

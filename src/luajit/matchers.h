@@ -67,7 +67,11 @@ struct ExitHandlerMatch {
   int32_t exit_state = 0;  // the stored ~LJ_VMST_EXIT
   int64_t L_base = 0;      // lua_State.base
   int64_t L_cframe = 0;    // lua_State.cframe
-  uint64_t site = 0;       // address of the jit_base clear
+  // After `sp = L->cframe & ~3` the handler re-reads the C frame: `SAVE_L = L` and
+  // `PC = SAVE_PC` (lj_frame.h CFRAME_OFS_L / CFRAME_OFS_PC); -1 when not seen.
+  int64_t cframe_L = -1;
+  int64_t cframe_PC = -1;
+  uint64_t site = 0;  // address of the jit_base clear
   std::vector<Evidence> evidence;
 };
 Result<ExitHandlerMatch> match_exit_handler(const Code& code);

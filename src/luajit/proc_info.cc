@@ -55,6 +55,7 @@ constexpr LayoutRule kLayoutRules[] = {
     {field::kLStack, 56, 36, "layout rule lj_obj.h lua_State (stack after maxstack)"},
     {field::kFnFfid, 10, 6, "layout rule lj_obj.h GCfuncHeader (ffid after GCHeader)"},
     {field::kFnPc, 32, 16, "layout rule lj_obj.h GCfuncHeader (MRef pc)"},
+    {field::kFnCfunc, 40, 24, "layout rule lj_obj.h GCfuncC.f (after GCfuncHeader)"},
     {field::kPtSizebc, 12, 8, "layout rule lj_obj.h GCproto"},
     {field::kPtChunkname, 64, 40, "layout rule lj_obj.h GCproto"},
     {field::kPtFirstline, 72, 44, "layout rule lj_obj.h GCproto"},
@@ -122,6 +123,22 @@ Result<VmInterval> find_vm_interval(const elf::ElfFile& file) {
   return vm;
 }
 
+// The evidence items whose role starts with one of `roles` (a matcher proves several fields;
+// each field shows the instructions that prove it).
+std::vector<Evidence> pick(const std::vector<Evidence>& all,
+                           std::initializer_list<std::string_view> roles) {
+  std::vector<Evidence> out;
+  for (const Evidence& e : all) {
+    for (std::string_view r : roles) {
+      if (std::string_view(e.role).substr(0, r.size()) == r) {
+        out.push_back(e);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 Field make_field(std::string_view name, int64_t value, std::string source,
                  std::vector<Evidence> evidence = {}) {
   return Field{std::string(name), value, std::move(source), std::move(evidence)};
@@ -173,7 +190,8 @@ Result<Field> choose_jit_base(Runtime runtime, const Result<ExitHandlerMatch>& e
           "references after cur_L (G{:+#x})",
           g_rel, cur_L);
     }
-    return make_field(field::kGJitBase, g_rel, "exit-handler", exit_handler->evidence);
+    return make_field(field::kGJitBase, g_rel, "exit-handler",
+                      pick(exit_handler->evidence, {"G->jit_base", "BASE = G->jit_base"}));
   }
   if (runtime == Runtime::Tarantool) {
     return make_error(
@@ -278,7 +296,12 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
                                      "G{:+#x}",
                                      close->cur_L, to_g + exit_handler->cur_L));
   }
-  info.fields.push_back(make_field(field::kGCurL, close->cur_L, "lua_close", {close->cur_L_store}));
+  std::vector<Evidence> cur_L_evidence = {close->cur_L_store};
+  if (exit_handler.ok()) {
+    for (const Evidence& e : pick(exit_handler->evidence, {"L = G->cur_L"}))
+      cur_L_evidence.push_back(e);
+  }
+  info.fields.push_back(make_field(field::kGCurL, close->cur_L, "lua_close", cur_L_evidence));
   auto jit_base = choose_jit_base(runtime, exit_handler, to_g, close->cur_L, info.ref_size);
   if (!jit_base.ok()) return fail("jit_base", jit_base.message());
   info.fields.push_back(*jit_base);
@@ -290,8 +313,9 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
                     exit_handler.message());
   }
   const ExitHandlerMatch& eh = *exit_handler;
-  LJ_ASSIGN_OR_RETURN(
-      Field vmstate, add_offset(field::kGVmstate, eh.vmstate, *setup, "exit-handler", eh.evidence));
+  LJ_ASSIGN_OR_RETURN(Field vmstate,
+                      add_offset(field::kGVmstate, eh.vmstate, *setup, "exit-handler",
+                                 pick(eh.evidence, {"set_vmstate"})));
   if (vmstate.value >= close->cur_L || vmstate.value % 4 != 0) {
     return fail("vmstate", fmt::format("G{:+#x} must be 4-aligned and before cur_L (G{:+#x}) "
                                        "(lj_obj.h global_State order)",
@@ -302,8 +326,9 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   // J->trace from BC_JLOOP.
   auto jloop = match_jloop(vm, setup->dispatch_reg);
   if (!jloop.ok()) return fail("BC_JLOOP", jloop.message());
-  LJ_ASSIGN_OR_RETURN(Field jtrace, add_offset(field::kGJitTrace, jloop->trace_array, *setup,
-                                               "BC_JLOOP", jloop->evidence));
+  LJ_ASSIGN_OR_RETURN(Field jtrace,
+                      add_offset(field::kGJitTrace, jloop->trace_array, *setup, "BC_JLOOP",
+                                 pick(jloop->evidence, {"J->trace", "T = "})));
   if (jtrace.value <= info.value(field::kGJitBase)) {
     return fail("J->trace", fmt::format("G{:+#x} is not after global_State.jit_base (jit_State "
                                         "follows global_State in GG_State)",
@@ -327,6 +352,16 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
     // the frame size, so the field is left out there.)
     info.fields.push_back(make_field(field::kCframeSize, cframe->cfa_offset, "cfi"));
   }
+
+  if (eh.cframe_L < 0 || eh.cframe_PC < 0) {
+    return fail("exit-handler",
+                "no `SAVE_L = L` / `PC = SAVE_PC` access through the restored "
+                "C frame after `L->cframe & ~3`");
+  }
+  info.fields.push_back(
+      make_field(field::kCframeL, eh.cframe_L, "exit-handler", pick(eh.evidence, {"SAVE_L"})));
+  info.fields.push_back(make_field(field::kCframePc, eh.cframe_PC, "exit-handler",
+                                   pick(eh.evidence, {"PC = SAVE_PC"})));
 
   // vmstate numbering.
   auto interp = match_exit_interp(vm, setup->dispatch_reg, eh.jit_base, eh.vmstate);
@@ -363,7 +398,8 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   info.fields.push_back(make_field(field::kVmstC, s_c, "lj_BC_FUNCC", ccall->evidence));
   info.fields.push_back(make_field(field::kVmstGc, s_c - 1,
                                    "layout rule lj_obj.h LJ_VMST_GC between C/CFUNC and EXIT"));
-  info.fields.push_back(make_field(field::kVmstExit, s_exit, "exit-handler", eh.evidence));
+  info.fields.push_back(
+      make_field(field::kVmstExit, s_exit, "exit-handler", pick(eh.evidence, {"set_vmstate"})));
 
   // lua_State.
   info.fields.push_back(
@@ -376,10 +412,12 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
                                               "stores BASE to L{:+#x}",
                                               gettop->base_offset, eh.L_base));
   }
-  info.fields.push_back(make_field(field::kLBase, eh.L_base, "exit-handler", eh.evidence));
+  info.fields.push_back(
+      make_field(field::kLBase, eh.L_base, "exit-handler", pick(eh.evidence, {"L->base"})));
   info.fields.push_back(
       make_field(field::kLTop, gettop->top_offset, "lua_gettop", gettop->evidence));
-  info.fields.push_back(make_field(field::kLCframe, eh.L_cframe, "exit-handler", eh.evidence));
+  info.fields.push_back(make_field(field::kLCframe, eh.L_cframe, "exit-handler",
+                                   pick(eh.evidence, {"L->cframe", "& CFRAME"})));
 
   // GCstr.
   LJ_ASSIGN_OR_RETURN(DecodedFunction tolstring_fn, decode_symbol(file, "lua_tolstring"));
@@ -390,8 +428,8 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   info.fields.push_back(
       make_field(field::kStrData, tolstring->data_offset, "lua_tolstring", tolstring->evidence));
 
-  info.fields.push_back(
-      make_field(field::kTrMcode, jloop->trace_mcode, "BC_JLOOP", jloop->evidence));
+  info.fields.push_back(make_field(field::kTrMcode, jloop->trace_mcode, "BC_JLOOP",
+                                   pick(jloop->evidence, {"T->mcode", "jump"})));
   const char* mode = info.gc64 ? " (GC64)" : " (non-GC64)";
   for (const LayoutRule& r : kLayoutRules) {
     info.fields.push_back(
@@ -408,15 +446,16 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   }
   // Order the fields as documented (field:: namespace order) for stable output.
   static constexpr std::string_view kOrder[] = {
-      field::kGc64,       field::kGVmstate,    field::kGCurL,       field::kGJitBase,
-      field::kGDispatch,  field::kGJitTrace,   field::kCframePrev,  field::kCframeSize,
-      field::kVmstInterp, field::kVmstLfunc,   field::kVmstFfunc,   field::kVmstC,
-      field::kVmstGc,     field::kVmstExit,    field::kLGlref,      field::kLBase,
-      field::kLTop,       field::kLMaxstack,   field::kLStack,      field::kLCframe,
-      field::kStrLen,     field::kStrData,     field::kFnFfid,      field::kFnPc,
-      field::kPtSizebc,   field::kPtChunkname, field::kPtFirstline, field::kPtNumline,
-      field::kPtLineinfo, field::kPtSize,      field::kTrSzmcode,   field::kTrMcode,
-      field::kTrTraceno,  field::kTrStartpt};
+      field::kGc64,        field::kGVmstate,    field::kGCurL,      field::kGJitBase,
+      field::kGDispatch,   field::kGJitTrace,   field::kCframePrev, field::kCframeSize,
+      field::kCframeL,     field::kCframePc,    field::kVmstInterp, field::kVmstLfunc,
+      field::kVmstFfunc,   field::kVmstC,       field::kVmstGc,     field::kVmstExit,
+      field::kLGlref,      field::kLBase,       field::kLTop,       field::kLMaxstack,
+      field::kLStack,      field::kLCframe,     field::kStrLen,     field::kStrData,
+      field::kFnFfid,      field::kFnPc,        field::kFnCfunc,    field::kPtSizebc,
+      field::kPtChunkname, field::kPtFirstline, field::kPtNumline,  field::kPtLineinfo,
+      field::kPtSize,      field::kTrSzmcode,   field::kTrMcode,    field::kTrTraceno,
+      field::kTrStartpt};
   auto rank = [&](const Field& f) {
     for (size_t i = 0; i < std::size(kOrder); ++i)
       if (kOrder[i] == f.name) return i;
@@ -465,6 +504,9 @@ lj_luajit_info to_walker_info(const LuaJITProcInfo& info) {
   w.str_data = u16(field::kStrData);
   w.fn_ffid = u16(field::kFnFfid);
   w.fn_pc = u16(field::kFnPc);
+  w.fn_cfunc_f = u16(field::kFnCfunc);
+  w.cframe_ofs_L = u16(field::kCframeL);
+  w.cframe_ofs_pc = u16(field::kCframePc);
   w.pt_sizebc = u16(field::kPtSizebc);
   w.pt_chunkname = u16(field::kPtChunkname);
   w.pt_firstline = u16(field::kPtFirstline);

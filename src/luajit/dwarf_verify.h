@@ -1,0 +1,40 @@
+// `ljprof inspect --verify-dwarf`: compares every extracted LuaJITProcInfo value with the
+// struct layouts and enumerators in the binary's own DWARF (libdw), for builds that ship it
+// (Debian's /usr/bin/tarantool).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "luajit/proc_info.h"
+
+namespace ljprof::luajit {
+
+// What the DWARF says: "struct.member" -> byte offset, "sizeof(struct)" -> size,
+// "sizeof(struct.member)" -> size of the member's type, enumerator name -> value.
+struct DwarfLayout {
+  std::map<std::string, int64_t> values;
+  std::optional<int64_t> get(const std::string& key) const;
+};
+
+// Reads the layouts of global_State, lua_State, GG_State, jit_State, GCproto, GCtrace, GCstr,
+// GCfuncL, GCfuncC and the LJ_VMST_* enumerators. Fails when the file has no DWARF or a
+// struct is missing.
+Result<DwarfLayout> read_dwarf_layout(const std::string& path);
+
+struct DwarfCheck {
+  std::string field;
+  int64_t extracted = 0;
+  std::optional<int64_t> dwarf;  // nullopt: DWARF cannot express it (e.g. lj_frame.h macros)
+  std::string dwarf_rule;        // "global_State.cur_L", "GG_State.dispatch - GG_State.g"
+  bool pass = false;
+};
+
+// One row per extracted field.
+std::vector<DwarfCheck> verify_against_dwarf(const LuaJITProcInfo& info, const DwarfLayout& dwarf);
+
+}  // namespace ljprof::luajit
