@@ -1021,6 +1021,26 @@ const MappedFile& CoreFile::file_of(const Mapping& mapping) const {
 const MappedFile* CoreFile::executable() const {
   return state_->exe_index < 0 ? nullptr : &state_->files[state_->exe_index];
 }
+Result<FileAddress> CoreFile::file_address(uint64_t addr) const {
+  const Mapping* m = state_->mapping_at(addr);
+  if (m == nullptr) {
+    return make_error("{}: {:#x} is in no file mapping", state_->path, addr);
+  }
+  const MappedFile& f = file_of(*m);
+  if (!f.usable()) {
+    return make_error("{}: {:#x} is in {}, which is {}: {}", state_->path, addr, f.path,
+                      file_check_name(f.check), f.error);
+  }
+  const uint64_t off = m->file_offset + (addr - m->start);
+  for (const elf::Segment& seg : f.elf->segments()) {
+    if (seg.type == PT_LOAD && off >= seg.offset && off - seg.offset < seg.filesz) {
+      return FileAddress{&f, off, seg.vaddr + (off - seg.offset)};
+    }
+  }
+  return make_error("{}: {:#x} maps file offset {:#x} of {}, which no PT_LOAD of the file holds",
+                    state_->path, addr, off, f.resolved);
+}
+
 std::span<const std::string> CoreFile::diagnostics() const {
   return state_->diagnostics;
 }

@@ -140,6 +140,13 @@ struct Mapping {
   uint32_t file_index = 0;   // index into CoreFile::files()
 };
 
+// Where a process address lies in a mapped file (for symbolization).
+struct FileAddress {
+  const MappedFile* file = nullptr;
+  uint64_t file_offset = 0;
+  uint64_t vaddr = 0;  // the same byte in the file's own (link-time) address space
+};
+
 class CoreFile {
  public:
   static Result<CoreFile> open(const std::string& path, const CoreOptions& options = {});
@@ -169,6 +176,9 @@ class CoreFile {
   const MappedFile& file_of(const Mapping& mapping) const;
   // The executable's MappedFile (found through AT_ENTRY), if known.
   const MappedFile* executable() const;
+  // The mapped file, file offset and link-time address of `addr`; an error when `addr` is in no
+  // file mapping, its file is refused, or the offset is in no PT_LOAD of the file.
+  Result<FileAddress> file_address(uint64_t addr) const;
   // Non-fatal findings of `open`: refused files, link_map entries that could not be resolved.
   std::span<const std::string> diagnostics() const;
 

@@ -5,10 +5,8 @@
 #include <cstring>
 
 extern "C" {
-#include "walker/luajit_layout.h"
-#include "walker/native_step.h"
 #include "walker/native_walk.h"
-#include "walker/walker.h"
+#include "walker/walk_types.h"
 }
 
 namespace ljprof::core {

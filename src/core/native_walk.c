@@ -4,18 +4,18 @@
 
 #include "walker/native_walk.h"
 
-static int lj_walk_read(struct lj_walk_env *env, void *dst, uint32_t len, uint64_t addr) {
+static int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr) {
   return env->mem.read_mem(env->mem.ctx, addr, dst, len);
 }
 
-static int lj_walk_lookup(struct lj_walk_env *env, uint64_t pc, struct lj_cfi_row *row) {
+static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row) {
   return env->lookup(env->lookup_ctx, pc, row) == 0 ? 0 : 1;
 }
 
 #include "walker/walker.h"
 
-void lj_walk_native(struct lj_walk_env *env, const struct lj_luajit_layout *lj,
-                    const struct lj_native_regs *regs, struct lj_walk_result *out) {
+void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+                    const struct lj_native_regs* regs, struct lj_walk_result* out) {
   struct lj_walk_state st = {0};
   st.env = env;
   st.lj = lj;

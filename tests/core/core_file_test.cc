@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include "core/core_file.h"
 #include "core/core_fixtures.h"
@@ -132,12 +133,12 @@ std::vector<uint64_t> file_only_addresses(const CoreFile& core) {
 // What gdb says about one core, from a single gdb run (one run per test keeps the tests fast:
 // loading tarantool's DWARF dominates). Sections are split by `echo` markers.
 struct GdbView {
-  std::string regs, pc, sp, maps, file;
+  std::string regs, pc, sp, maps, file, extra;
   std::vector<uint64_t> file_addrs;
 };
 
 GdbView query_gdb(const CoreFile& core, const std::string& exe, bool multiarch = false,
-                  const std::string& sysroot = "") {
+                  const std::string& sysroot = "", const std::vector<std::string>& extra = {}) {
   GdbView view;
   view.file_addrs = file_only_addresses(core);
   std::vector<std::string> cmds = {"echo @@regs\\n", "thread apply all info registers",
@@ -148,6 +149,8 @@ GdbView query_gdb(const CoreFile& core, const std::string& exe, bool multiarch =
   if (!multiarch) {
     for (uint64_t a : view.file_addrs) cmds.push_back(fmt::format("x/16xb {:#x}", a));
   }
+  cmds.push_back("echo @@extra\\n");
+  cmds.insert(cmds.end(), extra.begin(), extra.end());
   cmds.push_back("echo @@end\\n");
   const std::string out = gdb_batch(exe, core.path(), cmds, multiarch, sysroot);
   auto part = [&](const std::string& name, const std::string& next) {
@@ -161,7 +164,8 @@ GdbView query_gdb(const CoreFile& core, const std::string& exe, bool multiarch =
   view.pc = part("pc", "sp");
   view.sp = part("sp", "maps");
   view.maps = part("maps", "file");
-  view.file = part("file", "end");
+  view.file = part("file", "extra");
+  view.extra = part("extra", "end");
   return view;
 }
 
@@ -216,7 +220,7 @@ TEST(CoreFileAmd64, KernelCoreOfLuajitAbortMatchesGdb) {
   EXPECT_EQ(core->arch(), elf::Arch::X86_64);
   EXPECT_EQ(core->mapping_source(), MappingSource::NtFile);
 
-  const GdbView gdb = query_gdb(*core, kLuajit);
+  const GdbView gdb = query_gdb(*core, kLuajit, false, "", {"info address abort"});
   expect_registers_match_gdb(*core, gdb.regs);
   expect_mappings_match_gdb(*core, gdb.maps);
 
@@ -244,6 +248,22 @@ TEST(CoreFileAmd64, KernelCoreOfLuajitAbortMatchesGdb) {
   expect_thread_bytes_match_gdb(*core, gdb.pc, "pc");
   expect_thread_bytes_match_gdb(*core, gdb.sp, "sp");
   expect_file_backed_bytes_match_gdb(*core, gdb);
+
+  // Process address -> file address: gdb's runtime address of abort() is libc's .dynsym value
+  // of abort (readelf) in libc's own address space.
+  std::smatch m;
+  const std::string extra = gdb.extra;
+  ASSERT_TRUE(std::regex_search(extra, m, std::regex(R"(is at 0x([0-9a-f]+))"))) << extra;
+  const uint64_t abort_addr = std::stoull(m[1], nullptr, 16);
+  auto fa = core->file_address(abort_addr);
+  ASSERT_TRUE(fa.ok()) << fa.message();
+  EXPECT_NE(fa->file->path.find("libc.so"), std::string::npos);
+  const std::string syms = test::run({"readelf", "-sW", "--dyn-syms", fa->file->resolved}).out;
+  std::smatch s;
+  ASSERT_TRUE(std::regex_search(
+      syms, s, std::regex(R"(: ([0-9a-f]+) +\d+ FUNC +GLOBAL +DEFAULT +\d+ abort@@)")));
+  EXPECT_EQ(fa->vaddr, std::stoull(s[1], nullptr, 16));
+  EXPECT_FALSE(core->file_address(core->threads()[0].sp).ok());  // the stack is no file
 }
 
 TEST(CoreFileAmd64, GcoreOfLuajitLoopMatchesGdb) {
