@@ -283,9 +283,10 @@ Status ElfFile::parse_segments() {
     }
     count = sections_[0].info;
   }
-  if (count > Limits::kMaxSegments) {
+  const uint64_t cap = type_ == ET_CORE ? Limits::kMaxCoreSegments : Limits::kMaxSegments;
+  if (count > cap) {
     return make_error("{}: program header table: {} entries exceeds the cap of {}", path_, count,
-                      Limits::kMaxSegments);
+                      cap);
   }
   if (!in_bounds(eh.e_phoff, count * sizeof(Elf64_Phdr), bytes_.size())) {
     return make_error(

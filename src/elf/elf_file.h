@@ -67,6 +67,9 @@ struct Limits {
   static constexpr uint64_t kMaxStringTable = 16u << 20;  // 16 MiB
   static constexpr uint32_t kMaxSections = 1u << 16;
   static constexpr uint32_t kMaxSegments = 1u << 12;
+  // A core has one PT_LOAD per mapping of the process (Linux vm.max_map_count is 65530, and a
+  // Tarantool with thousands of fibers has two mappings per fiber stack).
+  static constexpr uint32_t kMaxCoreSegments = 1u << 17;
   static constexpr uint64_t kMaxSymbols = 1u << 22;  // both tables together
   static constexpr uint32_t kMaxNeeded = 1024;
 };

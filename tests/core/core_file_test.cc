@@ -488,6 +488,38 @@ TEST(CoreFileArm64, WrongExecutableIsRefused) {
   EXPECT_FALSE(wrong->read(wrong->threads()[0].pc, b, sizeof(b)).ok());
 }
 
+// 6000 mappings (two per iteration: read-only and read-write pages do not merge) give a core
+// with more program headers than an executable may have; the values the workload wrote into its
+// pages are read back.
+TEST(CoreFileAmd64, CoreWithThousandsOfMappings) {
+  ScratchDir dir;
+  const char* lua =
+      "local ffi=require'ffi' ffi.cdef'void* mmap(void*, size_t, int, int, int, long); void "
+      "abort(void);' for i=1,3000 do ffi.C.mmap(nil,4096,1,0x22,-1,0) "
+      "local p=ffi.cast('uint64_t*', ffi.C.mmap(nil,4096,3,0x22,-1,0)) p[0]=0x5eed0000+i "
+      "if i%500==0 then io.write(string.format('page %d %.0f\\n', i, "
+      "tonumber(ffi.cast('uintptr_t', p)))) end end io.stdout:flush() ffi.C.abort()";
+  MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", lua});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  const std::string phdrs = test::run({"readelf", "-hW", made.core}).out;
+  std::smatch count;
+  ASSERT_TRUE(std::regex_search(phdrs, count, std::regex(R"(Number of program headers:\s+(\d+))")));
+  EXPECT_GT(std::stoul(count[1]), 6000u);
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  std::regex page(R"(page (\d+) (\d+))");
+  int checked = 0;
+  for (auto it = std::sregex_iterator(made.output.begin(), made.output.end(), page);
+       it != std::sregex_iterator(); ++it) {
+    const uint64_t addr = std::stoull((*it)[2]);
+    auto v = core->read_u64(addr);
+    ASSERT_TRUE(v.ok()) << v.message();
+    EXPECT_EQ(*v, 0x5eed0000u + std::stoull((*it)[1]));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6) << made.output;
+}
+
 TEST(CoreFileErrors, NotACoreFile) {
   auto r = CoreFile::open(kLuajit);
   ASSERT_FALSE(r.ok());
