@@ -566,7 +566,23 @@ void CoreFile::State::add_elf_mappings(uint32_t file_index, uint64_t bias) {
           fmt::format("{}: {} at bias {:#x}: segment address overflows", path, f.resolved, bias));
       continue;
     }
-    mappings.push_back(Mapping{start, end, seg.offset & ~(page - 1), file_index});
+    // Insert in order and refuse overlaps at once: reads made while the link_map is still being
+    // walked already look mappings up by binary search.
+    const Mapping m{start, end, seg.offset & ~(page - 1), file_index};
+    auto at = std::upper_bound(mappings.begin(), mappings.end(), m.start,
+                               [](uint64_t a, const Mapping& x) { return a < x.start; });
+    const Mapping* before = at == mappings.begin() ? nullptr : &*(at - 1);
+    const Mapping* after = at == mappings.end() ? nullptr : &*at;
+    const Mapping* clash = before != nullptr && before->end > m.start ? before
+                           : after != nullptr && after->start < m.end ? after
+                                                                      : nullptr;
+    if (clash != nullptr) {
+      diagnostics.push_back(fmt::format(
+          "{}: mapping {:#x}..{:#x} of {} overlaps {:#x}..{:#x} of {}; dropped", path, m.start,
+          m.end, f.path, clash->start, clash->end, files[clash->file_index].path));
+      continue;
+    }
+    mappings.insert(at, m);
   }
 }
 
@@ -690,20 +706,6 @@ void CoreFile::State::build_link_map_mappings() {
         fmt::format("{}: link_map list longer than {} entries (cap); rest ignored", path,
                     Limits::kMaxLinkMapEntries));
   }
-  std::sort(mappings.begin(), mappings.end(),
-            [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
-  std::vector<Mapping> kept;
-  for (const Mapping& m : mappings) {
-    if (!kept.empty() && m.start < kept.back().end) {
-      diagnostics.push_back(fmt::format(
-          "{}: link_map mapping {:#x}..{:#x} of {} overlaps {:#x}..{:#x} of {}; dropped", path,
-          m.start, m.end, files[m.file_index].path, kept.back().start, kept.back().end,
-          files[kept.back().file_index].path));
-      continue;
-    }
-    kept.push_back(m);
-  }
-  mappings = std::move(kept);
 }
 
 // The build-id note of the ELF file whose first page (file offset 0) the core holds at
