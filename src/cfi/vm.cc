@@ -55,12 +55,366 @@ Result<FdeSummary> find_interpreter_fde(const elf::ElfFile& file) {
 
 namespace internal {
 
+namespace {
+
+// One decoded instruction, reduced to what the patterns look at.
+struct Insn {
+  uint64_t addr = 0;
+  uint32_t size = 0;
+  unsigned id = 0;
+  uint8_t op_count = 0;
+  struct Op {
+    enum Kind : uint8_t { None, Reg, Imm, Mem } kind = None;
+    unsigned reg = 0;   // Reg; Mem: base
+    int64_t value = 0;  // Imm; Mem: displacement
+  } ops[3];
+  uint64_t end() const { return addr + size; }
+};
+
+// Linear sweep of [begin, end) with Capstone. The LuaJIT VM (DynASM output of vm_x64.dasc /
+// vm_arm64.dasc) is code only; a byte Capstone cannot decode is skipped and breaks any
+// pattern across it (the pattern then simply does not match: fail closed).
+std::vector<Insn> disassemble(const elf::ElfFile& file, uint64_t begin, uint64_t end) {
+  std::vector<Insn> out;
+  auto bytes = file.read(begin, end - begin);
+  if (!bytes.ok()) return out;
+  csh handle;
+  const bool a64 = file.arch() == elf::Arch::AArch64;
+  if (cs_open(a64 ? CS_ARCH_ARM64 : CS_ARCH_X86, a64 ? CS_MODE_ARM : CS_MODE_64, &handle) !=
+      CS_ERR_OK) {
+    return out;
+  }
+  cs_option(handle, CS_OPT_DETAIL, CS_OPT_ON);
+  cs_insn* insn = cs_malloc(handle);
+  const uint8_t* code = bytes->data();
+  size_t size = bytes->size();
+  uint64_t addr = begin;
+  while (size > 0) {
+    if (!cs_disasm_iter(handle, &code, &size, &addr, insn)) {
+      Insn gap;  // undecodable byte: an id-0 marker no pattern accepts
+      gap.addr = addr;
+      gap.size = a64 ? 4 : 1;
+      out.push_back(gap);
+      size_t skip = std::min<size_t>(size, gap.size);
+      code += skip;
+      size -= skip;
+      addr += skip;
+      continue;
+    }
+    Insn d;
+    d.addr = insn->address;
+    d.size = insn->size;
+    d.id = insn->id;
+    if (a64) {
+      const cs_arm64& x = insn->detail->arm64;
+      d.op_count = static_cast<uint8_t>(std::min<int>(x.op_count, 3));
+      for (int i = 0; i < d.op_count; ++i) {
+        const cs_arm64_op& op = x.operands[i];
+        if (op.type == ARM64_OP_REG) d.ops[i] = {Insn::Op::Reg, static_cast<unsigned>(op.reg), 0};
+        if (op.type == ARM64_OP_IMM) d.ops[i] = {Insn::Op::Imm, 0, op.imm};
+        if (op.type == ARM64_OP_MEM) {
+          d.ops[i] = {Insn::Op::Mem, static_cast<unsigned>(op.mem.base), op.mem.disp};
+        }
+      }
+    } else {
+      const cs_x86& x = insn->detail->x86;
+      d.op_count = static_cast<uint8_t>(std::min<int>(x.op_count, 3));
+      for (int i = 0; i < d.op_count; ++i) {
+        const cs_x86_op& op = x.operands[i];
+        if (op.type == X86_OP_REG) d.ops[i] = {Insn::Op::Reg, static_cast<unsigned>(op.reg), 0};
+        if (op.type == X86_OP_IMM) d.ops[i] = {Insn::Op::Imm, 0, op.imm};
+        if (op.type == X86_OP_MEM) {
+          d.ops[i] = {Insn::Op::Mem, static_cast<unsigned>(op.mem.base), op.mem.disp};
+        }
+      }
+    }
+    out.push_back(d);
+  }
+  cs_free(insn, 1);
+  cs_close(&handle);
+  return out;
+}
+
+bool is_reg(const Insn& i, int n, unsigned reg) {
+  return i.op_count > n && i.ops[n].kind == Insn::Op::Reg && i.ops[n].reg == reg;
+}
+bool is_imm(const Insn& i, int n) {
+  return i.op_count > n && i.ops[n].kind == Insn::Op::Imm;
+}
+
+// x86-64 instruction shapes.
+bool x_push(const Insn& i) {
+  return i.id == X86_INS_PUSH && i.op_count == 1 && i.ops[0].kind == Insn::Op::Reg;
+}
+bool x_pop(const Insn& i) {
+  return i.id == X86_INS_POP && i.op_count == 1 && i.ops[0].kind == Insn::Op::Reg;
+}
+bool x_rsp_imm(const Insn& i, unsigned id) {
+  return i.id == id && i.op_count == 2 && is_reg(i, 0, X86_REG_RSP) && is_imm(i, 1) &&
+         i.ops[1].value > 0;
+}
+bool x_jmp_reg(const Insn& i) {
+  return i.id == X86_INS_JMP && i.op_count == 1 && i.ops[0].kind == Insn::Op::Reg;
+}
+bool x_mov_rsp_reg(const Insn& i) {
+  return i.id == X86_INS_MOV && i.op_count == 2 && is_reg(i, 0, X86_REG_RSP) &&
+         i.ops[1].kind == Insn::Op::Reg;
+}
+bool x_store_rsp(const Insn& i) {
+  return i.id == X86_INS_MOV && i.op_count == 2 && i.ops[0].kind == Insn::Op::Mem &&
+         i.ops[0].reg == X86_REG_RSP;
+}
+
+lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint = LJ_CFI_KEEP) {
+  lj_cfi_row r{};
+  r.hint = hint;
+  r.cfa_base = LJ_CFI_REG_SP;
+  r.cfa_offset = cfa;
+  r.ra_rule = LJ_CFI_RULE_AT_CFA;
+  r.ra_offset = -8;
+  r.fp_rule = fp_rule;
+  r.fp_offset = fp_off;
+  return r;
+}
+
+lj_cfi_row invalid() {
+  lj_cfi_row r{};
+  r.hint = LJ_CFI_INVALID;
+  r.ra_rule = LJ_CFI_RULE_UNKNOWN;
+  r.fp_rule = LJ_CFI_RULE_UNKNOWN;
+  return r;
+}
+
+struct Finder {
+  const elf::ElfFile& file;
+  const VmHints& vm;
+  std::vector<VmSubRange> out;
+
+  // "symbol" when the symbol of that name (.symtab, else .dynsym) contains pc.
+  std::string how(uint64_t pc, const char* name) const {
+    const elf::Symbol* s = file.find_symbol(name);
+    bool inside = s != nullptr && s->value <= pc && pc < s->value + std::max<uint64_t>(s->size, 1);
+    return inside ? "symbol" : "pattern";
+  }
+  void add(uint64_t b, uint64_t e, std::string what, std::string how, lj_cfi_row row) {
+    if (b >= e) return;
+    out.push_back({b, e, std::move(what), std::move(how), row});
+  }
+};
+
+// x86-64 (lj_frame.h CFRAME_SIZE; vm_x64.dasc saveregs/restoreregs, BC_JLOOP, vm_exit_handler,
+// vm_exit_interp). `cfa` is the blanket rule's rsp offset (the C frame size).
+void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t blanket_fp) {
+  const int64_t frame = cfa;
+  int64_t jit_extra = 0;           // CFRAME_SIZE_JIT - CFRAME_SIZE, from JLOOP's `sub rsp, imm`
+  std::vector<uint64_t> consumed;  // starts of instructions already explained
+  for (size_t i = 0; i < code.size(); ++i) {
+    // Exit handler: >= 8 GPR pushes (with `lea rbp, [rsp+N]` in between), then state saves,
+    // until `mov rsp, reg` restores the C frame from L->cframe. Entered from trace exit stubs
+    // with an rsp only the trace knows: no static rule.
+    if (x_push(code[i])) {
+      size_t j = i;
+      int pushes = 0;
+      while (j < code.size() && (x_push(code[j]) || code[j].id == X86_INS_LEA)) {
+        pushes += x_push(code[j]) ? 1 : 0;
+        ++j;
+      }
+      if (pushes >= 8) {
+        size_t k = j;
+        while (k < code.size() && k < j + 256 && !x_mov_rsp_reg(code[k])) ++k;
+        uint64_t stop = k < code.size() && x_mov_rsp_reg(code[k]) ? code[k].end() : f.vm.end;
+        f.add(code[i].addr, stop, "trace exit handler (all GPRs pushed, rsp from the trace)",
+              f.how(code[i].addr, "lj_vm_exit_handler"), invalid());
+        while (i + 1 < code.size() && code[i + 1].addr < stop) ++i;
+        continue;
+      }
+      // Entry prologue: pushes then `sub rsp, imm` completing the C frame.
+      if (j < code.size() && x_rsp_imm(code[j], X86_INS_SUB) && j > i) {
+        int n = static_cast<int>(j - i);
+        int64_t d0 = frame - code[j].ops[1].value - 8 * n;
+        bool pushes_rbp = false;
+        for (size_t k = i; k < j; ++k) pushes_rbp |= is_reg(code[k], 0, X86_REG_RBP);
+        // d0 == 8: called (RA only). d0 == 16 without push rbp: the FFI callback stub pushed
+        // rbp before jumping here (vm_ffi_callback's saveregs_).
+        if ((d0 == 8) || (d0 == 16 && !pushes_rbp)) {
+          int64_t d = d0;
+          uint8_t fp_rule = d0 == 16 ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
+          int32_t fp_off = d0 == 16 ? -16 : 0;
+          const char* names[] = {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall",
+                                 "lj_vm_ffi_callback"};
+          std::string how = "pattern", who = "VM entry";
+          for (const char* nm : names) {
+            const elf::Symbol* sym = f.file.find_symbol(nm);
+            if (sym != nullptr && sym->value == code[i].addr) {
+              how = "symbol";
+              who = nm;
+            }
+          }
+          for (size_t k = i; k <= j; ++k) {
+            f.add(code[k].addr, code[k].end(),
+                  fmt::format("{} prologue before sub rsp,{:#x}", who, code[j].ops[1].value), how,
+                  sp_row(static_cast<int32_t>(d), fp_rule, fp_off));
+            if (k < j) {
+              d += 8;
+              if (is_reg(code[k], 0, X86_REG_RBP)) {
+                fp_rule = LJ_CFI_RULE_AT_CFA;
+                fp_off = static_cast<int32_t>(-d);
+              }
+            }
+          }
+          i = j;
+          continue;
+        }
+      }
+    }
+    // Epilogue: `add rsp, imm; pop...; ret` unwinding the C frame (vm_leave_*).
+    if (x_rsp_imm(code[i], X86_INS_ADD)) {
+      size_t j = i + 1;
+      while (j < code.size() && x_pop(code[j])) ++j;
+      int n = static_cast<int>(j - i - 1);
+      if (j < code.size() && code[j].id == X86_INS_RET &&
+          frame - code[i].ops[1].value - 8 * n == 8) {
+        int64_t d = frame - code[i].ops[1].value;
+        uint8_t fp_rule = LJ_CFI_RULE_AT_CFA;
+        int32_t fp_off = blanket_fp;
+        for (size_t k = i + 1; k <= j; ++k) {
+          f.add(code[k].addr, code[k].end(), "VM exit epilogue after add rsp", "pattern",
+                sp_row(static_cast<int32_t>(d), fp_rule, fp_off));
+          d -= 8;
+          if (is_reg(code[k], 0, X86_REG_RBP)) {
+            fp_rule = LJ_CFI_RULE_SAME;
+            fp_off = 0;
+          }
+        }
+        i = j;
+        continue;
+      }
+    }
+    // JLOOP: `sub rsp, imm; (mov [rsp+N], reg)*; jmp reg` enters a trace with the JIT frame.
+    if (x_rsp_imm(code[i], X86_INS_SUB)) {
+      size_t j = i + 1;
+      while (j < code.size() && j < i + 4 && x_store_rsp(code[j])) ++j;
+      if (j < code.size() && x_jmp_reg(code[j])) {
+        jit_extra = code[i].ops[1].value;
+        f.add(code[i].end(), code[j].end(),
+              fmt::format("JLOOP after sub rsp,{:#x} (trace entry)", jit_extra),
+              f.how(code[i].addr, "lj_BC_JLOOP"),
+              sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp));
+        i = j;
+        continue;
+      }
+    }
+  }
+  // vm_exit_interp entry: `add rsp, <JIT extra>` right after an unconditional jmp (it is a
+  // label reached from traces, which run with the JIT frame).
+  if (jit_extra > 0) {
+    for (size_t i = 1; i < code.size(); ++i) {
+      if (code[i - 1].id == X86_INS_JMP && x_rsp_imm(code[i], X86_INS_ADD) &&
+          code[i].ops[1].value == jit_extra) {
+        bool covered = false;
+        for (const VmSubRange& s : f.out)
+          covered |= s.begin <= code[i].addr && code[i].addr < s.end;
+        if (covered) continue;
+        f.add(code[i].addr, code[i].end(),
+              fmt::format("trace exit to interpreter before add rsp,{:#x}", jit_extra),
+              f.how(code[i].addr, "lj_vm_exit_interp"),
+              sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp));
+      }
+    }
+  }
+}
+
+// AArch64 (vm_arm64.dasc saveregs/restoreregs): the blanket rule is CFA = x29 + 16, which
+// holds only once x29 points at this frame's saved fp/lr pair.
+void detect_arm64(Finder& f, const std::vector<Insn>& code) {
+  auto sub_sp = [](const Insn& i) {
+    return i.id == ARM64_INS_SUB && i.op_count == 3 && is_reg(i, 0, ARM64_REG_SP) &&
+           is_reg(i, 1, ARM64_REG_SP) && is_imm(i, 2);
+  };
+  auto add_sp = [](const Insn& i) {
+    return i.id == ARM64_INS_ADD && i.op_count == 3 && is_reg(i, 0, ARM64_REG_SP) &&
+           is_reg(i, 1, ARM64_REG_SP) && is_imm(i, 2);
+  };
+  auto fp_lr_pair = [](const Insn& i, unsigned id) {
+    return i.id == id && i.op_count == 3 && is_reg(i, 0, ARM64_REG_X29) &&
+           is_reg(i, 1, ARM64_REG_X30) && i.ops[2].kind == Insn::Op::Mem &&
+           i.ops[2].reg == ARM64_REG_SP;
+  };
+  auto row = [](uint8_t base, int32_t cfa, bool saved) {
+    lj_cfi_row r{};
+    r.hint = LJ_CFI_KEEP;
+    r.cfa_base = base;
+    r.cfa_offset = cfa;
+    r.ra_rule = saved ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
+    r.ra_offset = saved ? -8 : 0;
+    r.fp_rule = saved ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
+    r.fp_offset = saved ? -16 : 0;
+    return r;
+  };
+  for (size_t i = 0; i + 2 < code.size(); ++i) {
+    // Prologue: sub sp, sp, #S; stp x29, x30, [sp, #S-16]; add x29, sp, #S-16.
+    if (sub_sp(code[i]) && fp_lr_pair(code[i + 1], ARM64_INS_STP) &&
+        code[i + 2].id == ARM64_INS_ADD && is_reg(code[i + 2], 0, ARM64_REG_X29) &&
+        is_reg(code[i + 2], 1, ARM64_REG_SP)) {
+      int64_t size = code[i].ops[2].value;
+      int64_t slot = code[i + 1].ops[2].value;
+      if (slot + 16 != size || !is_imm(code[i + 2], 2) || code[i + 2].ops[2].value != slot)
+        continue;
+      std::string what = fmt::format("VM entry prologue before add x29, sp, #{:#x}", slot);
+      f.add(code[i].addr, code[i].end(), what, "pattern", row(LJ_CFI_REG_SP, 0, false));
+      f.add(code[i + 1].addr, code[i + 1].end(), what, "pattern",
+            row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
+      f.add(code[i + 2].addr, code[i + 2].end(), what, "pattern",
+            row(LJ_CFI_REG_SP, static_cast<int32_t>(size), true));
+      i += 2;
+      continue;
+    }
+    // Epilogue: ldp x29, x30, [sp, #S-16]; add sp, sp, #S; ret.
+    if (fp_lr_pair(code[i], ARM64_INS_LDP) && add_sp(code[i + 1]) &&
+        code[i + 2].id == ARM64_INS_RET) {
+      int64_t size = code[i + 1].ops[2].value;
+      if (code[i].ops[2].value + 16 != size) continue;
+      f.add(code[i + 1].addr, code[i + 1].end(), "VM exit epilogue after ldp x29, x30", "pattern",
+            row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
+      f.add(code[i + 2].addr, code[i + 2].end(), "VM exit epilogue after ldp x29, x30", "pattern",
+            row(LJ_CFI_REG_SP, 0, false));
+      i += 2;
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,
                                             const lj_cfi_row& blanket) {
-  (void)file;
-  (void)vm;
-  (void)blanket;
-  return {};
+  Finder f{file, vm, {}};
+  if (vm.end <= vm.begin || vm.end - vm.begin > (64u << 20)) return {};
+  std::vector<Insn> code = disassemble(file, vm.begin, vm.end);
+  if (file.arch() == elf::Arch::X86_64) {
+    if (blanket.cfa_base != LJ_CFI_REG_SP) return {};
+    detect_x86(f, code, blanket.cfa_offset,
+               blanket.fp_rule == LJ_CFI_RULE_AT_CFA ? blanket.fp_offset : -16);
+    // A named entry symbol whose prologue did not match gets no rule at all.
+    for (const char* name : {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall",
+                             "lj_vm_exit_handler", "lj_BC_JLOOP"}) {
+      const elf::Symbol* s = file.find_symbol(name);
+      if (s == nullptr || s->value < vm.begin || s->value >= vm.end) continue;
+      bool found = false;
+      for (const VmSubRange& r : f.out)
+        found |= r.how == "symbol" && r.begin >= s->value &&
+                 r.begin < s->value + std::max<uint64_t>(s->size, 1);
+      if (!found) {
+        f.add(s->value, s->value + std::max<uint64_t>(s->size, 1),
+              fmt::format("{}: expected instruction pattern not found", name), "symbol", invalid());
+      }
+    }
+  } else {
+    detect_arm64(f, code);
+  }
+  std::sort(f.out.begin(), f.out.end(),
+            [](const VmSubRange& a, const VmSubRange& b) { return a.begin < b.begin; });
+  for (VmSubRange& r : f.out) r.row.pc_start = r.begin;
+  return f.out;
 }
 
 }  // namespace internal
