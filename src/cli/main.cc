@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
       "Exit status: 0 success, 1 a check failed, 2 bad input or usage.");
   int exit_code = 0;
   ljprof::cli::add_inspect_command(app, &exit_code);
+  ljprof::cli::add_core_command(app, &exit_code);
   ljprof::cli::add_cfi_command(app, &exit_code);
   try {
     app.parse(argc, argv);

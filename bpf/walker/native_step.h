@@ -1,0 +1,89 @@
+/* native_step.h: one native unwinding step from a compact CFI row (cfi_row.h).
+ *
+ * Plain, BPF-verifiable C: no loops, no recursion, no libc. The includer provides
+ *   static int lj_walk_read(struct lj_walk_env *env, void *dst, uint32_t len, uint64_t addr);
+ * (0 on success; bpf_probe_read_user in the kernel build, a core-file reader natively) before
+ * including this header, and the fixed-width integer types.
+ */
+#ifndef LJPROF_BPF_WALKER_NATIVE_STEP_H
+#define LJPROF_BPF_WALKER_NATIVE_STEP_H
+
+#include "walker/cfi_row.h"
+#include "walker/inline.h"
+#include "walker/walk_types.h"
+
+struct lj_walk_env;
+static int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr);
+
+/* Outcome of one step. */
+#define LJ_STEP_OK 0         /* regs now describe the caller */
+#define LJ_STEP_ROOT 1       /* the frame is a proven root (Stop row / RA undefined) */
+#define LJ_STEP_NO_CFI 2     /* Invalid row: no usable rule at this pc */
+#define LJ_STEP_READ_FAULT 3 /* a saved RA/FP slot could not be read */
+#define LJ_STEP_BAD_FRAME 4  /* the rule gives an impossible frame (CFA not above SP, pc 0) */
+#define LJ_STEP_FP_UNKNOWN 5 /* the CFA is FP-based but the FP was lost by an earlier step */
+#define LJ_STEP_RA_UNKNOWN 6 /* the RA rule is "same value" but x30 is not known here */
+#define LJ_STEP_RA_ZERO 7    /* the saved return address is 0: the chain ends (thread entry) */
+
+/* Applies `row` to `r`. `row` must be the row covering r->pc (for a caller frame: r->pc - 1,
+ * the call instruction, since the return address may start the next function's row). */
+LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* row,
+                             struct lj_native_regs* r) {
+  uint64_t cfa, ra, fp;
+
+  if (row->hint == LJ_CFI_STOP) return LJ_STEP_ROOT;
+  if (row->hint == LJ_CFI_INVALID) return LJ_STEP_NO_CFI;
+
+  if (row->cfa_base == LJ_CFI_REG_FP) {
+    if (!r->fp_valid) return LJ_STEP_FP_UNKNOWN;
+    cfa = r->fp + (int64_t)row->cfa_offset;
+  } else {
+    cfa = r->sp + (int64_t)row->cfa_offset;
+  }
+  /* Both ABIs: the CFA is the caller's SP, and stacks grow down. */
+  if (cfa <= r->sp) return LJ_STEP_BAD_FRAME;
+
+  switch (row->ra_rule) {
+    case LJ_CFI_RULE_AT_CFA:
+      if (lj_walk_read(env, &ra, sizeof(ra), cfa + (int64_t)row->ra_offset) != 0)
+        return LJ_STEP_READ_FAULT;
+      break;
+    case LJ_CFI_RULE_SAME:
+      if (!r->lr_valid) return LJ_STEP_RA_UNKNOWN;
+      ra = r->lr;
+      break;
+    case LJ_CFI_RULE_UNDEFINED:
+      return LJ_STEP_ROOT;
+    default:
+      return LJ_STEP_NO_CFI;
+  }
+
+  switch (row->fp_rule) {
+    case LJ_CFI_RULE_AT_CFA:
+      if (lj_walk_read(env, &fp, sizeof(fp), cfa + (int64_t)row->fp_offset) != 0)
+        return LJ_STEP_READ_FAULT;
+      r->fp = fp;
+      r->fp_valid = 1;
+      break;
+    case LJ_CFI_RULE_VAL_CFA:
+      r->fp = cfa + (int64_t)row->fp_offset;
+      r->fp_valid = 1;
+      break;
+    case LJ_CFI_RULE_SAME:
+      break;
+    default:
+      r->fp_valid = 0;
+      break;
+  }
+
+  /* AArch64 return addresses may carry a pointer-authentication signature in the top bits;
+   * user-space addresses fit in 48 bits on both architectures. */
+  ra &= 0x0000ffffffffffffULL;
+  if (ra == 0) return LJ_STEP_RA_ZERO;
+  r->pc = ra;
+  r->sp = cfa;
+  r->lr_valid = 0;
+  return LJ_STEP_OK;
+}
+
+#endif /* LJPROF_BPF_WALKER_NATIVE_STEP_H */

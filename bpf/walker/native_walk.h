@@ -1,0 +1,38 @@
+/* native_walk.h: the C entry point of the natively compiled walker (src/core/native_walk.c).
+ * The memory reader and the row lookup are callbacks here; the kernel build binds the same
+ * walker to bpf_probe_read_user and BPF maps instead. */
+#ifndef LJPROF_BPF_WALKER_NATIVE_WALK_H
+#define LJPROF_BPF_WALKER_NATIVE_WALK_H
+
+#include <stdint.h>
+
+#include "core/read_mem.h"
+#include "walker/cfi_row.h"
+#include "walker/luajit_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct lj_native_regs;
+struct lj_walk_result;
+
+/* Returns 0 and fills `row` with the row covering runtime address `pc`, or nonzero when no
+ * module with CFI covers it. */
+typedef int (*lj_row_lookup_fn)(void* ctx, uint64_t pc, struct lj_cfi_row* row);
+
+struct lj_walk_env {
+  struct ljprof_mem_reader mem;
+  lj_row_lookup_fn lookup;
+  void* lookup_ctx;
+};
+
+/* Walks one stack from `regs` (copied, not modified). `lj` may be NULL. */
+void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+                    const struct lj_native_regs* regs, struct lj_walk_result* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LJPROF_BPF_WALKER_NATIVE_WALK_H */

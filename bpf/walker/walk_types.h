@@ -1,0 +1,63 @@
+/* walk_types.h: what the walker takes and gives — the thread registers it starts from and the
+ * frames it emits. Plain C, fixed size; shared by the walker, the BPF program's ring-buffer
+ * records and the C++ code that symbolizes them. */
+#ifndef LJPROF_BPF_WALKER_WALK_TYPES_H
+#define LJPROF_BPF_WALKER_WALK_TYPES_H
+
+#ifndef LJ_WALK_MAX_FRAMES
+#define LJ_WALK_MAX_FRAMES 256 /* mixed frames per stack */
+#endif
+#ifndef LJ_WALK_MAX_STEPS
+#define LJ_WALK_MAX_STEPS 512 /* loop iterations: frames + VM hand-overs */
+#endif
+
+/* The registers a step needs. `lr` is AArch64's x30 and is meaningful only while `lr_valid`
+ * (the sampled leaf frame): a caller's x30 is never recovered by these rows. */
+struct lj_native_regs {
+  uint64_t pc;
+  uint64_t sp;
+  uint64_t fp;
+  uint64_t lr;
+  uint8_t lr_valid;
+  uint8_t fp_valid; /* 0 once a row said the caller's FP cannot be recovered */
+  uint8_t pad[6];
+};
+
+/* Frame kinds. */
+#define LJ_FRAME_NATIVE 0 /* pc: instruction address (exact for the leaf, else return address) */
+#define LJ_FRAME_LUA 1    /* a: GCfunc of a Lua function, b: bytecode pc (0 = unknown) */
+#define LJ_FRAME_CFUNC 2  /* a: GCfunc of a C/fast function called from Lua, b: its C entry */
+#define LJ_FRAME_ROOT 3   /* pc: the proven root frame's pc (Stop row / RA undefined) */
+
+/* How a walk ended (lj_walk_result.end). */
+#define LJ_END_ROOT 0             /* reached a proven root */
+#define LJ_END_RA_ZERO 1          /* a return address of 0 ended the chain */
+#define LJ_END_NO_CFI 2           /* [unknown: no CFI at pc] */
+#define LJ_END_NO_MODULE 3        /* [unknown: pc in no known module] */
+#define LJ_END_READ_FAULT 4       /* [unknown: memory read failed] */
+#define LJ_END_BAD_FRAME 5        /* [unknown: impossible frame] */
+#define LJ_END_FP_UNKNOWN 6       /* [unknown: frame pointer lost] */
+#define LJ_END_RA_UNKNOWN 7       /* [unknown: return address register lost] */
+#define LJ_END_TRUNCATED 8        /* frame or step budget exhausted */
+#define LJ_END_NO_LUAJIT 9        /* VM pc but no LuaJIT layout for this process */
+#define LJ_END_BAD_LUA_STATE 10   /* the VM C frame's lua_State fails its checks */
+#define LJ_END_CFRAME_MISMATCH 11 /* native walk reached the VM off the cframe chain */
+#define LJ_END_BAD_LUA_FRAME 12   /* a Lua frame link is out of the Lua stack */
+
+struct lj_walk_frame {
+  uint64_t pc; /* native/root: pc; Lua/cfunc: the GCfunc address */
+  uint64_t b;  /* Lua: bytecode pc (0 = unknown); cfunc: C entry point */
+  uint32_t kind;
+  uint32_t lua_state; /* index of the lua_State segment this frame belongs to (Lua frames) */
+};
+
+struct lj_walk_result {
+  uint32_t nframes;
+  uint32_t end;        /* LJ_END_* */
+  uint64_t end_pc;     /* pc at which the walk ended */
+  uint32_t lua_states; /* number of distinct lua_State segments entered */
+  uint32_t pad;
+  struct lj_walk_frame frames[LJ_WALK_MAX_FRAMES];
+};
+
+#endif /* LJPROF_BPF_WALKER_WALK_TYPES_H */

@@ -1,0 +1,294 @@
+/* walker.h: the one mixed native + LuaJIT stack walker.
+ *
+ * Plain, BPF-verifiable C: bounded loops only, no recursion, no libc, fixed-size state, every
+ * memory read through lj_walk_read(). The same code is compiled by clang -target bpf into the
+ * live recorder and natively into `ljprof core`. The includer provides, before including:
+ *   the fixed-width integer types, and
+ *   static int lj_walk_read(struct lj_walk_env *env, void *dst, uint32_t len, uint64_t addr);
+ *   static int lj_walk_lookup(struct lj_walk_env *env, uint64_t pc, struct lj_cfi_row *row);
+ * lj_walk_lookup finds the row covering `pc` (a runtime address) in the unwind table of the
+ * module mapped there, after removing that module's load bias; it returns 0, or
+ * LJ_LOOKUP_NO_MODULE when no module with CFI covers pc (e.g. JIT machine code).
+ *
+ * Walk model. Native frames are stepped with CFI rows (native_step.h). A row with hint KEEP
+ * marks a pc inside the LuaJIT VM: the VM's C frame is there, at the current sp, so the walk
+ * switches to the Lua stack of the lua_State stored in that C frame (lj_frame.h CFRAME_OFS_L)
+ * and emits Lua frames until it reaches a C boundary (FRAME_C: lua_call; FRAME_CP:
+ * lua_pcall/lua_cpcall) or the bottom of that Lua stack. There it hands back to native: it
+ * steps over the VM's C frame with the KEEP row (the VM's own CFI rule) and continues native
+ * unwinding; the next VM pc re-enters the Lua walk where it stopped (same lua_State) or at a
+ * new lua_State (coroutines, Tarantool fibers). Every VM entry is cross-checked against the
+ * lua_State's cframe chain (L->cframe, then cframe_prev at cframe_prev_offset): a native walk
+ * that reaches the VM at another sp fails closed instead of attaching the wrong Lua frames.
+ */
+#ifndef LJPROF_BPF_WALKER_WALKER_H
+#define LJPROF_BPF_WALKER_WALKER_H
+
+#include "walker/cfi_row.h"
+#include "walker/luajit_layout.h"
+#include "walker/native_step.h"
+#include "walker/walk_types.h"
+
+#define LJ_LOOKUP_NO_MODULE 1
+
+static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row);
+
+/* The walk's Lua-side state. */
+struct lj_lua_cursor {
+  uint64_t L;             /* current lua_State, 0 if none yet */
+  uint64_t frame;         /* next frame slot to emit (address of the link slot, base-1) */
+  uint64_t stack_bottom;  /* tvref(L->stack) + LJ_FR2 slots: frames at or below are done */
+  uint64_t stack_top;     /* L->top: no frame may lie above it */
+  uint64_t expect_cframe; /* raw cframe the next VM entry for this L must sit at (0: any) */
+  uint64_t pending_pc;    /* bytecode pc of the next Lua frame (0 = take from the cframe) */
+  uint32_t segment;
+  uint32_t segment_frames; /* Lua frames emitted since the last VM entry */
+  uint8_t done;            /* this L's stack is exhausted */
+  uint8_t pad[7];
+};
+
+LJ_INLINE int lj_emit(struct lj_walk_result* out, uint32_t kind, uint64_t pc, uint64_t b,
+                      uint32_t segment) {
+  uint32_t n = out->nframes;
+  if (n >= LJ_WALK_MAX_FRAMES) return -1;
+  out->frames[n].kind = kind;
+  out->frames[n].pc = pc;
+  out->frames[n].b = b;
+  out->frames[n].lua_state = segment;
+  out->nframes = n + 1;
+  return 0;
+}
+
+/* Reads a pointer-sized (GC64) or 32-bit (non-GC64 GCRef/MRef) field. */
+LJ_INLINE int lj_read_ref(struct lj_walk_env* env, const struct lj_luajit_layout* lj, uint64_t addr,
+                          uint64_t* out) {
+  if (lj->gc64) return lj_walk_read(env, out, 8, addr);
+  uint32_t v32 = 0;
+  int rc = lj_walk_read(env, &v32, 4, addr);
+  *out = v32;
+  return rc;
+}
+
+/* Enters the Lua walk at a VM C frame located at `sp`. Returns LJ_END_* on failure, -1 ok. */
+LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+                          struct lj_lua_cursor* c, uint64_t sp, struct lj_walk_result* out) {
+  uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, cframe = 0, pc = 0;
+  if (lj_read_ref(env, lj, sp + lj->cframe_ofs_l, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
+  if (L != c->L) {
+    /* A new lua_State: start at its innermost frame, L->base - 1 (lj_debug_frame). L->base is
+     * synced by the VM whenever it leaves Lua code for C (BC_FUNCC, vm_call paths). */
+    if (lj_read_ref(env, lj, L + lj->l_glref, &g) != 0 || g == 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_walk_read(env, &base, 8, L + lj->l_base) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_walk_read(env, &top, 8, L + lj->l_top) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_read_ref(env, lj, L + lj->l_stack, &stack) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_walk_read(env, &cframe, 8, L + lj->l_cframe) != 0) return LJ_END_BAD_LUA_STATE;
+    if (!(stack <= base && base <= top)) return LJ_END_BAD_LUA_STATE;
+    c->L = L;
+    c->frame = base - 8;
+    c->stack_bottom = stack + (lj->gc64 ? 8 : 0);
+    c->stack_top = top;
+    c->expect_cframe = cframe & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
+    c->pending_pc = 0;
+    c->done = 0;
+    c->segment = out->lua_states;
+    out->lua_states++;
+  }
+  if (c->expect_cframe != 0 && c->expect_cframe != sp) return LJ_END_CFRAME_MISMATCH;
+  /* The pc of this segment's innermost Lua frame, when no callee link gave it: the VM stores
+   * it in its C frame before calling C (lj_frame.h CFRAME_OFS_PC, SAVE_PC). */
+  if (c->pending_pc == 0 && lj_read_ref(env, lj, sp + lj->cframe_ofs_pc, &pc) == 0) {
+    c->pending_pc = pc;
+  }
+  return -1;
+}
+
+/* Emits one Lua frame of cursor `c` and moves to the previous one. Returns -1 to stay in the
+ * Lua walk, -2 when the walk hands back to native (C boundary or bottom of this Lua stack),
+ * else LJ_END_*. */
+LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+                          struct lj_lua_cursor* c, uint64_t vm_sp, struct lj_walk_result* out) {
+  const uint64_t slot = 8;
+  const uint64_t fr2 = lj->gc64 ? 1 : 0;
+  uint64_t frame = c->frame;
+  uint64_t link = 0, func = 0, next = 0, prev = 0;
+  uint32_t type, typep;
+
+  if (frame <= c->stack_bottom) {
+    /* The bottom of this lua_State's stack: the C code that entered the VM is next. */
+    c->done = 1;
+    if (lj_walk_read(env, &prev, 8, vm_sp + lj->cframe_ofs_prev) != 0) return LJ_END_READ_FAULT;
+    c->expect_cframe = prev & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
+    return -2;
+  }
+  if (frame > c->stack_top) return LJ_END_BAD_LUA_FRAME;
+  if (c->segment_frames >= LJ_LUA_MAX_FRAMES_PER_SEGMENT) return LJ_END_TRUNCATED;
+  c->segment_frames++;
+  if (lj->gc64) {
+    /* lj_frame.h LJ_FR2: [func TValue][PC/delta/ftsz]; `frame` points at the link slot. */
+    if (lj_walk_read(env, &link, 8, frame) != 0) return LJ_END_READ_FAULT;
+    if (lj_walk_read(env, &func, 8, frame - slot) != 0) return LJ_END_READ_FAULT;
+    func &= 0x00007fffffffffffULL; /* lj_obj.h LJ_GCVMASK */
+  } else {
+    /* One slot: func GCRef in the low word, PC/ftsz in the high word (both 32-bit). */
+    uint32_t words[2] = {0, 0};
+    if (lj_walk_read(env, words, 8, frame) != 0) return LJ_END_READ_FAULT;
+    func = words[0];
+    link = words[1];
+  }
+  type = (uint32_t)(link & 3);  /* lj_frame.h FRAME_TYPE */
+  typep = (uint32_t)(link & 7); /* FRAME_TYPEP */
+
+  /* FRAME_VARG is a pseudo-frame below a vararg function's real frame; a frame whose function
+   * is the lua_State itself is a dummy (lj_err_optype_call). Neither is a function. */
+  if (typep != 3 && func != c->L) {
+    uint8_t ffid = 0;
+    if (lj_walk_read(env, &ffid, 1, func + lj->fn_ffid) != 0) return LJ_END_READ_FAULT;
+    if (ffid == 0) { /* lj_obj.h FF_LUA */
+      if (lj_emit(out, LJ_FRAME_LUA, func, c->pending_pc, c->segment) != 0) return LJ_END_TRUNCATED;
+    } else {
+      uint64_t entry = 0;
+      if (lj_walk_read(env, &entry, 8, func + lj->fn_cfunc_f) != 0) entry = 0;
+      if (lj_emit(out, LJ_FRAME_CFUNC, func, entry, c->segment) != 0) return LJ_END_TRUNCATED;
+    }
+  }
+
+  if (type == 0) {
+    /* FRAME_LUA: the link is the caller's return PC; the call instruction before it holds the
+     * callee's base slot in its A operand (frame_prevl, lj_bc.h bc_a). */
+    uint32_t ins = 0;
+    if (lj_walk_read(env, &ins, 4, link - 4) != 0) return LJ_END_READ_FAULT;
+    next = frame - (1 + fr2 + ((ins >> 8) & 0xff)) * slot;
+    c->pending_pc = link;
+  } else {
+    next = frame - (link & ~(uint64_t)7); /* frame_prevd, frame_sized */
+    if (typep == 2) {
+      /* FRAME_CONT: the caller's PC is in the continuation slot (frame_contpc). */
+      uint64_t cpc = 0;
+      if (lj_read_ref(env, lj, frame - (1 + fr2) * slot + (lj->gc64 ? 0 : 4), &cpc) != 0) cpc = 0;
+      c->pending_pc = cpc;
+    } else if (typep != 3) {
+      c->pending_pc = 0; /* unknown until the next VM C frame's SAVE_PC */
+    }
+  }
+  if (next >= frame) return LJ_END_BAD_LUA_FRAME;
+  c->frame = next;
+  if (typep == 1 /* FRAME_C */ || typep == 5 /* FRAME_CP */) {
+    /* Lua was entered from C here (lua_call / lua_pcall / lua_cpcall): hand back to native;
+     * the C caller's own VM frame is the next cframe of the chain. */
+    if (lj_walk_read(env, &prev, 8, vm_sp + lj->cframe_ofs_prev) != 0) return LJ_END_READ_FAULT;
+    c->expect_cframe = prev & ~(uint64_t)3;
+    return -2;
+  }
+  return -1;
+}
+
+#define LJ_MODE_NATIVE 0
+#define LJ_MODE_LUA 1
+
+/* Everything one walk carries from step to step (bpf_loop passes it to the step callback). */
+struct lj_walk_state {
+  struct lj_walk_env* env;
+  const struct lj_luajit_layout* lj;
+  struct lj_walk_result* out;
+  struct lj_native_regs regs;
+  struct lj_lua_cursor cursor;
+  struct lj_cfi_row vm_row; /* the VM row to step over its C frame with when Lua hands back */
+  uint64_t vm_sp;
+  uint32_t mode;
+  uint32_t leaf;
+};
+
+LJ_INLINE long lj_finish(struct lj_walk_state* st, uint32_t end) {
+  st->out->end = end;
+  return 1;
+}
+
+/* One step of the walk: one native frame, one Lua frame, or one hand-over between them.
+ * Returns 0 to continue, 1 when the walk has ended (out->end says how). */
+static long lj_walk_step(uint64_t index, void* ctx) {
+  struct lj_walk_state* st = (struct lj_walk_state*)ctx;
+  struct lj_native_regs* regs = &st->regs;
+  struct lj_cfi_row row;
+  int rc;
+  (void)index;
+
+  if (st->mode == LJ_MODE_LUA) {
+    rc = lj_lua_step(st->env, st->lj, &st->cursor, st->vm_sp, st->out);
+    if (rc == -1) return 0;
+    if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+    /* Hand back to native: step over the VM's C frame with the VM's own rule. */
+    st->mode = LJ_MODE_NATIVE;
+    row = st->vm_row;
+    row.hint = LJ_CFI_OK;
+  } else {
+    st->out->end_pc = regs->pc;
+    if (lj_walk_lookup(st->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0)
+      return lj_finish(st, LJ_END_NO_MODULE);
+    if (row.hint == LJ_CFI_KEEP) {
+      if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
+      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs->sp, st->out);
+      if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+      st->vm_row = row;
+      st->vm_sp = regs->sp;
+      st->cursor.segment_frames = 0;
+      if (!st->cursor.done) {
+        st->mode = LJ_MODE_LUA;
+        return 0;
+      }
+      row.hint = LJ_CFI_OK;
+    } else if (row.hint == LJ_CFI_STOP) {
+      lj_emit(st->out, LJ_FRAME_ROOT, regs->pc, 0, 0);
+      return lj_finish(st, LJ_END_ROOT);
+    } else if (lj_emit(st->out, LJ_FRAME_NATIVE, regs->pc, 0, 0) != 0) {
+      return lj_finish(st, LJ_END_TRUNCATED);
+    }
+  }
+
+  rc = lj_native_step(st->env, &row, regs);
+  st->leaf = 0;
+  switch (rc) {
+    case LJ_STEP_OK:
+      return 0;
+    case LJ_STEP_ROOT:
+      return lj_finish(st, LJ_END_ROOT);
+    case LJ_STEP_RA_ZERO:
+      return lj_finish(st, LJ_END_RA_ZERO);
+    case LJ_STEP_NO_CFI:
+      return lj_finish(st, LJ_END_NO_CFI);
+    case LJ_STEP_READ_FAULT:
+      return lj_finish(st, LJ_END_READ_FAULT);
+    case LJ_STEP_FP_UNKNOWN:
+      return lj_finish(st, LJ_END_FP_UNKNOWN);
+    case LJ_STEP_RA_UNKNOWN:
+      return lj_finish(st, LJ_END_RA_UNKNOWN);
+    default:
+      return lj_finish(st, LJ_END_BAD_FRAME);
+  }
+}
+
+/* LJ_WALK_LOOP(n, fn, ctx): run fn(i, ctx) for i < n until it returns nonzero. The kernel build
+ * maps it to bpf_loop() so the verifier checks the step once, not once per iteration. */
+#ifndef LJ_WALK_LOOP
+#define LJ_WALK_LOOP(n, fn, ctx)                         \
+  do {                                                   \
+    uint32_t lj_loop_i_;                                 \
+    for (lj_loop_i_ = 0; lj_loop_i_ < (n); lj_loop_i_++) \
+      if ((fn)(lj_loop_i_, (ctx)) != 0) break;           \
+  } while (0)
+#endif
+
+/* Walks the stack starting at `st->regs` (the sampled or dumped thread's registers; set
+ * lr_valid/fp_valid for what the leaf really has). `st->lj` may be NULL for a process without
+ * LuaJIT. The result is in st->out. */
+LJ_INLINE void lj_walk(struct lj_walk_state* st) {
+  st->out->nframes = 0;
+  st->out->lua_states = 0;
+  st->out->end = LJ_END_TRUNCATED;
+  st->out->end_pc = st->regs.pc;
+  st->mode = LJ_MODE_NATIVE;
+  st->leaf = 1;
+  st->vm_sp = 0;
+  LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_step, st);
+}
+
+#endif /* LJPROF_BPF_WALKER_WALKER_H */

@@ -1,0 +1,176 @@
+// `ljprof core CORE [--exe PATH] [--sysroot DIR] [--json]`: mixed native + Lua backtraces of
+// every thread of a core file.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/core_file.h"
+#include "core/core_walk.h"
+
+namespace ljprof::cli {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string hex(uint64_t v) {
+  return fmt::format("{:#x}", v);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : std::to_string(sig);
+}
+
+std::string basename_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+Json frame_json(const core::StackFrame& f) {
+  Json j;
+  j["kind"] = core::frame_kind_name(f.kind);
+  switch (f.kind) {
+    case core::FrameKind::Lua:
+      j["function"] = hex(f.gcfunc);
+      j["bcpc"] = f.bcpc ? Json(hex(f.bcpc)) : Json(nullptr);
+      if (f.lua) {
+        j["chunk"] = f.lua->chunk;
+        j["source"] = f.lua->short_src;
+        j["line"] = f.lua->line >= 0 ? Json(f.lua->line) : Json(nullptr);
+        j["firstline"] = f.lua->firstline;
+        j["main_chunk"] = f.lua->main_chunk;
+      } else {
+        j["error"] = f.reason;
+      }
+      j["lua_state"] = f.lua_state;
+      break;
+    case core::FrameKind::Unknown:
+      j["pc"] = hex(f.pc);
+      j["reason"] = f.reason;
+      break;
+    default:
+      if (f.kind == core::FrameKind::CFunc) {
+        j["function"] = hex(f.gcfunc);
+        j["lua_state"] = f.lua_state;
+      }
+      j["pc"] = hex(f.pc);
+      j["module"] = f.module.empty() ? Json(nullptr) : Json(f.module);
+      j["module_offset"] = f.module.empty() ? Json(nullptr) : Json(hex(f.module_offset));
+      j["symbol"] = f.symbol.empty() ? Json(nullptr) : Json(f.symbol);
+      j["symbol_offset"] = f.symbol_offset;
+      break;
+  }
+  return j;
+}
+
+std::string native_text(const core::StackFrame& f) {
+  std::string where =
+      f.symbol.empty() ? std::string("??") : fmt::format("{}+{:#x}", f.symbol, f.symbol_offset);
+  std::string module = f.module.empty()
+                           ? std::string("?")
+                           : fmt::format("{}+{:#x}", basename_of(f.module), f.module_offset);
+  return fmt::format("{:#018x} in {} ({})", f.pc, where, module);
+}
+
+std::string frame_text(const core::StackFrame& f) {
+  switch (f.kind) {
+    case core::FrameKind::Lua: {
+      if (!f.lua) return fmt::format("lua     [unknown: {}]", f.reason);
+      std::string line = f.lua->line >= 0 ? std::to_string(f.lua->line) : "?";
+      std::string what = f.lua->main_chunk
+                             ? std::string("main chunk")
+                             : fmt::format("function <{}:{}>", f.lua->short_src, f.lua->firstline);
+      return fmt::format("lua     {}:{} in {}", f.lua->short_src, line, what);
+    }
+    case core::FrameKind::CFunc:
+      return "cfunc   " + native_text(f);
+    case core::FrameKind::Root:
+      return "root    " + native_text(f);
+    case core::FrameKind::Unknown:
+      return fmt::format("[unknown: {}]", f.reason);
+    case core::FrameKind::Native:
+      break;
+  }
+  return "native  " + native_text(f);
+}
+
+}  // namespace
+
+void add_core_command(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::string core;
+    std::string exe;
+    std::string sysroot;
+    bool json = false;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "core",
+      "Print the mixed native + Lua backtrace of every thread of a core file (kernel, gcore or "
+      "qemu-user core of tarantool, luajit or nginx-lua; x86-64 and arm64).");
+  cmd->add_option("CORE", opts->core, "The core file")->required();
+  cmd->add_option("--exe", opts->exe, "The executable, when it is not at its recorded path");
+  cmd->add_option("--sysroot", opts->sysroot,
+                  "Prefix for the recorded paths of mapped files (e.g. an extracted arm64 tree)");
+  cmd->add_flag("--json", opts->json, "Print one JSON object (the golden format) instead of text");
+  cmd->callback([opts, exit_code]() {
+    core::CoreOptions options;
+    options.exe = opts->exe;
+    options.sysroot = opts->sysroot;
+    auto core = core::CoreFile::open(opts->core, options);
+    if (!core.ok()) {
+      std::cerr << "ljprof core: " << core.message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    auto walker = core::CoreWalker::create(*core);
+    if (!walker.ok()) {
+      std::cerr << "ljprof core: " << walker.message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    Json out;
+    out["core"] = opts->core;
+    out["arch"] = elf::arch_name(core->arch());
+    out["luajit"] = (*walker)->luajit() ? Json((*walker)->luajit_file()) : Json(nullptr);
+    if (!(*walker)->luajit_error().empty()) out["luajit_error"] = (*walker)->luajit_error();
+    Json threads = Json::array();
+    std::string text;
+    for (const core::Thread& thread : core->threads()) {
+      core::ThreadStack stack = (*walker)->walk(thread);
+      Json t;
+      t["tid"] = stack.tid;
+      t["signal"] = stack.signal;
+      Json frames = Json::array();
+      text += fmt::format("Thread {}{}:\n", stack.tid,
+                          stack.signal ? " (" + signal_name(stack.signal) + ")" : "");
+      for (size_t i = 0; i < stack.frames.size(); ++i) {
+        frames.push_back(frame_json(stack.frames[i]));
+        text += fmt::format("  #{:<3} {}\n", i, frame_text(stack.frames[i]));
+      }
+      t["frames"] = frames;
+      t["end"] = stack.end;
+      t["reached_root"] = stack.reached_root;
+      threads.push_back(t);
+      text += "\n";
+    }
+    out["threads"] = threads;
+    for (const std::string& d : core->diagnostics()) out["diagnostics"].push_back(d);
+    if (opts->json) {
+      std::cout << out.dump(2) << "\n";
+    } else {
+      if (!(*walker)->luajit_error().empty()) {
+        text = fmt::format("warning: no LuaJIT layout: {}\n\n", (*walker)->luajit_error()) + text;
+      }
+      std::cout << text;
+    }
+    *exit_code = 0;
+  });
+}
+
+}  // namespace ljprof::cli

@@ -1,0 +1,51 @@
+// symbolize: turns walker frames into names people read.
+//  - native: module (mapped file) + offset, the ELF symbol containing the pc (+ offset);
+//  - Lua: chunk name and line from the GCproto (lineinfo, 8/16/32-bit by numline), `main chunk`
+//    for a prototype whose firstline is 0 (lj_debug.c lj_debug_getinfo's "main");
+//  - C functions called from Lua: their C entry symbolized as native code.
+// Memory is read through the walker's plain C reader, so the same code serves core files and,
+// later, a live process.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "core/read_mem.h"
+#include "elf/elf_file.h"
+
+extern "C" {
+#include "walker/luajit_info.h"
+}
+
+namespace ljprof::symbolize {
+
+// What one Lua function's prototype says about a bytecode pc.
+struct LuaLocation {
+  uint64_t proto = 0;
+  std::string chunk;      // the raw chunk name ("@file.lua", "=stdin", source text)
+  std::string short_src;  // as Lua prints it (lj_debug_shortname): file.lua, [string "..."]
+  int32_t firstline = 0;
+  int32_t line = -1;        // -1: the pc is unknown or outside the prototype
+  bool main_chunk = false;  // firstline == 0
+};
+
+// Reads the prototype of Lua function object `gcfunc` and the line of bytecode `bcpc` in it
+// (`bcpc` as the walker gives it: the return PC into this function, i.e. one past the call
+// instruction, or 0 when unknown).
+Result<LuaLocation> lua_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                 uint64_t gcfunc, uint64_t bcpc);
+
+// lj_debug_shortname: "@file" -> file (front-truncated to fit), "=name" -> name, anything else
+// -> [string "first line..."]. `size` is LUA_IDSIZE (60).
+std::string short_source(const std::string& chunk, size_t size = 60);
+
+// A native pc in an ELF file: its symbol, if any.
+struct NativeSymbol {
+  std::string name;     // empty when no symbol contains the address
+  uint64_t offset = 0;  // pc - symbol start
+};
+NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address);
+
+}  // namespace ljprof::symbolize

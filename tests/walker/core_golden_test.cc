@@ -1,0 +1,346 @@
+// Golden matrix of the one walker on real cores. Each workload (tests/walker/workloads) prints the
+// Lua VM's own debug.traceback() and aborts in the same statement; the core is written by gdb
+// (amd64) or by qemu-user (arm64). Oracles:
+//  - Lua frames must equal the traceback frame for frame (source, line, first line, main chunk,
+//    C functions and the C entry address LuaJIT prints for them);
+//  - native frames must equal gdb's backtrace of the same core (amd64), with gdb's one frame per
+//    interpreter entry removed (the walker replaces it by the Lua frames it stands for). The
+//    interpreter's range comes from readelf: LuaJIT's single large FDE whose CIE has a personality
+//    ("zPR");
+//  - every stack must end at a proven root.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "support/test_support.h"
+
+namespace ljprof {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+struct ExpectedFrame {
+  bool gap = false;  // traceback's "..." (levels it skipped in a deep stack)
+  bool is_c = false;
+  std::string source;  // Lua
+  int line = 0;
+  std::optional<int> firstline;  // "in function <src:N>"
+  bool main_chunk = false;
+  std::optional<uint64_t> c_entry;  // "[C]: at 0x..."
+  std::string text;                 // the traceback line, for messages
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The traceback blocks the workload printed, in print order.
+std::vector<std::vector<ExpectedFrame>> parse_tracebacks(const std::string& out) {
+  static const std::regex c_named(R"(^\t\[C\]: in (function '.*'|\?)$)");
+  static const std::regex c_at(R"(^\t\[C\]: at 0x([0-9a-f]+)$)");
+  static const std::regex lua_main(R"(^\t(.+):(\d+): in main chunk$)");
+  static const std::regex lua_anon(R"(^\t(.+):(\d+): in function <(.+):(\d+)>$)");
+  static const std::regex lua_named(R"(^\t(.+):(\d+): in function '.*'$)");
+  std::vector<std::vector<ExpectedFrame>> blocks;
+  bool inside = false;
+  for (const std::string& line : lines_of(out)) {
+    if (line == "ljprof-traceback-begin") {
+      inside = true;
+      blocks.emplace_back();
+      continue;
+    }
+    if (line == "ljprof-traceback-end") {
+      inside = false;
+      continue;
+    }
+    if (!inside || line.empty() || line == "stack traceback:") continue;
+    ExpectedFrame f;
+    f.text = line;
+    std::smatch m;
+    if (line == "\t...") {
+      f.gap = true;
+    } else if (std::regex_match(line, m, c_at)) {
+      f.is_c = true;
+      f.c_entry = std::stoull(m[1], nullptr, 16);
+    } else if (std::regex_match(line, m, c_named)) {
+      f.is_c = true;
+    } else if (std::regex_match(line, m, lua_main)) {
+      f.source = m[1];
+      f.line = std::stoi(m[2]);
+      f.main_chunk = true;
+    } else if (std::regex_match(line, m, lua_anon)) {
+      f.source = m[1];
+      f.line = std::stoi(m[2]);
+      f.firstline = std::stoi(m[4]);
+    } else if (std::regex_match(line, m, lua_named)) {
+      f.source = m[1];
+      f.line = std::stoi(m[2]);
+    } else {
+      ADD_FAILURE() << "unparsed traceback line: " << line;
+      continue;
+    }
+    blocks.back().push_back(f);
+  }
+  return blocks;
+}
+
+struct Target {
+  std::string label;
+  std::string exe;  // the program the workload runs under
+  bool arm64 = false;
+};
+
+struct Dump {
+  std::string dir;
+  std::string core;
+  std::string out;
+};
+
+// Runs `workload` under `target` in a fresh directory and returns the core it dumped.
+Dump dump_core(const Target& target, const std::string& workload) {
+  char tmpl[] = "/tmp/ljprof-golden-XXXXXX";
+  Dump d;
+  d.dir = mkdtemp(tmpl);
+  const fs::path src = fs::path(LJPROF_SOURCE_DIR) / "tests/walker/workloads";
+  for (const char* name : {"common.lua", workload.c_str()}) {
+    fs::copy_file(src / name, fs::path(d.dir) / name);
+  }
+  test::CommandResult r;
+  if (target.arm64) {
+    // qemu-user writes the guest's core itself (qemu_<prog>_<date>_<pid>.core in the cwd).
+    r = test::run(
+        {"env", "-C", d.dir, "bash", "-c",
+         "ulimit -c unlimited; exec qemu-aarch64-static -L /usr/aarch64-linux-gnu \"$0\" \"$1\"",
+         target.exe, workload});
+    for (const auto& e : fs::directory_iterator(d.dir)) {
+      if (e.path().extension() == ".core") d.core = e.path();
+    }
+  } else {
+    // gdb stops the process at the SIGABRT and writes the core, whatever core_pattern says.
+    d.core = d.dir + "/core";
+    r = test::run({"env", "-C", d.dir, "gdb", "-nx", "-batch", "-ex", "run", "-ex",
+                   "generate-core-file " + d.core, "--args", target.exe, workload});
+  }
+  d.out = r.out;
+  EXPECT_TRUE(fs::exists(d.core)) << "no core for " << workload << "\n" << r.out << r.err;
+  return d;
+}
+
+// [begin, end) of LuaJIT's interpreter FDE (link-time), from readelf.
+std::pair<uint64_t, uint64_t> interpreter_fde(const std::string& binary, bool arm64) {
+  test::CommandResult r =
+      test::run({arm64 ? "aarch64-linux-gnu-readelf" : "readelf", "--debug-dump=frames", binary});
+  static const std::regex cie_re(R"(^([0-9a-f]+) [0-9a-f]+ [0-9a-f]+ CIE$)");
+  static const std::regex aug_re(R"re(^\s+Augmentation:\s+"(\S*)")re");
+  static const std::regex fde_re(
+      R"(^[0-9a-f]+ [0-9a-f]+ [0-9a-f]+ FDE cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+)$)");
+  std::string cie;
+  std::set<uint64_t> personality_cies;
+  std::pair<uint64_t, uint64_t> best{0, 0};
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, cie_re)) {
+      cie = m[1];
+    } else if (std::regex_search(line, m, aug_re) && !cie.empty()) {
+      if (std::string(m[1]).find('P') != std::string::npos) {
+        personality_cies.insert(std::stoull(cie, nullptr, 16));
+      }
+      cie.clear();
+    } else if (std::regex_match(line, m, fde_re)) {
+      if (!personality_cies.count(std::stoull(m[1], nullptr, 16))) continue;
+      uint64_t lo = std::stoull(m[2], nullptr, 16), hi = std::stoull(m[3], nullptr, 16);
+      if (hi - lo > best.second - best.first) best = {lo, hi};
+    }
+  }
+  EXPECT_GT(best.second, best.first) << "no interpreter FDE in " << binary;
+  return best;
+}
+
+struct GdbStack {
+  std::vector<uint64_t> pcs;  // first thread, innermost first
+  uint64_t exe_bias = 0;      // runtime - link address of the executable
+};
+
+GdbStack gdb_stack(const std::string& exe, const std::string& core) {
+  GdbStack s;
+  // No separate debug info: gdb then reports only the physical frames (with libc's debug info
+  // it adds synthetic tail-call frames that are not on the stack).
+  test::CommandResult r =
+      test::run({"gdb", "-nx", "-batch", "-iex", "set debug-file-directory /nonexistent", "-iex",
+                 "set debuginfod enabled off", "-ex", "set backtrace past-main on", "-ex",
+                 "set backtrace past-entry on", "-ex", "info proc mappings", "-ex",
+                 "echo ljprof-bt\\n", "-ex", "bt", exe, core});
+  static const std::regex frame_re(R"(^#(\d+)\s+(?:0x([0-9a-f]+) in )?)");
+  static const std::regex map_re(
+      R"(^\s+0x([0-9a-f]+)\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+0x([0-9a-f]+)\s+(\S+)$)");
+  bool have_bias = false;
+  bool in_bt = false;
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    if (line == "ljprof-bt") {
+      in_bt = true;
+      continue;
+    }
+    if (std::regex_search(line, m, map_re)) {
+      if (!have_bias && m[3] == exe && std::stoull(m[2], nullptr, 16) == 0) {
+        s.exe_bias = std::stoull(m[1], nullptr, 16);
+        have_bias = true;
+      }
+      continue;
+    }
+    if (!in_bt) continue;
+    if (std::regex_search(line, m, frame_re) && m[2].matched) {
+      s.pcs.push_back(std::stoull(m[2], nullptr, 16));
+    } else if (std::regex_search(line, m, frame_re)) {
+      ADD_FAILURE() << "gdb frame without an address: " << line;
+    }
+  }
+  EXPECT_TRUE(have_bias) << r.out;
+  return s;
+}
+
+Json ljprof_core(const Target& target, const Dump& d) {
+  std::vector<std::string> argv = {LJPROF_BIN, "core", "--json", d.core};
+  if (target.arm64) {
+    argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", target.exe});
+  }
+  test::CommandResult r = test::run(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return Json::parse(r.out);
+}
+
+uint64_t hex(const Json& v) {
+  return std::stoull(v.get<std::string>(), nullptr, 16);
+}
+
+std::string describe(const Json& frames) {
+  std::string s;
+  for (const Json& f : frames) s += "  " + f.dump() + "\n";
+  return s;
+}
+
+void expect_lua_frames_match(const Json& frames, std::vector<std::vector<ExpectedFrame>> blocks,
+                             size_t c_frames_between_blocks) {
+  // Innermost block last printed: blocks were printed outermost thread first (the resuming
+  // thread prints before the coroutine runs).
+  std::vector<ExpectedFrame> expected;
+  for (size_t b = blocks.size(); b-- > 0;) {
+    expected.insert(expected.end(), blocks[b].begin(), blocks[b].end());
+    if (b > 0) {
+      for (size_t i = 0; i < c_frames_between_blocks; ++i) {
+        ExpectedFrame c;
+        c.is_c = true;
+        c.text = "[C] (the resume call, after the outer traceback was printed)";
+        expected.push_back(c);
+      }
+    }
+  }
+  std::vector<Json> ours;
+  for (const Json& f : frames) {
+    if (f["kind"] == "lua" || f["kind"] == "cfunc") ours.push_back(f);
+  }
+  // The first C function is the FFI call to abort(), made after the traceback was printed.
+  ASSERT_FALSE(ours.empty());
+  ASSERT_EQ(ours.front()["kind"], "cfunc") << describe(frames);
+  ours.erase(ours.begin());
+  // A traceback of a deep stack prints the innermost levels, "...", then the outermost: match
+  // the part before the gap from the top and the part after it from the bottom.
+  size_t gap = expected.size();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i].gap) gap = i;
+  }
+  if (gap == expected.size()) {
+    ASSERT_EQ(ours.size(), expected.size()) << describe(frames);
+  } else {
+    ASSERT_GT(ours.size(), expected.size() - 1) << describe(frames);
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (i == gap) continue;
+    const ExpectedFrame& e = expected[i];
+    const Json& f = i < gap ? ours[i] : ours[ours.size() - (expected.size() - i)];
+    SCOPED_TRACE("frame " + std::to_string(i) + ": expected " + e.text + ", got " + f.dump());
+    if (e.is_c) {
+      EXPECT_EQ(f["kind"], "cfunc");
+      if (e.c_entry) {
+        EXPECT_EQ(hex(f["pc"]), *e.c_entry);
+      }
+      continue;
+    }
+    ASSERT_EQ(f["kind"], "lua");
+    EXPECT_EQ(f["source"], e.source);
+    ASSERT_FALSE(f["line"].is_null());
+    EXPECT_EQ(f["line"], e.line);
+    EXPECT_EQ(f["main_chunk"], e.main_chunk);
+    if (e.firstline) {
+      EXPECT_EQ(f["firstline"], *e.firstline);
+    }
+  }
+}
+
+void expect_native_frames_match_gdb(const Target& target, const Dump& d, const Json& frames) {
+  GdbStack gdb = gdb_stack(target.exe, d.core);
+  auto [vm_lo, vm_hi] = interpreter_fde(target.exe, false);
+  std::vector<uint64_t> want;
+  for (uint64_t pc : gdb.pcs) {
+    uint64_t link = pc - gdb.exe_bias;
+    // gdb's frames are return addresses (except #0): the call is at pc - 1.
+    if (link - 1 >= vm_lo && link - 1 < vm_hi) continue;
+    want.push_back(pc);
+  }
+  std::vector<uint64_t> got;
+  for (const Json& f : frames) {
+    if (f["kind"] == "native" || f["kind"] == "root") got.push_back(hex(f["pc"]));
+  }
+  EXPECT_EQ(got, want) << describe(frames);
+}
+
+class CoreGolden : public ::testing::TestWithParam<std::tuple<Target, std::string>> {};
+
+TEST_P(CoreGolden, MatchesTracebackAndGdb) {
+  const auto& [target, workload] = GetParam();
+  ASSERT_TRUE(test::file_exists(target.exe)) << target.exe << ": run scripts/bootstrap";
+  Dump d = dump_core(target, workload);
+  ASSERT_TRUE(fs::exists(d.core));
+  auto blocks = parse_tracebacks(d.out);
+  ASSERT_FALSE(blocks.empty()) << d.out;
+  Json j = ljprof_core(target, d);
+  ASSERT_FALSE(j["luajit"].is_null()) << j.dump(2);
+  ASSERT_GE(j["threads"].size(), 1u);
+  const Json& thread = j["threads"][0];
+  const Json& frames = thread["frames"];
+  EXPECT_TRUE(thread["reached_root"].get<bool>()) << thread["end"] << "\n" << describe(frames);
+  EXPECT_EQ(frames.back()["kind"], "root");
+  expect_lua_frames_match(frames, blocks, 1);
+  if (!target.arm64) expect_native_frames_match_gdb(target, d, frames);
+  fs::remove_all(d.dir);
+}
+
+const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
+const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
+
+INSTANTIATE_TEST_SUITE_P(Interpreter, CoreGolden,
+                         ::testing::Combine(::testing::Values(kLuajitAmd64, kLuajitArm64),
+                                            ::testing::Values("gsub_callback.lua", "sort_pcall.lua",
+                                                              "coroutine_abort.lua",
+                                                              "deep_recursion.lua")),
+                         [](const auto& info) {
+                           std::string name =
+                               std::get<0>(info.param).label + "_" + std::get<1>(info.param);
+                           for (char& c : name) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace ljprof
