@@ -203,6 +203,28 @@ Result<Field> choose_jit_base(Runtime runtime, const Result<ExitHandlerMatch>& e
   return make_field(field::kGJitBase, cur_L + ref_size, "fallback");
 }
 
+Result<VmstateNumbering> classify_vmstate_numbering(int32_t s_interp, int32_t s_c, int32_t s_exit) {
+  // Both families keep C/CFUNC, GC, EXIT adjacent (lj_obj.h LJ_VMST_*): EXIT == C - 2.
+  if (s_exit != s_c - 2) {
+    return make_error(
+        "vmstate: EXIT {} is not two states after C/CFUNC {} (lj_obj.h: "
+        "C/CFUNC, GC, EXIT are consecutive)",
+        s_exit, s_c);
+  }
+  if (s_interp != -1) {
+    return make_error(
+        "vmstate: INTERP is stored as {}, expected ~0 = -1 (LJ_VMST_INTERP is the "
+        "first state in every numbering)",
+        s_interp);
+  }
+  if (s_c == s_interp - 1) return VmstateNumbering::Upstream;
+  if (s_c == s_interp - 3) return VmstateNumbering::Tarantool;
+  return make_error(
+      "vmstate: INTERP {} and C/CFUNC {} fit neither the upstream (INTERP, C) nor "
+      "the Tarantool (INTERP, LFUNC, FFUNC, CFUNC) numbering",
+      s_interp, s_c);
+}
+
 Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const cfi::VmCframe& cf) {
   if (arch == elf::Arch::X86_64) {
     if (cf.cfa_base != LJ_CFI_REG_SP) {
@@ -369,22 +391,9 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   auto ccall = match_c_call_state(vm, setup->dispatch_reg, eh.vmstate);
   if (!ccall.ok()) return fail("lj_BC_FUNCC", ccall.message());
   const int32_t s_interp = interp->state, s_c = ccall->state, s_exit = eh.exit_state;
-  // Both families keep C/CFUNC, GC, EXIT adjacent (lj_obj.h LJ_VMST_*): EXIT == C - 2.
-  if (s_exit != s_c - 2) {
-    return fail("vmstate", fmt::format("EXIT {} is not two states after C/CFUNC {} (lj_obj.h: "
-                                       "C/CFUNC, GC, EXIT are consecutive)",
-                                       s_exit, s_c));
-  }
-  if (s_c == s_interp - 1) {
-    info.numbering = VmstateNumbering::Upstream;
-  } else if (s_c == s_interp - 3) {
-    info.numbering = VmstateNumbering::Tarantool;
-  } else {
-    return fail("vmstate", fmt::format("INTERP {} and C/CFUNC {} fit neither the upstream "
-                                       "(INTERP, C) nor the Tarantool (INTERP, LFUNC, FFUNC, "
-                                       "CFUNC) numbering",
-                                       s_interp, s_c));
-  }
+  auto numbering = classify_vmstate_numbering(s_interp, s_c, s_exit);
+  if (!numbering.ok()) return fail("vmstate", numbering.message());
+  info.numbering = *numbering;
   info.fields.push_back(
       make_field(field::kVmstInterp, s_interp, "vm_exit_interp", interp->evidence));
   if (info.numbering == VmstateNumbering::Tarantool) {

@@ -113,6 +113,11 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file);
 Result<Field> choose_jit_base(Runtime runtime, const Result<ExitHandlerMatch>& exit_handler,
                               int64_t g_offset_of_exit_disp0, int64_t cur_L, uint8_t ref_size);
 
+// Which LJ_VMST_* numbering the stored INTERP / C-or-CFUNC / EXIT values belong to (lj_obj.h:
+// upstream INTERP, C, GC, EXIT; Tarantool >= 2.6.3 INTERP, LFUNC, FFUNC, CFUNC, GC, EXIT).
+Result<VmstateNumbering> classify_vmstate_numbering(int32_t interp, int32_t c_or_cfunc,
+                                                    int32_t exit);
+
 // Checks the C-frame link slot against the CFI frame size (x86-64: SAVE_CFRAME is the slot
 // right below the four callee-saved pushes and the return address, so prev == size - 48:
 // 80 <-> 32, 96 <-> 48; AArch64: the link is at sp+0 and the CFA is x29-based).
