@@ -191,6 +191,7 @@ struct CoreFile::State {
 
 Status CoreFile::State::parse_segments() {
   const uint64_t size = bytes().size();
+  uint64_t truncated = 0;
   for (const elf::Segment& seg : elf->segments()) {
     if (seg.type != PT_LOAD || seg.memsz == 0) continue;
     LoadSegment s{seg.vaddr, seg.memsz, seg.filesz, seg.offset, 0};
@@ -200,7 +201,7 @@ Status CoreFile::State::parse_segments() {
       } else {
         s.present = std::min(seg.filesz, size - seg.offset);
       }
-      if (s.present < seg.filesz) {
+      if (s.present < seg.filesz && ++truncated == 1) {
         diagnostics.push_back(fmt::format(
             "{}: core file truncated: PT_LOAD {:#x}..{:#x} should hold {:#x} bytes at offset "
             "{:#x} but the file has {} bytes; the missing part is unreadable",
@@ -208,6 +209,12 @@ Status CoreFile::State::parse_segments() {
       }
     }
     segments.push_back(s);
+  }
+  if (truncated > 1) {
+    diagnostics.push_back(
+        fmt::format("{}: core file truncated: {} more PT_LOAD segments lack "
+                    "some or all of their bytes",
+                    path, truncated - 1));
   }
   std::sort(segments.begin(), segments.end(),
             [](const LoadSegment& a, const LoadSegment& b) { return a.vaddr < b.vaddr; });
