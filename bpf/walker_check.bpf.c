@@ -2,8 +2,10 @@
  * with clang -target bpf -O2 so a change that the BPF target cannot compile fails the tests.
  * Reads go through bpf_probe_read_user; CFI rows come from an array map (a stand-in for the
  * recorder's per-module tables). */
-#include <bpf/bpf_helpers.h>
+/* linux/bpf.h must come first: bpf_helpers.h uses its types. */
 #include <linux/bpf.h>
+
+#include <bpf/bpf_helpers.h>
 
 /* The walker headers use the C99 fixed-width names; the kernel build has only __u64 & co. */
 typedef __u8 uint8_t;
