@@ -463,6 +463,45 @@ TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
             std::vector<uint8_t>(file.begin() + off, file.begin() + off + 16));
 }
 
+TEST(CoreFileArm64, WithoutSysrootOnlyTheExecutableIsFound) {
+  ScratchDir dir;
+  MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  // AT_EXECFN names the host path qemu ran; the libraries' link_map names (/lib/libc.so.6) are
+  // guest paths that do not exist on this amd64 host.
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  EXPECT_EQ(core->mapping_source(), MappingSource::LinkMap);
+  ASSERT_NE(core->executable(), nullptr);
+  EXPECT_EQ(core->executable()->path, test::fixture("arm64/usr/bin/luajit"));
+  EXPECT_TRUE(core->executable()->usable());
+  bool libc_reported = false;
+  for (const std::string& d : core->diagnostics()) {
+    if (d.find("/lib/libc.so.6") != std::string::npos) libc_reported = true;
+  }
+  EXPECT_TRUE(libc_reported);
+  const Thread& t = core->threads()[0];
+  uint8_t b[16];
+  auto pc = core->read(t.pc, b, sizeof(b));
+  ASSERT_FALSE(pc.ok());
+  EXPECT_NE(pc.message().find("not in a file mapping"), std::string::npos) << pc.message();
+  EXPECT_TRUE(core->read(t.sp, b, sizeof(b)).ok());
+  // The executable's text comes from the file, at the offset the guest's own map gives.
+  const std::string exe = test::fixture("arm64/usr/bin/luajit");
+  std::vector<uint8_t> file = test::read_file(exe);
+  uint32_t compared = 0;
+  for (const auto& g : test::parse_proc_maps(made.output)) {
+    if (g.path != exe || g.perms[2] != 'x') continue;
+    const uint64_t addr = g.start + 0x1000;
+    ASSERT_TRUE(core->read(addr, b, sizeof(b)).ok());
+    EXPECT_EQ(
+        std::vector<uint8_t>(b, b + 16),
+        std::vector<uint8_t>(file.begin() + g.offset + 0x1000, file.begin() + g.offset + 0x1010));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 1u) << made.output;
+}
+
 TEST(CoreFileArm64, WrongExecutableIsRefused) {
   ScratchDir dir;
   MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
