@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "core/core_file.h"
@@ -307,6 +308,52 @@ TEST(CoreFileAmd64, GcoreOfTarantoolWithTwoThreadsMatchesGdb) {
   ASSERT_NE(main_sym, nullptr);
   EXPECT_FALSE(core->core_has(main_sym->value));
   expect_file_backed_bytes_match_gdb(*core, gdb);
+}
+
+// An nginx-lua worker (master_process off) with OpenResty's luajit2 from the fixture tree,
+// listening on a unix socket in the scratch directory (no port to collide with).
+TEST(CoreFileAmd64, GcoreOfNginxLuaWorkerMatchesGdb) {
+  ScratchDir dir;
+  const std::string tree = test::fixture("nginx-lua");
+  const std::string conf = dir.path() + "/nginx.conf";
+  {
+    std::ofstream out(conf);
+    out << "daemon off;\nmaster_process off;\nerror_log " << dir.path() << "/error.log;\n"
+        << "pid " << dir.path() << "/nginx.pid;\n"
+        << "load_module " << tree << "/usr/lib/nginx/modules/ndk_http_module.so;\n"
+        << "load_module " << tree << "/usr/lib/nginx/modules/ngx_http_lua_module.so;\n"
+        << "events {}\nhttp {\n  access_log off;\n"
+        << "  lua_package_path \"" << tree << "/usr/share/lua/5.1/?.lua;;\";\n";
+    for (const char* temp : {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"}) {
+      out << "  " << temp << "_temp_path " << dir.path() << ";\n";
+    }
+    out << "  init_worker_by_lua_block { io.stdout:write('ready ', ngx.worker.pid(), '\\n') "
+           "io.stdout:flush() }\n"
+        << "  server { listen unix:" << dir.path() << "/ngx.sock; location / { return 200; } }\n"
+        << "}\n";
+  }
+  MadeCore made =
+      test::gcore_of(dir.path(), {"env", "LD_LIBRARY_PATH=" + tree + "/usr/lib/x86_64-linux-gnu",
+                                  "/usr/sbin/nginx", "-p", dir.path(), "-c", conf});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  const GdbView gdb = query_gdb(*core, "/usr/sbin/nginx");
+  expect_registers_match_gdb(*core, gdb.regs);
+  expect_mappings_match_gdb(*core, gdb.maps);
+  expect_thread_bytes_match_gdb(*core, gdb.pc, "pc");
+  expect_thread_bytes_match_gdb(*core, gdb.sp, "sp");
+  expect_file_backed_bytes_match_gdb(*core, gdb);
+  expect_build_ids_verified(*core);
+  // OpenResty's libluajit is the one from the fixture tree, verified by its build-id.
+  bool luajit2 = false;
+  for (const MappedFile& f : core->files()) {
+    if (f.path.rfind(tree + "/usr/lib/x86_64-linux-gnu/libluajit-5.1.so", 0) == 0) {
+      luajit2 = true;
+      EXPECT_EQ(f.check, FileCheck::Verified) << f.error;
+    }
+  }
+  EXPECT_TRUE(luajit2);
 }
 
 TEST(CoreFileAmd64, ExecutableOverrideIsCheckedByBuildId) {
