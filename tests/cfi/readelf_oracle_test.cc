@@ -196,20 +196,22 @@ std::set<uint64_t> fdes_with_undefined_ra(const std::string& raw, const std::str
 struct Target {
   std::string path;
   std::string readelf;
+  std::string label;
 };
 
 std::vector<Target> targets() {
   const std::string a64 = "aarch64-linux-gnu-readelf";
   return {
-      {"/usr/bin/tarantool", "readelf"},
-      {"/usr/lib/x86_64-linux-gnu/libc.so.6", "readelf"},
-      {"/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2", "readelf"},
-      {test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2"), a64},
-      {"/lib64/ld-linux-x86-64.so.2", "readelf"},
-      {"/usr/sbin/nginx", "readelf"},
-      {"/usr/bin/luajit", "readelf"},
-      {test::fixture("arm64/usr/bin/luajit"), a64},
-      {test::fixture("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"), "readelf"},
+      {"/usr/bin/tarantool", "readelf", "tarantool_amd64"},
+      {"/usr/lib/x86_64-linux-gnu/libc.so.6", "readelf", "libc_amd64"},
+      {"/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2", "readelf", "libluajit_amd64"},
+      {test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2"), a64, "libluajit_arm64"},
+      {"/lib64/ld-linux-x86-64.so.2", "readelf", "ld_linux_amd64"},
+      {"/usr/sbin/nginx", "readelf", "nginx_amd64"},
+      {"/usr/bin/luajit", "readelf", "luajit_amd64"},
+      {test::fixture("arm64/usr/bin/luajit"), a64, "luajit_arm64"},
+      {test::fixture("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"), "readelf",
+       "libluajit2_openresty"},
   };
 }
 
@@ -350,12 +352,7 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
 
 INSTANTIATE_TEST_SUITE_P(RealBinaries, ReadelfOracle, ::testing::ValuesIn(targets()),
                          [](const ::testing::TestParamInfo<Target>& info) {
-                           std::string n = info.param.path;
-                           std::string out;
-                           for (char c : n.substr(n.find_first_of('/') == 0 ? 1 : 0)) {
-                             out += isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           }
-                           return out.substr(out.size() > 48 ? out.size() - 48 : 0);
+                           return info.param.label;
                          });
 
 }  // namespace

@@ -1,0 +1,313 @@
+// The LuaJIT VM's CFI: the interpreter FDE, the VM C-frame rule and the corrected sub-ranges.
+// Oracles: readelf (the "zPR" FDE and its CFA/ra/fp columns), nm (symbols), objdump (the
+// instructions whose stack effect the corrected rows must follow).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "cfi/cfi.h"
+#include "elf/elf_file.h"
+#include "support/test_support.h"
+
+namespace ljprof::cfi {
+namespace {
+
+struct VmOracle {
+  uint64_t offset = 0, pc_begin = 0, pc_end = 0;
+  std::string cfa, ra, fp;  // readelf columns of the FDE's first row
+};
+
+// The FDEs whose CIE has a personality ("zPR"), at least 4 KiB long, per readelf.
+std::vector<VmOracle> readelf_vm_fdes(const std::string& readelf, const std::string& path,
+                                      bool arm64) {
+  auto r = test::run({readelf, "-wN", "--debug-dump=frames-interp", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string line;
+  std::set<std::string> zpr_cies;
+  std::vector<VmOracle> out;
+  std::regex cie_re(R"(^([0-9a-f]{8}) [0-9a-f]+ [0-9a-f]{8} CIE \"zPR\")");
+  std::regex fde_re(
+      R"(^([0-9a-f]{8}) [0-9a-f]+ [0-9a-f]{8} FDE cie=([0-9a-f]{8}) pc=([0-9a-f]+)\.\.([0-9a-f]+))");
+  std::smatch m;
+  bool in_eh = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("Contents of the ", 0) == 0)
+      in_eh = line.find(".eh_frame section") != std::string::npos;
+    if (!in_eh) continue;
+    if (std::regex_search(line, m, cie_re)) zpr_cies.insert(m[1]);
+    if (std::regex_search(line, m, fde_re) && zpr_cies.count(m[2])) {
+      VmOracle o;
+      o.offset = std::stoull(m[1], nullptr, 16);
+      o.pc_begin = std::stoull(m[3], nullptr, 16);
+      o.pc_end = std::stoull(m[4], nullptr, 16);
+      if (o.pc_end - o.pc_begin < kMinInterpreterBytes) continue;
+      std::string header, row;
+      std::getline(in, header);
+      std::getline(in, row);
+      std::istringstream hs(header), rs(row);
+      std::vector<std::string> h, v;
+      for (std::string t; hs >> t;) h.push_back(t);
+      for (std::string t; rs >> t;) v.push_back(t);
+      for (size_t i = 0; i < h.size() && i < v.size(); ++i) {
+        if (h[i] == "CFA") o.cfa = v[i];
+        if (h[i] == "ra") o.ra = v[i];
+        if (h[i] == (arm64 ? "x29" : "rbp")) o.fp = v[i];
+      }
+      out.push_back(o);
+    }
+  }
+  return out;
+}
+
+struct VmBinary {
+  std::string path;
+  std::string readelf;
+  bool arm64;
+  std::string label;
+};
+
+std::vector<VmBinary> vm_binaries() {
+  return {
+      {"/usr/bin/tarantool", "readelf", false, "tarantool_amd64"},
+      {"/usr/bin/luajit", "readelf", false, "luajit_amd64"},
+      {"/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2", "readelf", false, "libluajit_amd64"},
+      {test::fixture("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"), "readelf", false,
+       "libluajit2_openresty"},
+      {test::fixture("arm64/usr/bin/luajit"), "aarch64-linux-gnu-readelf", true, "luajit_arm64"},
+      {test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2"),
+       "aarch64-linux-gnu-readelf", true, "libluajit_arm64"},
+  };
+}
+
+class VmCfi : public ::testing::TestWithParam<VmBinary> {};
+
+TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
+  const VmBinary& b = GetParam();
+  auto file = elf::ElfFile::open(b.path);
+  ASSERT_TRUE(file.ok()) << file.message();
+  auto oracle = readelf_vm_fdes(b.readelf, b.path, b.arm64);
+  ASSERT_EQ(oracle.size(), 1u) << "readelf should show exactly one large zPR FDE";
+  auto fde = find_interpreter_fde(**file);
+  ASSERT_TRUE(fde.ok()) << fde.message();
+  EXPECT_EQ(fde->section_offset, oracle[0].offset);
+  EXPECT_EQ(fde->pc_begin, oracle[0].pc_begin);
+  EXPECT_EQ(fde->pc_end, oracle[0].pc_end);
+  ASSERT_TRUE(fde->personality.has_value());
+  if (const elf::Symbol* p = (*file)->symbol_at(*fde->personality)) {
+    EXPECT_EQ(p->name, "lj_err_unwind_dwarf");  // tarantool has .symtab
+  }
+
+  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(table.ok()) << table.message();
+  ASSERT_TRUE(table->vm().has_value());
+  auto cframe = derive_vm_cframe(*table, fde->pc_begin, fde->pc_end);
+  ASSERT_TRUE(cframe.ok()) << cframe.message();
+  auto j = to_json(*cframe);
+  std::printf("[ vm_cframe ] %s: %s\n", b.path.c_str(), j.dump().c_str());
+  // readelf prints the CFA as "rsp+80" / "x29+16" and the saved slots as "c-8" / "c-16".
+  std::string base = b.arm64 ? (cframe->cfa_base == LJ_CFI_REG_FP ? "x29" : "sp")
+                             : (cframe->cfa_base == LJ_CFI_REG_FP ? "rbp" : "rsp");
+  EXPECT_EQ(base + "+" + std::to_string(cframe->cfa_offset), oracle[0].cfa);
+  EXPECT_EQ("c" + std::to_string(cframe->ra_offset), oracle[0].ra);
+  EXPECT_EQ(cframe->fp_rule, LJ_CFI_RULE_AT_CFA);
+  EXPECT_EQ("c" + std::to_string(cframe->fp_offset), oracle[0].fp);
+  EXPECT_EQ(cframe->cfa_base, b.arm64 ? LJ_CFI_REG_FP : LJ_CFI_REG_SP);
+  EXPECT_EQ(j["cfa_base"], b.arm64 ? "fp" : "sp");
+  EXPECT_EQ(cframe->fde_section_offset, oracle[0].offset);
+  // Every VM row is Keep or Invalid; the blanket rule covers most of it.
+  for (size_t i = 0; i + 1 < table->rows().size(); ++i) {
+    const lj_cfi_row& r = table->rows()[i];
+    if (r.pc_start >= fde->pc_begin && r.pc_start < fde->pc_end) {
+      EXPECT_TRUE(r.hint == LJ_CFI_KEEP || r.hint == LJ_CFI_INVALID) << std::hex << r.pc_start;
+    }
+  }
+  EXPECT_GT(cframe->covered_bytes * 10, (fde->pc_end - fde->pc_begin) * 9);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealBinaries, VmCfi, ::testing::ValuesIn(vm_binaries()),
+                         [](const ::testing::TestParamInfo<VmBinary>& info) {
+                           return info.param.label;
+                         });
+
+// objdump's view of [begin, end): address -> "mnemonic operands" (intel syntax for x86-64).
+std::vector<std::pair<uint64_t, std::string>> objdump(const std::string& tool,
+                                                      const std::string& path, uint64_t begin,
+                                                      uint64_t end, bool intel) {
+  std::vector<std::string> argv = {tool, "-d", "-w"};
+  if (intel) argv.push_back("-M");
+  if (intel) argv.push_back("intel");
+  argv.push_back(fmt::format("--start-address={:#x}", begin));
+  argv.push_back(fmt::format("--stop-address={:#x}", end));
+  argv.push_back(path);
+  auto r = test::run(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::pair<uint64_t, std::string>> out;
+  std::istringstream in(r.out);
+  std::string line;
+  std::regex insn(R"(^\s*([0-9a-f]+):\t[0-9a-f ]+\t(.*)$)");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_match(line, m, insn)) {
+      std::string text = m[2];
+      text = std::regex_replace(text, std::regex(R"(\s+)"), " ");
+      auto comment = text.find(" //");
+      if (comment != std::string::npos) text = text.substr(0, comment);
+      out.emplace_back(std::stoull(m[1], nullptr, 16), text);
+    }
+  }
+  return out;
+}
+
+// The x86-64 VM: at every instruction of a push/sub-rsp prologue, of the JLOOP trace entry,
+// of an add-rsp/pop/ret epilogue and of the exit handler, the table follows the stack effect
+// objdump shows, not the blanket rule.
+void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t frame) {
+  auto file = elf::ElfFile::open(path);
+  ASSERT_TRUE(file.ok());
+  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(table.ok()) << table.message();
+  auto code = objdump("objdump", path, begin, end, true);
+  ASSERT_GT(code.size(), 1000u);
+  auto row = [&](uint64_t pc) { return table->row_at(pc); };
+  auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
+  int prologues = 0, epilogues = 0, jloops = 0, exit_handlers = 0;
+  for (size_t i = 0; i < code.size(); ++i) {
+    // Prologue.
+    size_t j = i;
+    while (j < code.size() && starts(code[j].second, "push ")) ++j;
+    if (j > i && j < code.size() && starts(code[j].second, "sub rsp,0x")) {
+      int64_t imm = std::stoll(code[j].second.substr(10), nullptr, 16);
+      int64_t d = frame - imm - 8 * static_cast<int64_t>(j - i);
+      if (d == 8 || d == 16) {
+        for (size_t k = i; k <= j; ++k, d += 8) {
+          const lj_cfi_row* r = row(code[k].first);
+          ASSERT_NE(r, nullptr);
+          EXPECT_EQ(r->hint, LJ_CFI_KEEP) << std::hex << code[k].first;
+          EXPECT_EQ(r->cfa_base, LJ_CFI_REG_SP);
+          EXPECT_EQ(r->cfa_offset, d) << std::hex << code[k].first << " " << code[k].second;
+        }
+        EXPECT_EQ(row(code[j + 1].first)->cfa_offset, frame);
+        ++prologues;
+        i = j;
+        continue;
+      }
+    }
+    if (j - i >= 8) {  // exit handler: Invalid through `mov rsp,reg`
+      size_t k = j;
+      while (k < code.size() && !starts(code[k].second, "mov rsp,")) ++k;
+      ASSERT_LT(k, code.size());
+      for (size_t q = i; q <= k; ++q)
+        EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_INVALID) << std::hex << code[q].first;
+      ++exit_handlers;
+      i = k;
+      continue;
+    }
+    if (starts(code[i].second, "add rsp,0x")) {
+      size_t k = i + 1;
+      while (k < code.size() && starts(code[k].second, "pop ")) ++k;
+      int64_t imm = std::stoll(code[i].second.substr(10), nullptr, 16);
+      if (k < code.size() && code[k].second == "ret" && frame - imm - 8 * int64_t(k - i - 1) == 8) {
+        int64_t d = frame - imm;
+        for (size_t q = i + 1; q <= k; ++q, d -= 8) {
+          EXPECT_EQ(row(code[q].first)->cfa_offset, d) << std::hex << code[q].first;
+          EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_KEEP);
+        }
+        ++epilogues;
+        i = k;
+        continue;
+      }
+    }
+    if (starts(code[i].second, "sub rsp,0x")) {
+      size_t k = i + 1;
+      while (k < code.size() && k < i + 4 && starts(code[k].second, "mov QWORD PTR [rsp")) ++k;
+      if (k < code.size() && starts(code[k].second, "jmp r")) {
+        int64_t imm = std::stoll(code[i].second.substr(10), nullptr, 16);
+        for (size_t q = i + 1; q <= k; ++q) {
+          EXPECT_EQ(row(code[q].first)->cfa_offset, frame + imm) << std::hex << code[q].first;
+        }
+        ++jloops;
+      }
+    }
+  }
+  std::printf("[ vm ranges ] %s: %d prologues, %d epilogues, %d JLOOP, %d exit handler\n",
+              path.c_str(), prologues, epilogues, jloops, exit_handlers);
+  EXPECT_GE(prologues, 4);  // vm_resume, vm_pcall, vm_call, vm_cpcall
+  EXPECT_GE(epilogues, 1);
+  EXPECT_EQ(jloops, 1);
+  EXPECT_EQ(exit_handlers, 1);
+}
+
+TEST(VmSubRanges, TarantoolByObjdumpAndSymbols) {
+  auto file = elf::ElfFile::open("/usr/bin/tarantool");
+  ASSERT_TRUE(file.ok());
+  auto fde = find_interpreter_fde(**file);
+  ASSERT_TRUE(fde.ok()) << fde.message();
+  check_x86_vm("/usr/bin/tarantool", fde->pc_begin, fde->pc_end, 80);
+  // The named entry points from nm are each the start of a corrected prologue.
+  auto nm = test::run({"nm", "/usr/bin/tarantool"});
+  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(table.ok());
+  for (const char* name : {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall"}) {
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(nm.out, m, std::regex(std::string("([0-9a-f]+) t ") + name + "\n")));
+    uint64_t at = std::stoull(m[1], nullptr, 16);
+    const lj_cfi_row* r = table->row_at(at);
+    EXPECT_EQ(r->cfa_offset, 8) << name;  // only the return address is on the stack
+    bool named = false;
+    for (const VmSubRange& s : table->vm_subranges()) named |= s.begin == at && s.how == "symbol";
+    EXPECT_TRUE(named) << name;
+  }
+}
+
+TEST(VmSubRanges, StrippedLuajitByObjdumpPatterns) {
+  for (const std::string path :
+       {"/usr/bin/luajit", "/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"}) {
+    auto file = elf::ElfFile::open(path);
+    ASSERT_TRUE(file.ok());
+    auto fde = find_interpreter_fde(**file);
+    ASSERT_TRUE(fde.ok()) << fde.message();
+    check_x86_vm(path, fde->pc_begin, fde->pc_end, 80);
+  }
+}
+
+// AArch64: before `add x29, sp, #N` of a VM entry the blanket x29+16 rule is wrong.
+TEST(VmSubRanges, Arm64PrologueByObjdump) {
+  const std::string path = test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2");
+  auto file = elf::ElfFile::open(path);
+  ASSERT_TRUE(file.ok());
+  auto fde = find_interpreter_fde(**file);
+  ASSERT_TRUE(fde.ok()) << fde.message();
+  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(table.ok());
+  auto code = objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false);
+  int prologues = 0;
+  for (size_t i = 0; i + 2 < code.size(); ++i) {
+    if (code[i].second.rfind("sub sp, sp, #0x", 0) == 0 &&
+        code[i + 1].second.rfind("stp x29, x30, [sp, #", 0) == 0 &&
+        code[i + 2].second.rfind("add x29, sp, #", 0) == 0) {
+      int64_t size = std::stoll(code[i].second.substr(15), nullptr, 16);
+      const lj_cfi_row* at_sub = table->row_at(code[i].first);
+      const lj_cfi_row* at_stp = table->row_at(code[i + 1].first);
+      const lj_cfi_row* at_add = table->row_at(code[i + 2].first);
+      const lj_cfi_row* after = table->row_at(code[i + 2].first + 4);
+      EXPECT_EQ(at_sub->cfa_base, LJ_CFI_REG_SP);
+      EXPECT_EQ(at_sub->cfa_offset, 0);
+      EXPECT_EQ(at_sub->ra_rule, LJ_CFI_RULE_SAME);
+      EXPECT_EQ(at_stp->cfa_offset, size);
+      EXPECT_EQ(at_add->ra_rule, LJ_CFI_RULE_AT_CFA);
+      EXPECT_EQ(after->cfa_base, LJ_CFI_REG_FP);
+      EXPECT_EQ(after->cfa_offset, 16);
+      ++prologues;
+    }
+  }
+  EXPECT_GE(prologues, 4);
+}
+
+}  // namespace
+}  // namespace ljprof::cfi
