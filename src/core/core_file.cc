@@ -1050,6 +1050,30 @@ Result<FileAddress> CoreFile::file_address(uint64_t addr) const {
                     state_->path, addr, off, f.resolved);
 }
 
+Result<uint64_t> CoreFile::load_bias(uint32_t file_index) const {
+  if (file_index >= state_->files.size()) {
+    return make_error("{}: no mapped file {}", state_->path, file_index);
+  }
+  const MappedFile& f = state_->files[file_index];
+  if (!f.usable()) {
+    return make_error("{}: {} is {}: {}", state_->path, f.path, file_check_name(f.check), f.error);
+  }
+  for (const Mapping& m : state_->mappings) {
+    if (m.file_index != file_index) continue;
+    for (const elf::Segment& seg : f.elf->segments()) {
+      if (seg.type != PT_LOAD || seg.offset < m.file_offset ||
+          seg.offset - m.file_offset >= m.end - m.start) {
+        continue;
+      }
+      // The byte at file offset p_offset is at m.start + (p_offset - file_offset) and links at
+      // p_vaddr.
+      return m.start + (seg.offset - m.file_offset) - seg.vaddr;
+    }
+  }
+  return make_error("{}: no mapping of {} holds the start of one of its PT_LOAD segments",
+                    state_->path, f.path);
+}
+
 std::span<const std::string> CoreFile::diagnostics() const {
   return state_->diagnostics;
 }

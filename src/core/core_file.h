@@ -179,6 +179,10 @@ class CoreFile {
   // The mapped file, file offset and link-time address of `addr`; an error when `addr` is in no
   // file mapping, its file is refused, or the offset is in no PT_LOAD of the file.
   Result<FileAddress> file_address(uint64_t addr) const;
+  // Runtime address minus link-time address of file `file_index` (0 for a non-PIE executable),
+  // from its first mapping that holds the start of a PT_LOAD; an error if the file is refused or
+  // no mapping does.
+  Result<uint64_t> load_bias(uint32_t file_index) const;
   // Non-fatal findings of `open`: refused files, link_map entries that could not be resolved.
   std::span<const std::string> diagnostics() const;
 

@@ -264,6 +264,10 @@ TEST(CoreFileAmd64, KernelCoreOfLuajitAbortMatchesGdb) {
   ASSERT_TRUE(std::regex_search(
       syms, s, std::regex(R"(: ([0-9a-f]+) +\d+ FUNC +GLOBAL +DEFAULT +\d+ abort@@)")));
   EXPECT_EQ(fa->vaddr, std::stoull(s[1], nullptr, 16));
+  const uint32_t libc_index = static_cast<uint32_t>(fa->file - core->files().data());
+  auto bias = core->load_bias(libc_index);
+  ASSERT_TRUE(bias.ok()) << bias.message();
+  EXPECT_EQ(*bias + fa->vaddr, abort_addr);
   EXPECT_FALSE(core->file_address(core->threads()[0].sp).ok());  // the stack is no file
 }
 
@@ -307,6 +311,15 @@ TEST(CoreFileAmd64, GcoreOfTarantoolWithTwoThreadsMatchesGdb) {
   const elf::Symbol* main_sym = core->executable()->elf->find_symbol("main");
   ASSERT_NE(main_sym, nullptr);
   EXPECT_FALSE(core->core_has(main_sym->value));
+  for (uint32_t i = 0; i < core->files().size(); ++i) {
+    if (!core->files()[i].is_executable) continue;
+    auto bias = core->load_bias(i);
+    ASSERT_TRUE(bias.ok()) << bias.message();
+    EXPECT_EQ(*bias, 0u);
+    auto fa = core->file_address(main_sym->value);
+    ASSERT_TRUE(fa.ok()) << fa.message();
+    EXPECT_EQ(fa->vaddr, main_sym->value);
+  }
   expect_file_backed_bytes_match_gdb(*core, gdb);
 }
 
