@@ -23,12 +23,13 @@ struct lj_luajit_layout {
   uint16_t l_base;
   uint16_t l_top;
   uint16_t l_stack;
+  uint16_t l_maxstack;
   uint16_t l_cframe;
   /* GCfunc (lj_obj.h GCfuncHeader / GCfuncC) */
   uint16_t fn_ffid;    /* 0 = Lua function (FF_LUA) */
   uint16_t fn_cfunc_f; /* GCfuncC.f, the C entry of a C/fast function */
   uint16_t fn_pc;      /* GCfuncL.pc: the function's first bytecode instruction */
-  uint16_t pad1[3];
+  uint16_t pad1[2];
 };
 
 #endif /* LJPROF_BPF_WALKER_LUAJIT_LAYOUT_H */

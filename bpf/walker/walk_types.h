@@ -18,6 +18,11 @@ struct lj_native_regs {
   uint64_t sp;
   uint64_t fp;
   uint64_t lr;
+  /* The interpreter's BASE and PC registers at the sampled leaf (x86-64 rdx/rbx, AArch64
+   * x19/x21, vm_x64.dasc / vm_arm64.dasc); 0 when unknown. Used only when the leaf pc is in
+   * the VM, where L->base is stale until the VM next leaves Lua code. */
+  uint64_t vm_base;
+  uint64_t vm_pc;
   uint8_t lr_valid;
   uint8_t fp_valid; /* 0 once a row said the caller's FP cannot be recovered */
   uint8_t pad[6];

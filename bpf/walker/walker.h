@@ -71,24 +71,33 @@ LJ_INLINE int lj_read_ref(struct lj_walk_env* env, const struct lj_luajit_layout
 
 /* Enters the Lua walk at a VM C frame located at `sp`. Returns LJ_END_* on failure, -1 ok. */
 LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
-                          struct lj_lua_cursor* c, uint64_t sp, struct lj_walk_result* out) {
-  uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, cframe = 0, pc = 0;
+                          struct lj_lua_cursor* c, const struct lj_native_regs* regs, int leaf,
+                          struct lj_walk_result* out) {
+  uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, maxstack = 0, cframe = 0, pc = 0;
+  const uint64_t sp = regs->sp;
   if (lj_read_ref(env, lj, sp + lj->cframe_ofs_l, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
   if (L != c->L) {
-    /* A new lua_State: start at its innermost frame, L->base - 1 (lj_debug_frame). L->base is
-     * synced by the VM whenever it leaves Lua code for C (BC_FUNCC, vm_call paths). */
+    /* A new lua_State: start at its innermost frame, base - 1 (lj_debug_frame). L->base is
+     * synced by the VM whenever it leaves Lua code for C (BC_FUNCC, vm_call paths); while the
+     * sampled pc is in the interpreter itself only the BASE register is current. */
     if (lj_read_ref(env, lj, L + lj->l_glref, &g) != 0 || g == 0) return LJ_END_BAD_LUA_STATE;
     if (lj_walk_read(env, &base, 8, L + lj->l_base) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_walk_read(env, &top, 8, L + lj->l_top) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_read_ref(env, lj, L + lj->l_stack, &stack) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_read_ref(env, lj, L + lj->l_maxstack, &maxstack) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_walk_read(env, &cframe, 8, L + lj->l_cframe) != 0) return LJ_END_BAD_LUA_STATE;
-    if (!(stack <= base && base <= top)) return LJ_END_BAD_LUA_STATE;
+    if (leaf && regs->vm_base != 0) {
+      base = regs->vm_base;
+      top = maxstack; /* L->top is as stale as L->base here */
+      pc = regs->vm_pc;
+    }
+    if (!(stack < base && base <= top && top <= maxstack)) return LJ_END_BAD_LUA_STATE;
     c->L = L;
     c->frame = base - 8;
     c->stack_bottom = stack + (lj->gc64 ? 8 : 0);
     c->stack_top = top;
     c->expect_cframe = cframe & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
-    c->pending_pc = 0;
+    c->pending_pc = pc;
     c->done = 0;
     c->segment = out->lua_states;
     out->lua_states++;
@@ -226,7 +235,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       return lj_finish(st, LJ_END_NO_MODULE);
     if (row.hint == LJ_CFI_KEEP) {
       if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
-      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs->sp, st->out);
+      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs, (int)st->leaf, st->out);
       if (rc >= 0) return lj_finish(st, (uint32_t)rc);
       st->vm_row = row;
       st->vm_sp = regs->sp;

@@ -85,6 +85,7 @@ lj_luajit_layout make_layout(const lj_luajit_info& info, elf::Arch arch) {
   l.l_base = info.L_base;
   l.l_top = info.L_top;
   l.l_stack = info.L_stack;
+  l.l_maxstack = info.L_maxstack;
   l.l_cframe = info.L_cframe;
   l.fn_ffid = info.fn_ffid;
   l.fn_pc = info.fn_pc;
@@ -202,6 +203,11 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
   regs.lr = thread.lr;
   regs.lr_valid = thread.arch == elf::Arch::AArch64 ? 1 : 0;
   regs.fp_valid = 1;
+  // The interpreter's BASE and PC registers (vm_x64.dasc: BASE edx/rdx, PC ebx/rbx;
+  // vm_arm64.dasc: BASE x19, PC x21); the walker uses them only if the leaf pc is in the VM.
+  const bool a64 = thread.arch == elf::Arch::AArch64;
+  regs.vm_base = thread.reg(a64 ? "x19" : "rdx").value_or(0);
+  regs.vm_pc = thread.reg(a64 ? "x21" : "rbx").value_or(0);
   auto result = std::make_unique<lj_walk_result>();
   lj_walk_native(&env, luajit_ ? &layout_ : nullptr, &regs, result.get());
 
