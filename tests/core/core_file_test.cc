@@ -271,6 +271,55 @@ TEST(CoreFileAmd64, KernelCoreOfLuajitAbortMatchesGdb) {
   EXPECT_FALSE(core->file_address(core->threads()[0].sp).ok());  // the stack is no file
 }
 
+// SIGSEGV through an FFI store to address 0x10: NT_SIGINFO carries the fault address.
+TEST(CoreFileAmd64, KernelCoreOfLuajitSegfaultHasTheFaultAddress) {
+  ScratchDir dir;
+  MadeCore made = test::kernel_core(
+      dir.path(), {kLuajit, "-e", "local ffi=require'ffi' ffi.cast('int*', 0x10)[0] = 1"});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  const GdbView gdb = query_gdb(
+      *core, kLuajit, false, "",
+      {"p $_siginfo.si_signo", "p $_siginfo.si_code", "p $_siginfo._sifields._sigfault.si_addr"});
+  expect_registers_match_gdb(*core, gdb.regs);
+  expect_thread_bytes_match_gdb(*core, gdb.pc, "pc");
+  ASSERT_TRUE(core->signal().has_value());
+  std::smatch m;
+  const std::string extra = gdb.extra;
+  ASSERT_TRUE(std::regex_search(
+      extra, m, std::regex(R"(\$\d+ = (\d+)\n\$\d+ = (\d+)\n\$\d+ = \(void \*\) 0x([0-9a-f]+))")))
+      << extra;
+  EXPECT_EQ(core->signal()->signo, std::stoi(m[1]));
+  EXPECT_EQ(core->signal()->code, std::stoi(m[2]));
+  EXPECT_EQ(core->signal()->fault_addr, std::stoull(m[3], nullptr, 16));
+  EXPECT_EQ(core->signal()->signo, SIGSEGV);
+  EXPECT_EQ(core->threads()[0].signal, SIGSEGV);
+}
+
+// Tarantool turns the SIGSEGV into abort(); the kernel core has its main and coio threads.
+TEST(CoreFileAmd64, KernelCoreOfTarantoolWithTwoThreadsMatchesGdb) {
+  ScratchDir dir;
+  MadeCore made = test::kernel_core(
+      dir.path(), {kTarantool, "-e",
+                   "require('fio').stat('/') local ffi=require'ffi' ffi.cdef'int getpid(void);' "
+                   "io.write('pid ', ffi.C.getpid(), '\\n') io.stdout:flush() "
+                   "ffi.cast('int*', 0x10)[0] = 1"});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  auto core = CoreFile::open(made.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  ASSERT_EQ(core->threads().size(), 2u);
+  EXPECT_EQ(core->threads()[0].tid, static_cast<uint32_t>(made.pid));
+  EXPECT_EQ(core->threads()[0].signal, SIGABRT);
+  const GdbView gdb = query_gdb(*core, kTarantool);
+  expect_registers_match_gdb(*core, gdb.regs);
+  expect_mappings_match_gdb(*core, gdb.maps);
+  expect_thread_bytes_match_gdb(*core, gdb.pc, "pc");
+  expect_thread_bytes_match_gdb(*core, gdb.sp, "sp");
+  expect_file_backed_bytes_match_gdb(*core, gdb);
+  expect_build_ids_verified(*core);
+}
+
 TEST(CoreFileAmd64, GcoreOfLuajitLoopMatchesGdb) {
   ScratchDir dir;
   MadeCore made = test::gcore_of(dir.path(), {kLuajit, "-e", kLoopLua});
