@@ -91,6 +91,36 @@ std::optional<LuaFrame> lua_frame_at(const LuaJITProcInfo& info, uint64_t base, 
   return f;
 }
 
+// The nearest Lua frame at or below `base`: a C or fast function's frame (e.g. the FFI
+// __call metamethod) is stepped over through its frame link (lj_frame.h frame_prevl for a
+// FRAME_LUA link: base - (1 + LJ_FR2 + bc_a(pc[-1])) slots; frame_prevd otherwise:
+// base - (ftsz & ~7) bytes).
+std::optional<LuaFrame> lua_frame_at_or_below(const LuaJITProcInfo& info, uint64_t base,
+                                              uint64_t stack, MemoryReader& mem, std::string* why) {
+  constexpr int kMaxSteps = 16;
+  const uint64_t fr2 = info.gc64 ? 1 : 0;
+  std::string first_why;
+  for (int step = 0; step < kMaxSteps && base > stack + 8 * (1 + fr2); ++step) {
+    std::string w;
+    if (auto f = lua_frame_at(info, base, mem, &w)) return f;
+    if (first_why.empty()) first_why = w;
+    uint64_t ftsz = 0;
+    if (!read_ref(mem, base - (info.gc64 ? 8 : 4), info.ref_size, &ftsz)) break;
+    uint64_t next = 0;
+    if ((ftsz & 3) == 0) {  // FRAME_LUA: ftsz is the return PC
+      uint8_t a = 0;
+      if (ftsz < 4 || !mem.read(ftsz - 4 + 1, &a, 1)) break;
+      next = base - 8 * (1 + fr2 + a);
+    } else {
+      next = base - (ftsz & ~uint64_t{7});
+    }
+    if (next >= base) break;
+    base = next;
+  }
+  *why = first_why.empty() ? "no Lua frame on the stack" : first_why + ", and no Lua frame below";
+  return std::nullopt;
+}
+
 class ProcessMemory : public MemoryReader {
  public:
   explicit ProcessMemory(pid_t pid) : pid_(pid) {}
@@ -254,7 +284,7 @@ std::vector<VmCheck> check_vm_state(const LuaJITProcInfo& info, uint64_t bias,
       why = fmt::format("BASE {:#x} outside L->stack", b);
       continue;
     }
-    frame = lua_frame_at(info, b, mem, &why);
+    frame = lua_frame_at_or_below(info, b, stack, mem, &why);
     if (frame) break;
   }
   add("chunk name reads as a GCstr at the extracted header size", frame.has_value(),
