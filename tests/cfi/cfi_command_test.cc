@@ -1,0 +1,52 @@
+// `ljprof cfi` end to end: --at shows the row covering an address (oracle: readelf's rows of
+// the FDE covering it, nm for the symbol), --json is machine-readable, bad input exits 2.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "support/test_support.h"
+
+namespace ljprof {
+namespace {
+
+test::CommandResult cfi(std::vector<std::string> args) {
+  args.insert(args.begin(), {LJPROF_BIN, "cfi"});
+  return test::run(args);
+}
+
+TEST(CfiCommand, AtAddressShowsTheVmRuleAsJson) {
+  auto nm = test::run({"nm", "/usr/bin/tarantool"});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(nm.out, m, std::regex("([0-9a-f]+) t lj_BC_ADDVV\n")));
+  std::string at = "0x" + m[1].str();
+  auto r = cfi({"/usr/bin/tarantool", "--at", at, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_EQ(j["rows"][0]["hint"], "keep");
+  // readelf: the zPR FDE's only row is "rsp+80 ... c-8".
+  auto re = test::run({"readelf", "-wN", "--debug-dump=frames-interp", "/usr/bin/tarantool"});
+  ASSERT_TRUE(std::regex_search(re.out, std::regex("\n0*5eb450 rsp\\+80 ")));
+  EXPECT_EQ(j["rows"][0]["rule"], "cfa=rsp+80 ra=[cfa-8] fp=[cfa-16]");
+  EXPECT_EQ(j["vm_cframe"]["cfa"], "rsp+80");
+  EXPECT_TRUE(j["fde_errors"].empty());
+}
+
+TEST(CfiCommand, TextTableListsEveryRow) {
+  auto r = cfi({"/lib64/ld-linux-x86-64.so.2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(".eh_frame"), std::string::npos);
+  EXPECT_NE(r.out.find(" ok "), std::string::npos);
+  EXPECT_NE(r.out.find(" invalid "), std::string::npos);
+}
+
+TEST(CfiCommand, BadInputExitsTwo) {
+  EXPECT_EQ(cfi({"/nonexistent"}).exit_code, 2);
+  auto r = cfi({"/usr/bin/tarantool", "--at", "zz"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("not an address"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ljprof
