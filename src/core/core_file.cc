@@ -1096,8 +1096,16 @@ bool CoreFile::core_has(uint64_t addr) const {
   return state_->core_read(addr, &b, 1);
 }
 
+// The same contract as ljprof_core_read_mem, over the State (stable across moves of CoreFile).
+int CoreFile::read_mem_of_state(void* ctx, uint64_t addr, void* dst, uint32_t len) {
+  if (ctx == nullptr || dst == nullptr) return -14;  // -EFAULT
+  if (static_cast<const CoreFile::State*>(ctx)->read(addr, dst, len).ok()) return 0;
+  std::memset(dst, 0, len);
+  return -14;  // -EFAULT, as bpf_probe_read_user
+}
+
 ljprof_mem_reader CoreFile::mem_reader() const {
-  return ljprof_mem_reader{&ljprof_core_read_mem, const_cast<CoreFile*>(this)};
+  return ljprof_mem_reader{&read_mem_of_state, state_.get()};
 }
 
 }  // namespace ljprof::core

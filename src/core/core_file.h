@@ -196,13 +196,14 @@ class CoreFile {
   // Whether the core itself (not a mapped file) holds the byte at `addr`.
   bool core_has(uint64_t addr) const;
 
-  // The C interface for the natively compiled walker: `ctx` is this CoreFile, which must outlive
-  // every call.
+  // The C interface for the natively compiled walker. `ctx` is the core's internal state, so
+  // the reader stays valid when the CoreFile is moved; it must not outlive the CoreFile.
   ljprof_mem_reader mem_reader() const;
 
  private:
   struct State;
   explicit CoreFile(std::unique_ptr<State> state);
+  static int read_mem_of_state(void* ctx, uint64_t addr, void* dst, uint32_t len);
   static Result<CoreFile> from_elf(std::unique_ptr<elf::ElfFile> elf, const CoreOptions& options);
   std::unique_ptr<State> state_;
 };

@@ -475,29 +475,35 @@ TEST(CoreFileAmd64, CReaderInterfaceMatchesRead) {
   ASSERT_FALSE(made.core.empty()) << made.error;
   auto core = CoreFile::open(made.core);
   ASSERT_TRUE(core.ok()) << core.message();
+  // The reader survives moving the CoreFile (its context is the core's heap state).
   ljprof_mem_reader reader = core->mem_reader();
-  const Thread& t = core->threads()[0];
+  CoreFile moved = std::move(core).value();
+  const Thread& t = moved.threads()[0];
   for (uint64_t addr : {t.pc, t.sp}) {
     uint8_t via_c[24], via_cc[24];
     ASSERT_EQ(reader.read_mem(reader.ctx, addr, via_c, sizeof(via_c)), 0);
-    ASSERT_TRUE(core->read(addr, via_cc, sizeof(via_cc)).ok());
+    ASSERT_TRUE(moved.read(addr, via_cc, sizeof(via_cc)).ok());
     EXPECT_EQ(std::memcmp(via_c, via_cc, sizeof(via_c)), 0);
-    auto word = core->read_u64(addr);
+    auto word = moved.read_u64(addr);
     ASSERT_TRUE(word.ok());
     uint64_t expected;
     std::memcpy(&expected, via_c, 8);
     EXPECT_EQ(*word, expected);
   }
+  // The exported function takes the CoreFile itself as its context.
+  uint64_t at_sp = 0;
+  ASSERT_EQ(ljprof_core_read_mem(&moved, t.sp, &at_sp, sizeof(at_sp)), 0);
+  EXPECT_EQ(at_sp, *moved.read_u64(t.sp));
   // An unmapped address fails with -EFAULT and a zeroed buffer, like bpf_probe_read_user.
   uint8_t buf[8];
   std::memset(buf, 0xaa, sizeof(buf));
   EXPECT_EQ(reader.read_mem(reader.ctx, 8, buf, sizeof(buf)), -14);
   for (uint8_t b : buf) EXPECT_EQ(b, 0);
-  auto err = core->read(8, buf, sizeof(buf));
+  auto err = moved.read(8, buf, sizeof(buf));
   ASSERT_FALSE(err.ok());
   EXPECT_NE(err.message().find("0x8: not in the core"), std::string::npos) << err.message();
   // A read that runs off the end of the address space is refused, not wrapped.
-  EXPECT_FALSE(core->read(UINT64_MAX - 3, buf, sizeof(buf)).ok());
+  EXPECT_FALSE(moved.read(UINT64_MAX - 3, buf, sizeof(buf)).ok());
 }
 
 // The arm64 core: qemu-user writes no NT_FILE, so the mappings come from the executable (auxv)
