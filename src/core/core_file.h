@@ -7,7 +7,9 @@
 // of the process memory. Memory comes from the core's PT_LOAD bytes first; a file-backed range the
 // core holds no bytes for (p_filesz < p_memsz, or no segment at all, as gdb and qemu omit
 // read-only file pages) is read from the mapped file itself. A mapped file whose build-id the core
-// contains (in the ELF notes of the mapping's first page) must match it, or that file is refused.
+// contains (in the ELF notes of the mapping's first page) must match it, or that file is refused;
+// so is a file of another architecture, and (link_map mode) an executable whose e_entry does not
+// land on AT_ENTRY.
 //
 // Everything read from the core is bounds-checked and capped; a malformed core fails `open` with a
 // message naming the file, the offset and the rule. Reads are all-or-nothing.
