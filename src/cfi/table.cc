@@ -360,8 +360,13 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::opti
     // Split at the interval's edges so that marking stays inside it.
     b.split(vm_range->begin);
     b.split(vm_range->end);
+    // Only the interpreter's own FDE (the one at the interval's start) describes the VM C
+    // frame. Other FDEs inside the interval are ordinary native frames — lj_vm_ffi_call has
+    // its own rbp-based FDE (vm_x64.dasc) and is called from C (lj_ccall_func) — so they stay Ok.
+    const uint64_t interpreter_fde = b.origins[b.index_at(vm_range->begin)];
     for (size_t i = 0; i + 1 < b.rows.size(); ++i) {
       if (b.rows[i].pc_start < vm_range->begin || b.rows[i].pc_start >= vm_range->end) continue;
+      if (b.origins[i] != interpreter_fde) continue;
       if (b.rows[i].hint == LJ_CFI_OK) b.rows[i].hint = LJ_CFI_KEEP;
     }
     const lj_cfi_row* blanket = &b.rows[b.index_at(vm_range->begin)];

@@ -66,8 +66,9 @@ const char* end_name(uint32_t end) {
 
 // The walker's layout record from the extracted LuaJITProcInfo. The C-frame slots of the
 // lua_State and saved PC are the layout rule of lj_frame.h (CFRAME_OFS_L / CFRAME_OFS_PC):
-// x86-64 GC64 2*8 / 3*8, x86-64 32-bit refs 6*4 / 7*4, AArch64 16 / 8; GCfuncC.f follows the
-// GCfuncHeader + pc MRef (lj_obj.h GCfuncC): GC64 40, 32-bit refs 24.
+// x86-64 GC64 2*8 / 3*8, x86-64 32-bit refs 6*4 / 7*4, AArch64 16 / 8. GCfuncC.f is the
+// pointer after the pc MRef (lj_obj.h GCfuncC), at pointer alignment: GC64 32+8 = 40, 32-bit
+// refs 16+4 rounded up to 24.
 lj_luajit_layout make_layout(const lj_luajit_info& info, elf::Arch arch) {
   lj_luajit_layout l{};
   l.gc64 = info.gc64;
@@ -89,7 +90,7 @@ lj_luajit_layout make_layout(const lj_luajit_info& info, elf::Arch arch) {
   l.l_cframe = info.L_cframe;
   l.fn_ffid = info.fn_ffid;
   l.fn_pc = info.fn_pc;
-  l.fn_cfunc_f = static_cast<uint16_t>(info.fn_pc + info.ref_size);
+  l.fn_cfunc_f = static_cast<uint16_t>((info.fn_pc + info.ref_size + 7) & ~7u);
   return l;
 }
 

@@ -1,6 +1,10 @@
 #include "symbolize/symbolize.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 namespace ljprof::symbolize {
@@ -94,10 +98,18 @@ Result<LuaLocation> lua_location(const ljprof_mem_reader& mem, const lj_luajit_i
   return loc;
 }
 
+std::string demangle(std::string_view name) {
+  if (name.substr(0, 2) != "_Z") return std::string(name);
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(
+      abi::__cxa_demangle(std::string(name).c_str(), nullptr, nullptr, &status), std::free);
+  return status == 0 && out ? std::string(out.get()) : std::string(name);
+}
+
 NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address) {
   NativeSymbol out;
   if (const elf::Symbol* sym = file.symbol_at(link_address)) {
-    out.name = std::string(sym->name);
+    out.name = demangle(sym->name);
     out.offset = link_address - sym->value;
   }
   return out;

@@ -46,6 +46,9 @@ struct NativeSymbol {
   std::string name;     // empty when no symbol contains the address
   uint64_t offset = 0;  // pc - symbol start
 };
+// The symbol containing `link_address`, C++ names demangled.
 NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address);
+// A C++ mangled name in source form; anything else unchanged.
+std::string demangle(std::string_view name);
 
 }  // namespace ljprof::symbolize
