@@ -24,40 +24,46 @@
 #ifndef LJPROF_BPF_WALKER_CFI_ROW_H
 #define LJPROF_BPF_WALKER_CFI_ROW_H
 
-/* hint: what the walker may do at a pc covered by this row. */
-#define LJ_CFI_OK 0 /* the rule below is exact: step with it */
-#define LJ_CFI_INVALID                                               \
-  1 /* no usable rule (no CFI, expression CFA, register-held RA, a   \
-       malformed FDE, a VM sub-range with no static rule): stop with \
-       "[unknown: no CFI]" rather than guess */
-#define LJ_CFI_STOP                                                    \
-  2 /* proven stack root (_start, clone/clone3 thread start, Tarantool \
-       coro_init / arm64 coro_startup): the stack ends here cleanly */
-#define LJ_CFI_KEEP                                                        \
-  3 /* pc is inside the LuaJIT VM interval (interpreter + VM helpers);     \
-       the rule below is exact for this pc (the blanket VM rule, or the    \
-       corrected rule of a known VM sub-range), but the walker should hand \
-       over to the LuaJIT frame walk here and use the rule only to step    \
-       over the VM's C frame afterwards. Never merged with neighbours. */
+/* hint: what the walker may do at a pc covered by this row.
+ *
+ * LJ_CFI_OK: the rule below is exact: step with it.
+ * LJ_CFI_INVALID: no usable rule (no CFI, expression CFA, register-held RA, a malformed FDE,
+ *   a VM sub-range with no static rule): stop with "[unknown: no CFI]" rather than guess.
+ * LJ_CFI_STOP: proven stack root (_start, clone/clone3 thread start, Tarantool coro_init /
+ *   arm64 coro_startup): the stack ends here cleanly.
+ * LJ_CFI_KEEP: pc is inside the LuaJIT VM interval; the rule below is exact for this pc (the
+ *   blanket VM rule, or the corrected rule of a known VM sub-range), but the walker should
+ *   hand over to the LuaJIT frame walk here and use the rule only to step over the VM's C
+ *   frame afterwards. Never merged with neighbours. C-callable leaf helpers inside the VM FDE
+ *   (lj_vm_floor, lj_vm_cpuid, ..., known by symbol) get LJ_CFI_OK leaf rows instead.
+ */
+#define LJ_CFI_OK 0
+#define LJ_CFI_INVALID 1
+#define LJ_CFI_STOP 2
+#define LJ_CFI_KEEP 3
 
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */
 #define LJ_CFI_REG_FP 1 /* x86-64 rbp (DWARF 6), AArch64 x29 (DWARF 29) */
 
-/* ra_rule / fp_rule: where the caller's value of that register is. */
-#define LJ_CFI_RULE_SAME                                           \
-  0 /* unchanged: the caller's value is the current register value \
-       (AArch64 leaf code before x30 is saved; an FP never saved) */
-#define LJ_CFI_RULE_UNDEFINED                                                                \
-  1                           /* explicitly undefined (DW_CFA_undefined): the caller's value \
-                                 cannot be recovered; for the RA this marks the outermost frame */
-#define LJ_CFI_RULE_AT_CFA 2  /* saved in memory: value = *(uint64_t *)(cfa + offset) */
-#define LJ_CFI_RULE_VAL_CFA 3 /* value = cfa + offset, no memory read (DW_CFA_val_offset) */
-#define LJ_CFI_RULE_UNKNOWN                                           \
-  4 /* a rule this format cannot express (another register, a DWARF   \
-       expression). For the RA this never occurs in an OK/KEEP row    \
-       (the row is INVALID instead); for the FP it means "caller's FP \
-       unknown" and the next frame must not be FP-based. */
+/* ra_rule / fp_rule: where the caller's value of that register is.
+ *
+ * LJ_CFI_RULE_SAME: unchanged: the caller's value is the current register value (AArch64
+ *   leaf code before x30 is saved; an FP never saved).
+ * LJ_CFI_RULE_UNDEFINED: explicitly undefined (DW_CFA_undefined): the caller's value cannot
+ *   be recovered; for the RA this marks the outermost frame (the row is LJ_CFI_STOP).
+ * LJ_CFI_RULE_AT_CFA: saved in memory: value = *(uint64_t *)(cfa + offset).
+ * LJ_CFI_RULE_VAL_CFA: value = cfa + offset, no memory read (DW_CFA_val_offset).
+ * LJ_CFI_RULE_UNKNOWN: a rule this format cannot express (another register, a DWARF
+ *   expression). For the RA this never occurs in an OK/KEEP row (the row is INVALID
+ *   instead); for the FP it means "caller's FP unknown" and the next frame must not be
+ *   FP-based.
+ */
+#define LJ_CFI_RULE_SAME 0
+#define LJ_CFI_RULE_UNDEFINED 1
+#define LJ_CFI_RULE_AT_CFA 2
+#define LJ_CFI_RULE_VAL_CFA 3
+#define LJ_CFI_RULE_UNKNOWN 4
 
 struct lj_cfi_row {
   uint64_t pc_start;  /* first link-time pc this row covers */

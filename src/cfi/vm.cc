@@ -394,6 +394,48 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
     if (blanket.cfa_base != LJ_CFI_REG_SP) return {};
     detect_x86(f, code, blanket.cfa_offset,
                blanket.fp_rule == LJ_CFI_RULE_AT_CFA ? blanket.fp_offset : -16);
+    // C-callable leaf helpers that live inside the VM FDE (vm_x64.dasc "Math helper
+    // functions", lj_vm_cpuid): called like C functions, so CFA = rsp + 8 + pushes, not the C
+    // frame. Only with symbols; any rsp change other than push/pop makes the helper Invalid.
+    for (const char* name :
+         {"lj_vm_floor", "lj_vm_ceil", "lj_vm_trunc", "lj_vm_floor_sse", "lj_vm_ceil_sse",
+          "lj_vm_trunc_sse", "lj_vm_mod", "lj_vm_powi_sse", "lj_vm_cpuid"}) {
+      const elf::Symbol* s = file.find_symbol(name);
+      if (s == nullptr || s->size == 0 || s->value < vm.begin || s->value + s->size > vm.end) {
+        continue;
+      }
+      std::vector<VmSubRange> rows;
+      int64_t depth = 8;
+      bool ok = true;
+      uint64_t covered = s->value;
+      for (const Insn& insn : code) {
+        if (insn.addr < s->value || insn.addr >= s->value + s->size) continue;
+        if (insn.addr != covered || insn.id == 0) ok = false;
+        covered = insn.end();
+        bool writes_rsp = is_reg(insn, 0, X86_REG_RSP) && !x_push(insn) && !x_pop(insn) &&
+                          insn.id != X86_INS_CMP && insn.id != X86_INS_TEST;
+        if (!ok || writes_rsp || depth < 8) {
+          ok = false;
+          break;
+        }
+        lj_cfi_row r = sp_row(static_cast<int32_t>(depth), LJ_CFI_RULE_SAME, 0, LJ_CFI_OK);
+        if (!rows.empty() && rows.back().row.cfa_offset == r.cfa_offset) {
+          rows.back().end = insn.end();
+        } else {
+          rows.push_back({insn.addr, insn.end(), fmt::format("{}: C-callable leaf helper", name),
+                          "symbol", r});
+        }
+        if (x_push(insn)) depth += 8;
+        if (x_pop(insn)) depth -= 8;
+        if (insn.id == X86_INS_RET) depth = 8;  // a later path starts from the entry depth
+      }
+      if (!ok || covered != s->value + s->size) {
+        f.add(s->value, s->value + s->size, fmt::format("{}: unexpected stack use", name), "symbol",
+              invalid());
+        continue;
+      }
+      f.out.insert(f.out.end(), rows.begin(), rows.end());
+    }
     // A named entry symbol whose prologue did not match gets no rule at all.
     for (const char* name : {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall",
                              "lj_vm_exit_handler", "lj_BC_JLOOP"}) {

@@ -215,6 +215,10 @@ std::vector<Target> targets() {
   };
 }
 
+void PrintTo(const Target& b, std::ostream* os) {
+  *os << b.path;
+}
+
 class ReadelfOracle : public ::testing::TestWithParam<Target> {};
 
 TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {

@@ -84,6 +84,10 @@ std::vector<VmBinary> vm_binaries() {
   };
 }
 
+void PrintTo(const VmBinary& b, std::ostream* os) {
+  *os << b.path;
+}
+
 class VmCfi : public ::testing::TestWithParam<VmBinary> {};
 
 TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
@@ -119,12 +123,17 @@ TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
   EXPECT_EQ(cframe->cfa_base, b.arm64 ? LJ_CFI_REG_FP : LJ_CFI_REG_SP);
   EXPECT_EQ(j["cfa_base"], b.arm64 ? "fp" : "sp");
   EXPECT_EQ(cframe->fde_section_offset, oracle[0].offset);
-  // Every VM row is Keep or Invalid; the blanket rule covers most of it.
+  // Every VM row is Keep or Invalid, except the leaf helpers' Ok rows (by symbol, see
+  // VmSubRanges.TarantoolLeafHelpersByObjdump).
   for (size_t i = 0; i + 1 < table->rows().size(); ++i) {
     const lj_cfi_row& r = table->rows()[i];
-    if (r.pc_start >= fde->pc_begin && r.pc_start < fde->pc_end) {
-      EXPECT_TRUE(r.hint == LJ_CFI_KEEP || r.hint == LJ_CFI_INVALID) << std::hex << r.pc_start;
+    if (r.pc_start < fde->pc_begin || r.pc_start >= fde->pc_end) continue;
+    bool helper = false;
+    for (const VmSubRange& s : table->vm_subranges()) {
+      helper |= s.begin <= r.pc_start && r.pc_start < s.end && s.row.hint == LJ_CFI_OK;
     }
+    EXPECT_TRUE(r.hint == LJ_CFI_KEEP || r.hint == LJ_CFI_INVALID || helper)
+        << std::hex << r.pc_start;
   }
   EXPECT_GT(cframe->covered_bytes * 10, (fde->pc_end - fde->pc_begin) * 9);
 }
@@ -263,6 +272,35 @@ TEST(VmSubRanges, TarantoolByObjdumpAndSymbols) {
     for (const VmSubRange& s : table->vm_subranges()) named |= s.begin == at && s.how == "symbol";
     EXPECT_TRUE(named) << name;
   }
+}
+
+// C-callable helpers inside the VM FDE (nm names them): plain leaf-function rules that follow
+// objdump's push/pop, hint Ok (not handed to the LuaJIT walk).
+TEST(VmSubRanges, TarantoolLeafHelpersByObjdump) {
+  auto file = elf::ElfFile::open("/usr/bin/tarantool");
+  ASSERT_TRUE(file.ok());
+  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(table.ok());
+  auto nm = test::run({"nm", "-S", "/usr/bin/tarantool"});
+  int helpers = 0;
+  for (const char* name :
+       {"lj_vm_floor", "lj_vm_ceil", "lj_vm_trunc", "lj_vm_mod", "lj_vm_powi_sse", "lj_vm_cpuid"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        nm.out, m, std::regex(std::string("([0-9a-f]+) ([0-9a-f]+) t ") + name + "\n")))
+        << name;
+    uint64_t at = std::stoull(m[1], nullptr, 16), size = std::stoull(m[2], nullptr, 16);
+    int64_t depth = 8;
+    for (const auto& [pc, text] : objdump("objdump", "/usr/bin/tarantool", at, at + size, true)) {
+      const lj_cfi_row* r = table->row_at(pc);
+      EXPECT_EQ(r->hint, LJ_CFI_OK) << name << " " << std::hex << pc;
+      EXPECT_EQ(r->cfa_offset, depth) << name << " " << std::hex << pc;
+      if (text.rfind("push ", 0) == 0) depth += 8;
+      if (text.rfind("pop ", 0) == 0) depth -= 8;
+    }
+    ++helpers;
+  }
+  EXPECT_EQ(helpers, 6);
 }
 
 TEST(VmSubRanges, StrippedLuajitByObjdumpPatterns) {
