@@ -17,20 +17,6 @@ int lookup_callback(void* ctx, uint64_t pc, lj_cfi_row* row) {
   return static_cast<const CoreWalker*>(ctx)->lookup(pc, row);
 }
 
-// Load bias of a mapping: runtime start minus the link-time address of the same file offset,
-// found through the PT_LOAD segment that holds that offset.
-std::optional<uint64_t> mapping_bias(const elf::ElfFile& file, const Mapping& m) {
-  for (const elf::Segment& seg : file.segments()) {
-    if (seg.type != PT_LOAD || seg.filesz == 0) continue;
-    // Mappings start on page boundaries: compare page-aligned offsets.
-    const uint64_t page_off = seg.offset & ~uint64_t{0xfff};
-    if (m.file_offset < page_off || m.file_offset >= seg.offset + seg.filesz) continue;
-    const uint64_t link = (seg.vaddr & ~uint64_t{0xfff}) + (m.file_offset - page_off);
-    return m.start - link;
-  }
-  return std::nullopt;
-}
-
 const char* end_name(uint32_t end) {
   switch (end) {
     case LJ_END_ROOT:
@@ -151,8 +137,9 @@ const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
   if (it == modules_.end()) {
     Module mod;
     mod.file = &f;
-    auto bias = mapping_bias(*f.elf, *m);
-    mod.bias = bias.value_or(0);
+    auto bias = core_.load_bias(m->file_index);
+    if (!bias.ok()) return nullptr;
+    mod.bias = *bias;
     std::optional<cfi::VmHints> hints;
     if (luajit_ && f.path == luajit_file_) hints = cfi::VmHints{luajit_->vm.begin, luajit_->vm.end};
     auto table = cfi::build_unwind_table(*f.elf, hints);
