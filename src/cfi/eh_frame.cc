@@ -388,6 +388,8 @@ Result<CfiScan> scan_cfi_entries(const elf::ElfFile& file, CfiSection kind) {
 Result<CfiScan> scan_cfi(const elf::ElfFile& file, CfiSection kind, bool with_initial_cfa) {
   LJ_ASSIGN_OR_RETURN(CfiScan scan, internal::scan_cfi_entries(file, kind));
   if (!with_initial_cfa || scan.fdes.empty()) return scan;
+  if (kind == CfiSection::EhFrame)
+    LJ_TRY(internal::check_eh_frame_hdr(file, scan.fdes, scan.errors));
   LJ_ASSIGN_OR_RETURN(FdeRowReader reader, FdeRowReader::open(file, kind));
   std::vector<FdeSummary> kept;
   kept.reserve(scan.fdes.size());

@@ -72,6 +72,11 @@ namespace ljprof::cfi::internal {
 std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,
                                             const lj_cfi_row& blanket);
 
+// .eh_frame_hdr must agree with the enumerated FDEs, since libdw looks FDEs up through it
+// (table.cc). OK when the file has no .eh_frame_hdr.
+Status check_eh_frame_hdr(const elf::ElfFile& file, const std::vector<FdeSummary>& fdes,
+                          const std::vector<FdeError>& errors);
+
 // The section scan without running FDE programs (eh_frame.cc).
 Result<CfiScan> scan_cfi_entries(const elf::ElfFile& file, CfiSection kind);
 

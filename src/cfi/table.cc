@@ -165,6 +165,9 @@ std::vector<uint64_t> find_coro_startup(const elf::ElfFile& file) {
   return found;
 }
 
+}  // namespace
+
+namespace internal {
 // .eh_frame_hdr's binary-search table is what libdw uses to find an FDE by pc; a table that
 // disagrees with the section would make libdw answer with another FDE's rows, so it must
 // match the enumeration exactly or the whole table fails.
@@ -236,7 +239,7 @@ Status check_eh_frame_hdr(const elf::ElfFile& file, const std::vector<FdeSummary
   return Ok{};
 }
 
-}  // namespace
+}  // namespace internal
 
 const char* hint_name(uint8_t hint) {
   switch (hint) {
@@ -294,7 +297,7 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::opti
     table.section_ = CfiSection::DebugFrame;
   }
   if (table.section_ == CfiSection::EhFrame)
-    LJ_TRY(check_eh_frame_hdr(file, scan.fdes, scan.errors));
+    LJ_TRY(internal::check_eh_frame_hdr(file, scan.fdes, scan.errors));
   table.fde_errors_ = scan.errors;
   table.fde_count_ = scan.fdes.size() + scan.errors.size();
 
