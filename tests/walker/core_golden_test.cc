@@ -184,10 +184,12 @@ std::pair<uint64_t, uint64_t> interpreter_fde(const std::string& binary, bool ar
 
 struct GdbStack {
   std::vector<uint64_t> pcs;  // first thread, innermost first
-  uint64_t exe_bias = 0;      // runtime - link address of the executable
+  uint64_t exe_bias = 0;      // runtime - link address of the file that carries LuaJIT
 };
 
-GdbStack gdb_stack(const std::string& exe, const std::string& core) {
+// `vm_file` is the file that carries LuaJIT (the executable, or libluajit for nginx): its load
+// bias places the interpreter FDE in the process.
+GdbStack gdb_stack(const std::string& exe, const std::string& vm_file, const std::string& core) {
   GdbStack s;
   // No separate debug info: gdb then reports only the physical frames (with libc's debug info
   // it adds synthetic tail-call frames that are not on the stack).
@@ -208,7 +210,8 @@ GdbStack gdb_stack(const std::string& exe, const std::string& core) {
   for (const std::string& line : lines_of(r.out)) {
     std::smatch m;
     if (std::regex_search(line, m, map_re)) {
-      if (!have_bias && m[3] == exe && std::stoull(m[2], nullptr, 16) == 0) {
+      if (!have_bias && fs::path(m[3].str()) == fs::canonical(vm_file) &&
+          std::stoull(m[2], nullptr, 16) == 0) {
         s.exe_bias = std::stoull(m[1], nullptr, 16);
         have_bias = true;
       }
@@ -219,7 +222,7 @@ GdbStack gdb_stack(const std::string& exe, const std::string& core) {
   EXPECT_FALSE(s.pcs.empty()) << r.out << r.err;
   EXPECT_TRUE(have_bias) << r.out;
   // A non-PIE executable (Debian's tarantool) is linked at the address it runs at.
-  test::CommandResult header = test::run({"readelf", "-h", exe});
+  test::CommandResult header = test::run({"readelf", "-h", vm_file});
   if (header.out.find("EXEC (Executable file)") != std::string::npos) s.exe_bias = 0;
   return s;
 }
@@ -304,9 +307,10 @@ void expect_lua_frames_match(const Json& frames, std::vector<std::vector<Expecte
   }
 }
 
-void expect_native_frames_match_gdb(const Target& target, const Dump& d, const Json& frames) {
-  GdbStack gdb = gdb_stack(target.exe, d.core);
-  auto [vm_lo, vm_hi] = interpreter_fde(target.exe, false);
+void expect_native_frames_match_gdb(const std::string& exe, const std::string& vm_file,
+                                    const Dump& d, const Json& frames) {
+  GdbStack gdb = gdb_stack(exe, vm_file, d.core);
+  auto [vm_lo, vm_hi] = interpreter_fde(vm_file, false);
   std::vector<uint64_t> want;
   for (uint64_t pc : gdb.pcs) {
     uint64_t link = pc - gdb.exe_bias;
@@ -338,13 +342,68 @@ TEST_P(CoreGolden, MatchesTracebackAndGdb) {
   EXPECT_TRUE(thread["reached_root"].get<bool>()) << thread["end"] << "\n" << describe(frames);
   EXPECT_EQ(frames.back()["kind"], "root");
   expect_lua_frames_match(frames, blocks, 1, !is_live(workload));
-  if (!target.arm64) expect_native_frames_match_gdb(target, d, frames);
+  if (!target.arm64) expect_native_frames_match_gdb(target.exe, target.exe, d, frames);
   fs::remove_all(d.dir);
 }
 
 const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
 const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
 const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
+
+// An nginx-lua worker (OpenResty's luajit2 from the fixture tree) blocked in a C function called
+// from a content_by_lua_block handler, dumped live with gcore. OpenResty runs the handler in a
+// coroutine (lua_resume), so the Lua part ends at the coroutine's bottom and native frames
+// continue in ngx_http_lua_run_thread.
+TEST(CoreGoldenNginx, WorkerBlockedInCFromAHandler) {
+  const std::string tree = test::fixture("nginx-lua");
+  const std::string lib = tree + "/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2.1.0";
+  ASSERT_TRUE(test::file_exists(lib)) << lib << ": run scripts/bootstrap";
+  char tmpl[] = "/tmp/ljprof-golden-nginx-XXXXXX";
+  Dump d;
+  d.dir = mkdtemp(tmpl);
+  {
+    std::ofstream conf(d.dir + "/nginx.conf");
+    conf << "load_module " << tree << "/usr/lib/nginx/modules/ndk_http_module.so;\n"
+         << "load_module " << tree << "/usr/lib/nginx/modules/ngx_http_lua_module.so;\n"
+         << "daemon off;\nmaster_process off;\nerror_log " << d.dir << "/error.log;\n"
+         << "pid " << d.dir << "/nginx.pid;\nevents { worker_connections 16; }\n"
+         << "http {\n access_log off;\n lua_package_path \"" << tree
+         << "/usr/share/lua/5.1/?.lua;;\";\n client_body_temp_path " << d.dir << "/body;\n"
+         << " server {\n  listen unix:" << d.dir << "/sock;\n  location /block {\n"
+         << "   content_by_lua_block {\n"
+         << "    local function handler()\n"
+         << "      local f = io.open(\"" << d.dir
+         << "/trace.out\", \"w\") f:write(\"ljprof-traceback-begin\\n\", "
+            "debug.traceback(\"\", 1), \"\\nljprof-traceback-end\\n\") f:close() "
+            "os.execute(\"sleep 5\")\n"
+         << "    end\n    handler()\n    ngx.say(\"done\")\n   }\n  }\n }\n}\n";
+  }
+  d.core = d.dir + "/core";
+  test::CommandResult r = test::run(
+      {"env", "-C", d.dir, "bash", "-c",
+       "LD_LIBRARY_PATH=\"$0\" /usr/sbin/nginx -p \"$PWD\" -c \"$PWD/nginx.conf\" & pid=$!; "
+       "for i in $(seq 100); do [ -S sock ] && break; sleep 0.1; done; "
+       "curl -s --max-time 10 --unix-socket sock http://localhost/block >/dev/null & "
+       "for i in $(seq 100); do grep -q ljprof-traceback-end trace.out 2>/dev/null && break; "
+       "sleep 0.1; done; sleep 0.3; gcore -o core.$pid $pid >/dev/null 2>&1; mv core.$pid.$pid "
+       "core; "
+       "kill -9 $pid; cat trace.out",
+       tree + "/usr/lib/x86_64-linux-gnu"});
+  d.out = r.out;
+  ASSERT_TRUE(fs::exists(d.core)) << r.out << r.err;
+  auto blocks = parse_tracebacks(d.out);
+  ASSERT_EQ(blocks.size(), 1u) << d.out;
+  Json j = ljprof_core(Target{"nginx", "/usr/sbin/nginx", false}, d);
+  EXPECT_NE(j["luajit"].get<std::string>().find("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit"),
+            std::string::npos)
+      << j.dump(2);
+  const Json& frames = j["threads"][0]["frames"];
+  EXPECT_TRUE(j["threads"][0]["reached_root"].get<bool>()) << describe(frames);
+  // The handler's traceback was written before os.execute was called: that C function leads.
+  expect_lua_frames_match(frames, blocks, 0, true);
+  expect_native_frames_match_gdb("/usr/sbin/nginx", lib, d, frames);
+  fs::remove_all(d.dir);
+}
 
 std::string golden_name(const ::testing::TestParamInfo<CoreGolden::ParamType>& info) {
   std::string name = std::get<0>(info.param).label + "_" + std::get<1>(info.param);
