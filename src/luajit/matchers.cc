@@ -756,6 +756,53 @@ Result<JloopMatch> match_jloop(const Code& c, int d) {
   return *out;
 }
 
+Result<TraceinfoMatch> match_traceinfo(const Code& c, int64_t glref_offset, uint8_t ref_width) {
+  std::vector<int> l_alias = {arg0_reg(c)};
+  const size_t n = std::min<size_t>(c.insns.size(), 128);
+  for (size_t k = 0; k < n; ++k) {
+    const Insn& i = c.insns[k];
+    if (i.kind == InsnKind::Mov && i.op_count == 2 && i.ops[0].kind == Kind::Reg &&
+        i.ops[1].kind == Kind::Reg && i.ops[1].size == 8 &&
+        std::find(l_alias.begin(), l_alias.end(), i.ops[1].reg) != l_alias.end()) {
+      l_alias.push_back(i.ops[0].reg);
+      continue;
+    }
+    auto g = as_load(c, i);
+    if (!g || g->disp != glref_offset || g->size != ref_width ||
+        std::find(l_alias.begin(), l_alias.end(), g->base) == l_alias.end()) {
+      continue;
+    }
+    for (size_t j = k + 1; j < std::min(n, k + 6); ++j) {
+      auto t = as_load(c, c.insns[j]);
+      if (!t || t->base != g->dst || t->size != 8) {
+        if (writes_reg(c, c.insns[j], g->dst)) break;
+        continue;
+      }
+      for (size_t q = j + 1; q < std::min(n, j + 4); ++q) {
+        const Insn& el = c.insns[q];
+        const bool load = is_x86(c) ? el.kind == InsnKind::Mov : el.kind == InsnKind::Load;
+        if (load && el.op_count == 2 && el.ops[0].kind == Kind::Reg &&
+            el.ops[1].kind == Kind::Mem && el.ops[1].base == t->dst && el.ops[1].index != kNoReg) {
+          if (t->disp <= 0 || t->disp >= 0x10000 || t->disp % 8 != 0) {
+            return make_error("{}: J->trace at G{:+#x} is out of range or misaligned",
+                              where(c, c.insns[j]), t->disp);
+          }
+          TraceinfoMatch m;
+          m.trace_array = t->disp;
+          m.evidence = {evidence_of(c, i, "G = G(L)"), evidence_of(c, c.insns[j], "J->trace"),
+                        evidence_of(c, el, "J->trace[traceno]")};
+          return m;
+        }
+        if (writes_reg(c, el, t->dst)) break;
+      }
+    }
+  }
+  return make_error(
+      "{}: jit_checktrace pattern not matched: no `G = [L {:+#x}]`, `T = [G + "
+      "disp]`, `[T + index]` chain",
+      c.function, glref_offset);
+}
+
 Result<TolstringMatch> match_tolstring(const Code& c) {
   std::optional<TolstringMatch> out;
   const size_t n = c.insns.size();

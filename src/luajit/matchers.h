@@ -121,6 +121,15 @@ struct JloopMatch {
 };
 Result<JloopMatch> match_jloop(const Code& code, int dispatch_reg);
 
+// lj_cf_jit_util_traceinfo (lib_jit.c, jit_checktrace inlined): `G = G(L)` from L->glref,
+// then `J->trace` loaded through G and indexed by the trace number. Used (when the symbol
+// exists) to confirm the BC_JLOOP value.
+struct TraceinfoMatch {
+  int64_t trace_array = 0;  // G-relative offset of J->trace
+  std::vector<Evidence> evidence;
+};
+Result<TraceinfoMatch> match_traceinfo(const Code& code, int64_t glref_offset, uint8_t ref_width);
+
 // lua_tolstring (lj_api.c): `*len = s->len; return strdata(s);` — a 4-byte load of
 // [s + len] followed by return-register = s + sizeof(GCstr) and a return.
 struct TolstringMatch {

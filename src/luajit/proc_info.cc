@@ -351,6 +351,19 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   LJ_ASSIGN_OR_RETURN(Field jtrace,
                       add_offset(field::kGJitTrace, jloop->trace_array, *setup, "BC_JLOOP",
                                  pick(jloop->evidence, {"J->trace", "T = "})));
+  if (file.find_symbol("lj_cf_jit_util_traceinfo") != nullptr) {
+    // jit_checktrace (inlined in jit.util.traceinfo) reads the same array through G.
+    LJ_ASSIGN_OR_RETURN(DecodedFunction ti, decode_symbol(file, "lj_cf_jit_util_traceinfo"));
+    auto check = match_traceinfo(ti.code(), close->glref_offset, close->ref_width);
+    if (!check.ok()) return fail("lj_cf_jit_util_traceinfo", check.message());
+    if (check->trace_array != jtrace.value) {
+      return fail("J->trace", fmt::format("BC_JLOOP reads G{:+#x}, jit_checktrace in "
+                                          "lj_cf_jit_util_traceinfo reads G{:+#x}",
+                                          jtrace.value, check->trace_array));
+    }
+    jtrace.source = "BC_JLOOP + lj_cf_jit_util_traceinfo";
+    for (const Evidence& e : check->evidence) jtrace.evidence.push_back(e);
+  }
   if (jtrace.value <= info.value(field::kGJitBase)) {
     return fail("J->trace", fmt::format("G{:+#x} is not after global_State.jit_base (jit_State "
                                         "follows global_State in GG_State)",

@@ -372,6 +372,25 @@ TEST(MatchJloop, BothArchesAndWrongJumpRegister) {
   EXPECT_EQ(am->trace_mcode, 88);
 }
 
+TEST(MatchTraceinfo, JitChecktraceThroughG) {
+  auto x = assemble_code(Arch::X86_64,
+                         "push rbp\n mov rbx, rdi\n call 1f\n mov ecx, dword ptr [rbx + 8]\n"
+                         "cmp eax, dword ptr [rcx + 0x33c]\n jae 1f\n"
+                         "mov rcx, qword ptr [rcx + 0x330]\n mov eax, eax\n"
+                         "mov r12d, dword ptr [rcx + rax*4]\n 1: ret\n");
+  auto m = luajit::match_traceinfo(x.code("lj_cf_jit_util_traceinfo"), 8, 4);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->trace_array, 0x330);
+  // G loaded from something other than L->glref is not G.
+  EXPECT_FALSE(luajit::match_traceinfo(x.code(), 16, 8).ok());
+  auto a = assemble_code(Arch::AArch64,
+                         "mov x19, x0\n ldr x2, [x19, #16]\n ldr w3, [x2, #1100]\n"
+                         "ldr x2, [x2, #1088]\n ldr x20, [x2, w1, uxtw #3]\n ret\n");
+  auto am = luajit::match_traceinfo(a.code(), 16, 8);
+  ASSERT_TRUE(am.ok()) << am.message();
+  EXPECT_EQ(am->trace_array, 1088);
+}
+
 TEST(MatchTolstring, HeaderSizesOfBothLayouts) {
   auto gc64 = assemble_code(Arch::X86_64,
                             "test rbx, rbx\n je 1f\n mov ecx, dword ptr [rax + 0x14]\n"
