@@ -79,6 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto c = match_c_call_state(code, dreg, vmstate); c.ok()) {
     require(c->state >= -16 && c->state <= -1 && c->sites > 0);
   }
+  if (auto t = match_traceinfo(code, glref, width); t.ok())
+    require(aligned_in(t->trace_array, 8, 0x10000, 8));
   if (auto t = match_tolstring(code); t.ok()) {
     require(aligned_in(t->data_offset, 12, 65, 4) && t->len_offset > 0 &&
             t->len_offset < t->data_offset);
