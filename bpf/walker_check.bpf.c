@@ -56,7 +56,7 @@ struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, 1);
   __type(key, uint32_t);
-  __type(value, struct lj_luajit_layout);
+  __type(value, struct lj_luajit_info);
 } layouts SEC(".maps");
 
 SEC("perf_event")

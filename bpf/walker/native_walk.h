@@ -8,7 +8,7 @@
 
 #include "core/read_mem.h"
 #include "walker/cfi_row.h"
-#include "walker/luajit_layout.h"
+#include "walker/luajit_info.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +28,7 @@ struct lj_walk_env {
 };
 
 /* Walks one stack from `regs` (copied, not modified). `lj` may be NULL. */
-void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                     const struct lj_native_regs* regs, struct lj_walk_result* out);
 
 #ifdef __cplusplus

@@ -7,6 +7,9 @@
 #ifndef LJ_WALK_MAX_FRAMES
 #define LJ_WALK_MAX_FRAMES 256 /* mixed frames per stack */
 #endif
+#ifndef LJ_LUA_MAX_FRAMES_PER_SEGMENT
+#define LJ_LUA_MAX_FRAMES_PER_SEGMENT 128 /* Lua frames between two VM entries */
+#endif
 #ifndef LJ_WALK_MAX_STEPS
 #define LJ_WALK_MAX_STEPS 512 /* loop iterations: frames + VM hand-overs */
 #endif

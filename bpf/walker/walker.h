@@ -25,7 +25,7 @@
 #define LJPROF_BPF_WALKER_WALKER_H
 
 #include "walker/cfi_row.h"
-#include "walker/luajit_layout.h"
+#include "walker/luajit_info.h"
 #include "walker/native_step.h"
 #include "walker/walk_types.h"
 
@@ -60,7 +60,7 @@ LJ_INLINE int lj_emit(struct lj_walk_result* out, uint32_t kind, uint64_t pc, ui
 }
 
 /* Reads a pointer-sized (GC64) or 32-bit (non-GC64 GCRef/MRef) field. */
-LJ_INLINE int lj_read_ref(struct lj_walk_env* env, const struct lj_luajit_layout* lj, uint64_t addr,
+LJ_INLINE int lj_read_ref(struct lj_walk_env* env, const struct lj_luajit_info* lj, uint64_t addr,
                           uint64_t* out) {
   if (lj->gc64) return lj_walk_read(env, out, 8, addr);
   uint32_t v32 = 0;
@@ -69,23 +69,30 @@ LJ_INLINE int lj_read_ref(struct lj_walk_env* env, const struct lj_luajit_layout
   return rc;
 }
 
+/* Where a VM C frame links to the previous one (lj_frame.h CFRAME_OFS_PREV): as extracted, or
+ * the architecture default when the record says 0 (x86-64 4*8, AArch64 0). */
+LJ_INLINE uint64_t lj_cframe_prev(const struct lj_luajit_info* lj) {
+  if (lj->cframe_prev_offset != 0) return lj->cframe_prev_offset;
+  return lj->arch == LJ_INFO_ARCH_ARM64 ? 0 : 32;
+}
+
 /* Enters the Lua walk at a VM C frame located at `sp`. Returns LJ_END_* on failure, -1 ok. */
-LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                           struct lj_lua_cursor* c, const struct lj_native_regs* regs, int leaf,
                           struct lj_walk_result* out) {
   uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, maxstack = 0, cframe = 0, pc = 0;
   const uint64_t sp = regs->sp;
-  if (lj_read_ref(env, lj, sp + lj->cframe_ofs_l, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
+  if (lj_read_ref(env, lj, sp + lj->cframe_ofs_L, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
   if (L != c->L) {
     /* A new lua_State: start at its innermost frame, base - 1 (lj_debug_frame). L->base is
      * synced by the VM whenever it leaves Lua code for C (BC_FUNCC, vm_call paths); while the
      * sampled pc is in the interpreter itself only the BASE register is current. */
-    if (lj_read_ref(env, lj, L + lj->l_glref, &g) != 0 || g == 0) return LJ_END_BAD_LUA_STATE;
-    if (lj_walk_read(env, &base, 8, L + lj->l_base) != 0) return LJ_END_BAD_LUA_STATE;
-    if (lj_walk_read(env, &top, 8, L + lj->l_top) != 0) return LJ_END_BAD_LUA_STATE;
-    if (lj_read_ref(env, lj, L + lj->l_stack, &stack) != 0) return LJ_END_BAD_LUA_STATE;
-    if (lj_read_ref(env, lj, L + lj->l_maxstack, &maxstack) != 0) return LJ_END_BAD_LUA_STATE;
-    if (lj_walk_read(env, &cframe, 8, L + lj->l_cframe) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_read_ref(env, lj, L + lj->L_glref, &g) != 0 || g == 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_walk_read(env, &base, 8, L + lj->L_base) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_walk_read(env, &top, 8, L + lj->L_top) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_read_ref(env, lj, L + lj->L_stack, &stack) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_read_ref(env, lj, L + lj->L_maxstack, &maxstack) != 0) return LJ_END_BAD_LUA_STATE;
+    if (lj_walk_read(env, &cframe, 8, L + lj->L_cframe) != 0) return LJ_END_BAD_LUA_STATE;
     if (leaf && regs->vm_base != 0) {
       base = regs->vm_base;
       top = maxstack; /* L->top is as stale as L->base here */
@@ -114,7 +121,7 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_layout
 /* Emits one Lua frame of cursor `c` and moves to the previous one. Returns -1 to stay in the
  * Lua walk, -2 when the walk hands back to native (C boundary or bottom of this Lua stack),
  * else LJ_END_*. */
-LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                           struct lj_lua_cursor* c, uint64_t vm_sp, struct lj_walk_result* out) {
   const uint64_t slot = 8;
   const uint64_t fr2 = lj->gc64 ? 1 : 0;
@@ -125,7 +132,7 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_layout
   if (frame <= c->stack_bottom) {
     /* The bottom of this lua_State's stack: the C code that entered the VM is next. */
     c->done = 1;
-    if (lj_walk_read(env, &prev, 8, vm_sp + lj->cframe_ofs_prev) != 0) return LJ_END_READ_FAULT;
+    if (lj_walk_read(env, &prev, 8, vm_sp + lj_cframe_prev(lj)) != 0) return LJ_END_READ_FAULT;
     c->expect_cframe = prev & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
     return -2;
   }
@@ -184,7 +191,7 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_layout
   if (typep == 1 /* FRAME_C */ || typep == 5 /* FRAME_CP */) {
     /* Lua was entered from C here (lua_call / lua_pcall / lua_cpcall): hand back to native;
      * the C caller's own VM frame is the next cframe of the chain. */
-    if (lj_walk_read(env, &prev, 8, vm_sp + lj->cframe_ofs_prev) != 0) return LJ_END_READ_FAULT;
+    if (lj_walk_read(env, &prev, 8, vm_sp + lj_cframe_prev(lj)) != 0) return LJ_END_READ_FAULT;
     c->expect_cframe = prev & ~(uint64_t)3;
     return -2;
   }
@@ -197,7 +204,7 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_layout
 /* Everything one walk carries from step to step (bpf_loop passes it to the step callback). */
 struct lj_walk_state {
   struct lj_walk_env* env;
-  const struct lj_luajit_layout* lj;
+  const struct lj_luajit_info* lj;
   struct lj_walk_result* out;
   struct lj_native_regs regs;
   struct lj_lua_cursor cursor;

@@ -50,36 +50,6 @@ const char* end_name(uint32_t end) {
   }
 }
 
-// The walker's layout record from the extracted LuaJITProcInfo. The C-frame slots of the
-// lua_State and saved PC are the layout rule of lj_frame.h (CFRAME_OFS_L / CFRAME_OFS_PC):
-// x86-64 GC64 2*8 / 3*8, x86-64 32-bit refs 6*4 / 7*4, AArch64 16 / 8. GCfuncC.f is the
-// pointer after the pc MRef (lj_obj.h GCfuncC), at pointer alignment: GC64 32+8 = 40, 32-bit
-// refs 16+4 rounded up to 24.
-lj_luajit_layout make_layout(const lj_luajit_info& info, elf::Arch arch) {
-  lj_luajit_layout l{};
-  l.gc64 = info.gc64;
-  if (arch == elf::Arch::AArch64) {
-    l.cframe_ofs_l = 16;
-    l.cframe_ofs_pc = 8;
-  } else {
-    l.cframe_ofs_l = info.gc64 ? 16 : 24;
-    l.cframe_ofs_pc = info.gc64 ? 24 : 28;
-  }
-  l.cframe_ofs_prev =
-      static_cast<uint16_t>(info.cframe_prev_offset != 0 ? info.cframe_prev_offset
-                                                         : (arch == elf::Arch::AArch64 ? 0 : 32));
-  l.l_glref = info.L_glref;
-  l.l_base = info.L_base;
-  l.l_top = info.L_top;
-  l.l_stack = info.L_stack;
-  l.l_maxstack = info.L_maxstack;
-  l.l_cframe = info.L_cframe;
-  l.fn_ffid = info.fn_ffid;
-  l.fn_pc = info.fn_pc;
-  l.fn_cfunc_f = static_cast<uint16_t>((info.fn_pc + info.ref_size + 7) & ~7u);
-  return l;
-}
-
 }  // namespace
 
 const char* frame_kind_name(FrameKind kind) {
@@ -122,7 +92,6 @@ Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
     w->luajit_file_ = f.path;
     w->luajit_error_.clear();
     w->info_ = luajit::to_walker_info(*w->luajit_);
-    w->layout_ = make_layout(w->info_, core.arch());
     break;
   }
   return w;
@@ -197,7 +166,7 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
   regs.vm_base = thread.reg(a64 ? "x19" : "rdx").value_or(0);
   regs.vm_pc = thread.reg(a64 ? "x21" : "rbx").value_or(0);
   auto result = std::make_unique<lj_walk_result>();
-  lj_walk_native(&env, luajit_ ? &layout_ : nullptr, &regs, result.get());
+  lj_walk_native(&env, luajit_ ? &info_ : nullptr, &regs, result.get());
 
   for (uint32_t i = 0; i < result->nframes; ++i) {
     const lj_walk_frame& wf = result->frames[i];

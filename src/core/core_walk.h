@@ -15,10 +15,6 @@
 #include "luajit/proc_info.h"
 #include "symbolize/symbolize.h"
 
-extern "C" {
-#include "walker/luajit_layout.h"
-}
-
 namespace ljprof::core {
 
 enum class FrameKind { Native, Lua, CFunc, Root, Unknown };
@@ -79,7 +75,6 @@ class CoreWalker {
   std::string luajit_file_;
   std::string luajit_error_;
   lj_luajit_info info_{};
-  lj_luajit_layout layout_{};
 };
 
 }  // namespace ljprof::core

@@ -14,7 +14,7 @@ static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_ro
 
 #include "walker/walker.h"
 
-void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_layout* lj,
+void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                     const struct lj_native_regs* regs, struct lj_walk_result* out) {
   struct lj_walk_state st = {0};
   st.env = env;

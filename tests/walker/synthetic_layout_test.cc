@@ -78,18 +78,21 @@ int lookup(void*, uint64_t pc, lj_cfi_row* row) {
 }
 
 // lj_obj.h GC64 offsets (Tarantool 3.3 keeps upstream's lua_State and GCfunc layout).
-lj_luajit_layout modern_tarantool_layout() {
-  lj_luajit_layout l{};
+lj_luajit_info modern_tarantool_layout() {
+  lj_luajit_info l{};
+  l.version = LJ_LUAJIT_INFO_VERSION;
+  l.arch = LJ_INFO_ARCH_X86_64;
   l.gc64 = 1;
-  l.cframe_ofs_l = 16;
+  l.ref_size = 8;
+  l.cframe_ofs_L = 16;
   l.cframe_ofs_pc = 24;
-  l.cframe_ofs_prev = 48;
-  l.l_glref = 16;
-  l.l_base = 32;
-  l.l_top = 40;
-  l.l_maxstack = 48;
-  l.l_stack = 56;
-  l.l_cframe = 80;
+  l.cframe_prev_offset = 48;
+  l.L_glref = 16;
+  l.L_base = 32;
+  l.L_top = 40;
+  l.L_maxstack = 48;
+  l.L_stack = 56;
+  l.L_cframe = 80;
   l.fn_ffid = 10;
   l.fn_pc = 32;
   l.fn_cfunc_f = 40;
@@ -150,7 +153,7 @@ struct Fixture {
     mem.put64(L + 80, cframe | 1);  // CFRAME_RESUME bit set, masked by the walker
   }
 
-  lj_walk_result walk(const lj_luajit_layout& layout) {
+  lj_walk_result walk(const lj_luajit_info& layout) {
     lj_walk_env env{};
     env.mem = ljprof_mem_reader{&Image::read, &mem};
     env.lookup = &lookup;
@@ -205,14 +208,14 @@ TEST(SyntheticModernTarantool, WrongLinkOffsetFailsClosedAtTheNextVmEntry) {
   fx.mem.put64(second + 96 - 16, 0);
   fx.mem.put64(second + 96 - 8, kCoroInit + 0x20);
 
-  lj_luajit_layout right = modern_tarantool_layout();
+  lj_luajit_info right = modern_tarantool_layout();
   lj_walk_result ok = fx.walk(right);
   // With the right offset the second entry is on the chain; the Lua stack is already exhausted
   // there (main was entered by FRAME_CP), so the walk goes on past it.
   EXPECT_EQ(ok.end, static_cast<uint32_t>(LJ_END_ROOT));
 
-  lj_luajit_layout wrong = right;
-  wrong.cframe_ofs_prev = 32;
+  lj_luajit_info wrong = right;
+  wrong.cframe_prev_offset = 32;
   lj_walk_result bad = fx.walk(wrong);
   EXPECT_EQ(bad.end, static_cast<uint32_t>(LJ_END_CFRAME_MISMATCH));
 }
