@@ -5,8 +5,11 @@
 // of our own. Layouts come from the kernel's include/uapi/linux/elfcore.h (struct elf_prstatus,
 // elf_prpsinfo), fs/binfmt_elf.c (fill_files_note: NT_FILE) and the regsets of
 // arch/x86/include/asm/user_64.h (user_regs_struct) and arch/arm64/include/uapi/asm/ptrace.h
-// (user_pt_regs). Every read goes through `load`, which bounds-checks and memcpy's.
+// (user_pt_regs). Every read goes through `read_struct` (common/bounds.h), which bounds-checks and
+// memcpy's.
 #include "core/core_file.h"
+
+#include "common/bounds.h"
 
 #include <elf.h>
 #include <link.h>
@@ -18,22 +21,6 @@
 namespace ljprof::core {
 
 namespace {
-
-bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) {
-  return __builtin_add_overflow(a, b, out);
-}
-
-bool in_bounds(uint64_t offset, uint64_t len, uint64_t size) {
-  uint64_t end;
-  return !add_overflows(offset, len, &end) && end <= size;
-}
-
-template <typename T>
-bool load(std::span<const uint8_t> bytes, uint64_t offset, T* out) {
-  if (!in_bounds(offset, sizeof(T), bytes.size())) return false;
-  std::memcpy(out, bytes.data() + offset, sizeof(T));
-  return true;
-}
 
 uint64_t align_up4(uint64_t v) {
   return (v + 3) & ~uint64_t{3};
@@ -252,7 +239,7 @@ Status CoreFile::State::parse_notes() {
       }
       Elf64_Nhdr nh;
       const uint64_t at = seg.offset + pos;
-      if (!load(data, pos, &nh)) {
+      if (!read_struct(data, pos, &nh)) {
         return make_error("{}: truncated note header at offset {:#x} (PT_NOTE ends at {:#x})", path,
                           at, seg.offset + seg.filesz);
       }
@@ -314,12 +301,12 @@ Status CoreFile::State::parse_prstatus(std::span<const uint8_t> desc, uint64_t f
   t.arch = arch;
   int16_t cursig = 0;
   int32_t pid = 0;
-  load(desc, kPrstatusCursig, &cursig);
-  load(desc, kPrstatusPid, &pid);
+  read_struct(desc, kPrstatusCursig, &cursig);
+  read_struct(desc, kPrstatusPid, &pid);
   t.signal = cursig;
   t.tid = static_cast<uint32_t>(pid);
   t.gpr_count = gpr_count(arch);
-  for (uint32_t i = 0; i < t.gpr_count; ++i) load(desc, kPrstatusReg + 8 * i, &t.gprs[i]);
+  for (uint32_t i = 0; i < t.gpr_count; ++i) read_struct(desc, kPrstatusReg + 8 * i, &t.gprs[i]);
   if (arch == elf::Arch::X86_64) {
     t.pc = t.gprs[kX86Rip];
     t.sp = t.gprs[kX86Rsp];
@@ -344,10 +331,10 @@ Status CoreFile::State::parse_prpsinfo(std::span<const uint8_t> desc, uint64_t f
   }
   ProcessInfo p;
   p.state = static_cast<char>(desc[1]);
-  load(desc, 16, &p.uid);
-  load(desc, 20, &p.gid);
-  load(desc, 24, &p.pid);
-  load(desc, 28, &p.ppid);
+  read_struct(desc, 16, &p.uid);
+  read_struct(desc, 20, &p.gid);
+  read_struct(desc, 24, &p.pid);
+  read_struct(desc, 28, &p.ppid);
   p.fname = fixed_string(desc.data() + 40, 16);
   p.psargs = fixed_string(desc.data() + 56, 80);
   process = std::move(p);
@@ -361,13 +348,13 @@ Status CoreFile::State::parse_siginfo(std::span<const uint8_t> desc, uint64_t fi
   }
   if (signal) return Ok{};  // the first one belongs to the thread that took the signal
   SignalInfo s;
-  load(desc, 0, &s.signo);
-  load(desc, 4, &s.errno_value);
-  load(desc, 8, &s.code);
+  read_struct(desc, 0, &s.signo);
+  read_struct(desc, 4, &s.errno_value);
+  read_struct(desc, 8, &s.code);
   if (is_fault_signal(s.signo) && s.code > 0) {
-    load(desc, 16, &s.fault_addr);
+    read_struct(desc, 16, &s.fault_addr);
   } else if (s.code <= 0) {  // SI_USER, SI_TKILL, SI_QUEUE...: sent by a process
-    load(desc, 16, &s.sender_pid);
+    read_struct(desc, 16, &s.sender_pid);
   }
   signal = s;
   return Ok{};
@@ -389,8 +376,8 @@ Status CoreFile::State::parse_auxv(std::span<const uint8_t> desc, uint64_t file_
   }
   for (uint64_t i = 0; i < count; ++i) {
     AuxEntry e;
-    load(desc, i * 16, &e.type);
-    load(desc, i * 16 + 8, &e.value);
+    read_struct(desc, i * 16, &e.type);
+    read_struct(desc, i * 16 + 8, &e.value);
     if (e.type == AT_NULL) break;
     auxv.push_back(e);
   }
@@ -403,7 +390,7 @@ Status CoreFile::State::parse_nt_file(std::span<const uint8_t> desc, uint64_t fi
   }
   have_nt_file = true;
   uint64_t count = 0, page_size = 0;
-  if (!load(desc, 0, &count) || !load(desc, 8, &page_size)) {
+  if (!read_struct(desc, 0, &count) || !read_struct(desc, 8, &page_size)) {
     return make_error("{}: NT_FILE at offset {:#x}: {} bytes is too small for its header", path,
                       file_offset, desc.size());
   }
@@ -427,9 +414,9 @@ Status CoreFile::State::parse_nt_file(std::span<const uint8_t> desc, uint64_t fi
   uint64_t name_pos = table_end;
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t start = 0, end = 0, pgoff = 0;
-    load(desc, 16 + i * 24, &start);
-    load(desc, 24 + i * 24, &end);
-    load(desc, 32 + i * 24, &pgoff);
+    read_struct(desc, 16 + i * 24, &start);
+    read_struct(desc, 24 + i * 24, &end);
+    read_struct(desc, 32 + i * 24, &pgoff);
     if (start >= end) {
       return make_error("{}: NT_FILE at offset {:#x}: mapping {} has start {:#x} >= end {:#x}",
                         path, file_offset, i, start, end);
@@ -632,7 +619,7 @@ void CoreFile::State::build_link_map_mappings() {
   // Where the program headers are in the file's address space: PT_PHDR, else the PT_LOAD
   // that holds e_phoff.
   Elf64_Ehdr eh;
-  load(exe_elf.bytes(), 0, &eh);  // validated by ElfFile::open
+  read_struct(exe_elf.bytes(), 0, &eh);  // validated by ElfFile::open
   std::optional<uint64_t> phdr_vaddr;
   for (const elf::Segment& seg : exe_elf.segments()) {
     if (seg.type == PT_PHDR) phdr_vaddr = seg.vaddr;
@@ -765,7 +752,7 @@ Result<std::optional<std::string>> CoreFile::State::build_id_in_core(uint64_t he
     uint64_t pos = 0;
     for (int guard = 0; pos < notes.size() && guard < 1024; ++guard) {
       Elf64_Nhdr nh;
-      if (!load(std::span<const uint8_t>(notes), pos, &nh)) break;
+      if (!read_struct(std::span<const uint8_t>(notes), pos, &nh)) break;
       const uint64_t name_at = pos + sizeof(nh);
       const uint64_t desc_at = (name_at + nh.n_namesz + align - 1) & ~(align - 1);
       const uint64_t next = (desc_at + nh.n_descsz + align - 1) & ~(align - 1);

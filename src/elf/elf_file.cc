@@ -4,8 +4,11 @@
 // give us the same fixed-size structs but with its own, more lenient acceptance rules (lazy
 // per-section conversion, no caps), so we would still re-check every field; and the fuzzer
 // (fuzz/elf_fuzzer.cc) can only find bugs in code it instruments. The structs and constants
-// come from <elf.h>; every read goes through `read_struct`, which bounds-checks and memcpy's.
+// come from <elf.h>; every read goes through `read_struct` (common/bounds.h), which bounds-checks
+// and memcpy's.
 #include "elf/elf_file.h"
+
+#include "common/bounds.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -20,27 +23,6 @@
 namespace ljprof::elf {
 
 namespace {
-
-// a + b without wrap-around; false on overflow.
-bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) {
-  return __builtin_add_overflow(a, b, out);
-}
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
-  return __builtin_mul_overflow(a, b, out);
-}
-
-// True when [offset, offset+len) lies inside a buffer of `size` bytes.
-bool in_bounds(uint64_t offset, uint64_t len, uint64_t size) {
-  uint64_t end;
-  return !add_overflows(offset, len, &end) && end <= size;
-}
-
-template <typename T>
-bool read_struct(std::span<const uint8_t> bytes, uint64_t offset, T* out) {
-  if (!in_bounds(offset, sizeof(T), bytes.size())) return false;
-  std::memcpy(out, bytes.data() + offset, sizeof(T));
-  return true;
-}
 
 const char* section_type_name(uint32_t type) {
   switch (type) {
