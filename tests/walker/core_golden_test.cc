@@ -100,6 +100,11 @@ struct Target {
   bool arm64 = false;
 };
 
+// gtest prints parameters in test names and failures: show the target, not its bytes.
+void PrintTo(const Target& target, std::ostream* os) {
+  *os << target.label;
+}
+
 struct Dump {
   std::string dir;
   std::string core;
