@@ -17,6 +17,7 @@ typedef __s64 int64_t;
 
 #include "walker/cfi_row.h"
 #include "walker/inline.h"
+#include "walker/walk_types.h"
 
 struct lj_walk_env {
   uint64_t bias;
@@ -37,7 +38,7 @@ struct {
 LJ_INLINE int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row) {
   uint32_t key = (uint32_t)((pc - env->bias) & 1023);
   struct lj_cfi_row* hit = bpf_map_lookup_elem(&rows, &key);
-  if (!hit) return 1;
+  if (!hit) return LJ_LOOKUP_NO_MODULE;
   *row = *hit;
   return 0;
 }

@@ -7,6 +7,9 @@
 #ifndef LJ_WALK_MAX_FRAMES
 #define LJ_WALK_MAX_FRAMES 256 /* mixed frames per stack */
 #endif
+/* lj_walk_lookup's answer when no module with CFI covers the pc (0 = row found). */
+#define LJ_LOOKUP_NO_MODULE 1
+
 #ifndef LJ_LUA_MAX_FRAMES_PER_SEGMENT
 #define LJ_LUA_MAX_FRAMES_PER_SEGMENT 128 /* Lua frames between two VM entries */
 #endif

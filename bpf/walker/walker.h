@@ -29,8 +29,6 @@
 #include "walker/native_step.h"
 #include "walker/walk_types.h"
 
-#define LJ_LOOKUP_NO_MODULE 1
-
 static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row);
 
 /* The walk's Lua-side state. */

@@ -3,13 +3,14 @@
 #include <stdint.h>
 
 #include "walker/native_walk.h"
+#include "walker/walk_types.h"
 
 static int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr) {
   return env->mem.read_mem(env->mem.ctx, addr, dst, len);
 }
 
 static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row) {
-  return env->lookup(env->lookup_ctx, pc, row) == 0 ? 0 : 1;
+  return env->lookup(env->lookup_ctx, pc, row) == 0 ? 0 : LJ_LOOKUP_NO_MODULE;
 }
 
 #include "walker/walker.h"
