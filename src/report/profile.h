@@ -1,0 +1,52 @@
+// report/profile.h: the profile every output is written from (pprof, folded stacks, flame
+// graph, top). Producers — `ljprof record` (live eBPF samples) and `ljprof report` (a saved
+// pprof file) — fill it with symbolized mixed stacks, leaf first; writers aggregate identical
+// stacks themselves, so a producer may append one Sample per event.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ljprof::report {
+
+// The frame model of DESIGN.md ("Frame model"): what every output shows.
+enum class FrameKind { Native, Lua, CFunc, Ffi, Trace, Root, Unknown };
+const char* frame_kind_name(FrameKind kind);  // "native", "lua", "cfunc", "ffi", "trace", ...
+
+struct Frame {
+  FrameKind kind = FrameKind::Native;
+  // What a person reads: native symbol (demangled), Lua function name or
+  // "function <file:firstline>", "trace 12", "[unknown: reason]".
+  std::string function;
+  std::string file;        // Lua: short_src (e.g. "app.lua"); native: source file if known
+  int64_t line = 0;        // current line (0 = unknown)
+  int64_t start_line = 0;  // Lua: the function's first line (GCproto firstline)
+  std::string module;      // native/cfunc/root: path of the mapped file; "" if none
+  std::string build_id;    // hex GNU build-id of `module`, "" if it has none
+  uint64_t address = 0;    // native/root/cfunc: runtime pc
+  uint64_t module_offset = 0;  // address - load bias (link-time address)
+
+  friend bool operator==(const Frame&, const Frame&) = default;
+  friend auto operator<=>(const Frame&, const Frame&) = default;
+};
+
+struct Sample {
+  std::vector<Frame> frames;  // leaf first
+  int64_t count = 1;
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+};
+
+struct Profile {
+  std::vector<Sample> samples;
+  int64_t period_ns = 0;      // sampling period (1e9 / frequency); 0 if unknown
+  int64_t start_time_ns = 0;  // wall clock, nanoseconds since the epoch
+  int64_t duration_ns = 0;
+  // Named per-reason counters of the producer (e.g. "read fault", "map full"); written
+  // as pprof comments so a saved profile still says how good it is.
+  std::map<std::string, uint64_t> counters;
+};
+
+}  // namespace ljprof::report
