@@ -27,9 +27,12 @@ struct lj_walk_env {
   void* lookup_ctx;
 };
 
-/* Walks one stack from `regs` (copied, not modified). `lj` may be NULL. */
+/* Walks one stack from `regs` (copied, not modified). `lj` may be NULL. `g_hint` is the
+ * process's global_State if known (0: none; the walker checks it before use), `vm_bias` the
+ * load bias of the module holding the VM (see walker.h, JIT traces). */
 void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_info* lj,
-                    const struct lj_native_regs* regs, struct lj_walk_result* out);
+                    const struct lj_native_regs* regs, uint64_t g_hint, uint64_t vm_bias,
+                    struct lj_walk_result* out);
 
 #ifdef __cplusplus
 }

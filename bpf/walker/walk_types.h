@@ -29,9 +29,16 @@ struct lj_native_regs {
    * the VM, where L->base is stale until the VM next leaves Lua code. */
   uint64_t vm_base;
   uint64_t vm_pc;
+  /* The sampled thread's DISPATCH (x86-64) / GL (AArch64) register, luajit_info.h
+   * dispatch_reg, valid while `dispatch_valid`. Only a candidate for finding G when the walk
+   * meets JIT machine code: GC64 x86-64 traces and AArch64 traces keep it (lj_target_x86.h
+   * RID_DISPATCH, lj_target_arm64.h RID_GL), C code called from a trace preserves it (callee
+   * saved), and the walker accepts it only if the G it gives proves itself (G->cur_L->glref). */
+  uint64_t dispatch;
   uint8_t lr_valid;
   uint8_t fp_valid; /* 0 once a row said the caller's FP cannot be recovered */
-  uint8_t pad[6];
+  uint8_t dispatch_valid;
+  uint8_t pad[5];
 };
 
 /* Frame kinds. */
@@ -39,6 +46,7 @@ struct lj_native_regs {
 #define LJ_FRAME_LUA 1    /* a: GCfunc of a Lua function, b: bytecode pc (0 = unknown) */
 #define LJ_FRAME_CFUNC 2  /* a: GCfunc of a C/fast function called from Lua, b: its C entry */
 #define LJ_FRAME_ROOT 3   /* pc: the proven root frame's pc (Stop row / RA undefined) */
+#define LJ_FRAME_TRACE 4  /* pc: machine-code pc in a JIT trace, b: its GCtrace */
 
 /* How a walk ended (lj_walk_result.end). */
 #define LJ_END_ROOT 0             /* reached a proven root */
@@ -54,6 +62,9 @@ struct lj_native_regs {
 #define LJ_END_BAD_LUA_STATE 10   /* the VM C frame's lua_State fails its checks */
 #define LJ_END_CFRAME_MISMATCH 11 /* native walk reached the VM off the cframe chain */
 #define LJ_END_BAD_LUA_FRAME 12   /* a Lua frame link is out of the Lua stack */
+#define LJ_END_NULL_JIT_BASE 13   /* in a trace, but G->jit_base is NULL (transient) */
+#define LJ_END_TRACE_NO_G 14      /* pc in no module, and no proven G to look for a trace */
+#define LJ_END_BAD_TRACE 15       /* the running trace's record fails its checks */
 
 struct lj_walk_frame {
   uint64_t pc; /* native/root: pc; Lua/cfunc: the GCfunc address */
@@ -68,6 +79,7 @@ struct lj_walk_result {
   uint64_t end_pc;     /* pc at which the walk ended */
   uint32_t lua_states; /* number of distinct lua_State segments entered */
   uint32_t pad;
+  uint64_t g; /* the global_State this walk proved (from a VM C frame's L or a trace), or 0 */
   struct lj_walk_frame frames[LJ_WALK_MAX_FRAMES];
 };
 

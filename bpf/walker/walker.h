@@ -20,6 +20,16 @@
  * new lua_State (coroutines, Tarantool fibers). Every VM entry is cross-checked against the
  * lua_State's cframe chain (L->cframe, then cframe_prev at cframe_prev_offset): a native walk
  * that reaches the VM at another sp fails closed instead of attaching the wrong Lua frames.
+ *
+ * JIT traces. A pc in no module may be trace machine code. The walker proves it before using
+ * it: G (the includer's hint st->g, the G proven earlier in this walk, or the sampled
+ * DISPATCH/GL register) must satisfy G->cur_L->glref == G; the running trace is G->vmstate
+ * (>= 0 on x86-64) or, on AArch64 where trace entry stores 0, the J->trace entry whose mcode
+ * holds the pc (a bounded scan, LJ_WALK_TRACE_SCAN_MAX entries; 0 disables it); the GCtrace
+ * must have gct ~LJ_TTRACE and hold the pc. A trace runs on the C frame of the VM entry that
+ * started it, below the 16 bytes BC_JLOOP reserves and the trace's own spadjust; that frame is
+ * then entered like any VM frame (cframe cross-check included) with BASE = G->jit_base, and
+ * stepped over with the VM's KEEP row, looked up at lj->vm_begin + st->vm_bias.
  */
 #ifndef LJPROF_BPF_WALKER_WALKER_H
 #define LJPROF_BPF_WALKER_WALKER_H
@@ -77,7 +87,7 @@ LJ_INLINE uint64_t lj_cframe_prev(const struct lj_luajit_info* lj) {
 /* Enters the Lua walk at a VM C frame located at `sp`. Returns LJ_END_* on failure, -1 ok. */
 LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                           struct lj_lua_cursor* c, const struct lj_native_regs* regs, int leaf,
-                          struct lj_walk_result* out) {
+                          int in_trace, struct lj_walk_result* out) {
   uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, maxstack = 0, cframe = 0, pc = 0;
   const uint64_t sp = regs->sp;
   if (lj_read_ref(env, lj, sp + lj->cframe_ofs_L, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
@@ -106,11 +116,13 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
     c->done = 0;
     c->segment = out->lua_states;
     out->lua_states++;
+    if (out->g == 0) out->g = g;
   }
   if (c->expect_cframe != 0 && c->expect_cframe != sp) return LJ_END_CFRAME_MISMATCH;
   /* The pc of this segment's innermost Lua frame, when no callee link gave it: the VM stores
-   * it in its C frame before calling C (lj_frame.h CFRAME_OFS_PC, SAVE_PC). */
-  if (c->pending_pc == 0 && lj_read_ref(env, lj, sp + lj->cframe_ofs_pc, &pc) == 0) {
+   * it in its C frame before calling C (lj_frame.h CFRAME_OFS_PC, SAVE_PC). A trace does not
+   * update SAVE_PC, so under a trace the innermost frame's pc stays unknown. */
+  if (!in_trace && c->pending_pc == 0 && lj_read_ref(env, lj, sp + lj->cframe_ofs_pc, &pc) == 0) {
     c->pending_pc = pc;
   }
   return -1;
@@ -199,6 +211,35 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
 #define LJ_MODE_NATIVE 0
 #define LJ_MODE_LUA 1
 
+#ifndef LJ_WALK_TRACE_SCAN_MAX
+#define LJ_WALK_TRACE_SCAN_MAX 0 /* J->trace entries an AArch64 trace lookup may scan */
+#endif
+
+/* 1 if `g` is a global_State: its running lua_State points back to it (lj_obj.h G->cur_L,
+ * L->glref). */
+LJ_INLINE int lj_proven_g(struct lj_walk_env* env, const struct lj_luajit_info* lj, uint64_t g) {
+  uint64_t L = 0, back = 0;
+  if (g == 0) return 0;
+  if (lj_read_ref(env, lj, g + lj->g_cur_L, &L) != 0 || L == 0) return 0;
+  if (lj_read_ref(env, lj, L + lj->L_glref, &back) != 0) return 0;
+  return back == g;
+}
+
+/* 1 if `t` is a GCtrace whose machine code holds `pc`. */
+LJ_INLINE int lj_trace_holds(struct lj_walk_env* env, const struct lj_luajit_info* lj, uint64_t t,
+                             uint64_t pc) {
+  uint8_t gct = 0;
+  uint64_t mcode = 0;
+  uint32_t szmcode = 0;
+  if (t == 0) return 0;
+  /* lj_obj.h GCHeader: GCRef nextgc; uint8_t marked; uint8_t gct; a trace has gct ~LJ_TTRACE
+   * (= 9). */
+  if (lj_walk_read(env, &gct, 1, t + lj->ref_size + 1) != 0 || gct != 9) return 0;
+  if (lj_walk_read(env, &mcode, 8, t + lj->tr_mcode) != 0) return 0;
+  if (lj_walk_read(env, &szmcode, 4, t + lj->tr_szmcode) != 0) return 0;
+  return pc >= mcode && pc - mcode < szmcode;
+}
+
 /* Everything one walk carries from step to step (bpf_loop passes it to the step callback). */
 struct lj_walk_state {
   struct lj_walk_env* env;
@@ -208,9 +249,90 @@ struct lj_walk_state {
   struct lj_lua_cursor cursor;
   struct lj_cfi_row vm_row; /* the VM row to step over its C frame with when Lua hands back */
   uint64_t vm_sp;
+  /* Inputs from the includer: the process's global_State if known (0: none; checked before
+   * use), and the load bias of the module holding the VM (runtime = link-time + bias). */
+  uint64_t g;
+  uint64_t vm_bias;
   uint32_t mode;
   uint32_t leaf;
 };
+
+/* The pc (no module covers it) may be JIT machine code: prove the running trace and enter the
+ * Lua walk at the VM C frame it runs on. Returns -1 when the walk continues in Lua mode, else
+ * LJ_END_*. */
+LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
+  const struct lj_luajit_info* lj = st->lj;
+  struct lj_walk_env* env = st->env;
+  struct lj_native_regs* regs = &st->regs;
+  struct lj_native_regs vm_regs;
+  struct lj_cfi_row row;
+  uint64_t g = 0, traces = 0, t = 0, base = 0, pc = st->leaf ? regs->pc : regs->pc - 1;
+  int32_t vmstate = 0;
+  uint32_t sizetrace = 0;
+  uint16_t spadjust = 0;
+  int rc;
+
+  if (lj == 0 || lj->g_jit_trace == 0 || lj->tr_mcode == 0 || lj->tr_traceno < 2)
+    return LJ_END_NO_MODULE;
+  if (lj_proven_g(env, lj, st->g)) {
+    g = st->g;
+  } else if (lj_proven_g(env, lj, st->out->g)) {
+    g = st->out->g;
+  } else if (regs->dispatch_valid) {
+    g = lj->dispatch_is_g ? regs->dispatch : regs->dispatch - (int64_t)lj->g_to_dispatch;
+    if (!lj_proven_g(env, lj, g)) g = 0;
+  }
+  if (g == 0) return LJ_END_TRACE_NO_G;
+  if (lj_walk_read(env, &vmstate, 4, g + lj->g_vmstate) != 0) return LJ_END_READ_FAULT;
+  /* lj_jit.h jit_State: GCRef *trace; TraceNo freetrace; TraceNo sizetrace. */
+  if (lj_walk_read(env, &traces, 8, g + lj->g_jit_trace) != 0) return LJ_END_READ_FAULT;
+  if (lj_walk_read(env, &sizetrace, 4, g + lj->g_jit_trace + 12) != 0) return LJ_END_READ_FAULT;
+  if (vmstate > 0) {
+    if ((uint32_t)vmstate >= sizetrace) return LJ_END_BAD_TRACE;
+    if (lj_read_ref(env, lj, traces + (uint64_t)vmstate * lj->ref_size, &t) != 0)
+      return LJ_END_READ_FAULT;
+    if (!lj_trace_holds(env, lj, t, pc)) return LJ_END_BAD_TRACE;
+  } else if (vmstate == 0 && lj->arch == LJ_INFO_ARCH_ARM64) {
+    /* vm_arm64.dasc BC_JLOOP stores vmstate 0: find the trace by its machine code. */
+    uint32_t i;
+    for (i = 1; i < LJ_WALK_TRACE_SCAN_MAX && i < sizetrace; i++) {
+      uint64_t cand = 0;
+      if (lj_read_ref(env, lj, traces + (uint64_t)i * lj->ref_size, &cand) != 0) continue;
+      if (lj_trace_holds(env, lj, cand, pc)) {
+        t = cand;
+        break;
+      }
+    }
+    if (t == 0) return LJ_END_NO_MODULE;
+  } else {
+    return LJ_END_NO_MODULE; /* G says no trace is running: not JIT code of this VM */
+  }
+  /* lj_jit.h GCtrace: ... uint16_t nchild; uint16_t spadjust; TraceNo1 traceno. */
+  if (lj_walk_read(env, &spadjust, 2, t + lj->tr_traceno - 2) != 0) return LJ_END_READ_FAULT;
+  if (lj_read_ref(env, lj, g + lj->g_jit_base, &base) != 0) return LJ_END_READ_FAULT;
+  if (base == 0) return LJ_END_NULL_JIT_BASE;
+  if (lj_walk_lookup(env, lj->vm_begin + st->vm_bias, &row) != 0 || row.hint != LJ_CFI_KEEP)
+    return LJ_END_NO_LUAJIT;
+
+  /* vm_x64.dasc / vm_arm64.dasc BC_JLOOP: `sub sp, 16` before jumping to the trace, whose head
+   * subtracts T->spadjust (lj_asm.c asm_head_root); side traces store the total. */
+  vm_regs = *regs;
+  vm_regs.sp = regs->sp + 16 + spadjust;
+  vm_regs.vm_base = base;
+  vm_regs.vm_pc = 0;
+  rc = lj_enter_vm(env, lj, &st->cursor, &vm_regs, 1, 1, st->out);
+  if (rc >= 0) return rc;
+  if (lj_emit(st->out, LJ_FRAME_TRACE, regs->pc, t, st->cursor.segment) != 0)
+    return LJ_END_TRUNCATED;
+  if (st->out->g == 0) st->out->g = g;
+  st->vm_row = row;
+  st->vm_sp = vm_regs.sp;
+  regs->sp = vm_regs.sp;
+  regs->fp_valid = 0; /* traces use the frame pointer as a general register */
+  st->cursor.segment_frames = 0;
+  st->mode = LJ_MODE_LUA;
+  return -1;
+}
 
 LJ_INLINE long lj_finish(struct lj_walk_state* st, uint32_t end) {
   st->out->end = end;
@@ -236,11 +358,14 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     row.hint = LJ_CFI_OK;
   } else {
     st->out->end_pc = regs->pc;
-    if (lj_walk_lookup(st->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0)
-      return lj_finish(st, LJ_END_NO_MODULE);
+    if (lj_walk_lookup(st->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0) {
+      rc = lj_enter_trace(st);
+      st->leaf = 0;
+      return rc >= 0 ? lj_finish(st, (uint32_t)rc) : 0;
+    }
     if (row.hint == LJ_CFI_KEEP) {
       if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
-      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs, (int)st->leaf, st->out);
+      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs, (int)st->leaf, 0, st->out);
       if (rc >= 0) return lj_finish(st, (uint32_t)rc);
       st->vm_row = row;
       st->vm_sp = regs->sp;
@@ -297,6 +422,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
 LJ_INLINE void lj_walk(struct lj_walk_state* st) {
   st->out->nframes = 0;
   st->out->lua_states = 0;
+  st->out->g = 0;
   st->out->end = LJ_END_TRUNCATED;
   st->out->end_pc = st->regs.pc;
   st->mode = LJ_MODE_NATIVE;

@@ -53,6 +53,19 @@ Json frame_json(const core::StackFrame& f) {
       j["pc"] = hex(f.pc);
       j["reason"] = f.reason;
       break;
+    case core::FrameKind::Trace:
+      j["pc"] = hex(f.pc);
+      j["gctrace"] = hex(f.gctrace);
+      if (f.trace) {
+        j["trace"] = f.trace->traceno;
+        j["start_chunk"] = f.trace->start.chunk;
+        j["start_source"] = f.trace->start.short_src;
+        j["start_line"] = f.trace->start.line >= 0 ? Json(f.trace->start.line) : Json(nullptr);
+      } else {
+        j["error"] = f.reason;
+      }
+      j["lua_state"] = f.lua_state;
+      break;
     default:
       if (f.kind == core::FrameKind::CFunc) {
         j["function"] = hex(f.gcfunc);
@@ -93,6 +106,10 @@ std::string frame_text(const core::StackFrame& f) {
       return "root    " + native_text(f);
     case core::FrameKind::Unknown:
       return fmt::format("[unknown: {}]", f.reason);
+    case core::FrameKind::Trace:
+      if (!f.trace) return fmt::format("trace   {:#018x} [unknown: {}]", f.pc, f.reason);
+      return fmt::format("trace   {:#018x} in trace {} (starts at {}:{})", f.pc, f.trace->traceno,
+                         f.trace->start.short_src, f.trace->start.line);
     case core::FrameKind::Native:
       break;
   }

@@ -45,6 +45,12 @@ const char* end_name(uint32_t end) {
       return "VM frame off the lua_State's cframe chain";
     case LJ_END_BAD_LUA_FRAME:
       return "Lua frame link outside the Lua stack";
+    case LJ_END_NULL_JIT_BASE:
+      return "in a JIT trace but G->jit_base is NULL";
+    case LJ_END_TRACE_NO_G:
+      return "pc in no mapped file with CFI (no proven global_State to look for a JIT trace)";
+    case LJ_END_BAD_TRACE:
+      return "running JIT trace fails its checks";
     default:
       return "unknown";
   }
@@ -62,6 +68,8 @@ const char* frame_kind_name(FrameKind kind) {
       return "cfunc";
     case FrameKind::Root:
       return "root";
+    case FrameKind::Trace:
+      return "trace";
     case FrameKind::Unknown:
       break;
   }
@@ -92,9 +100,29 @@ Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
     w->luajit_file_ = f.path;
     w->luajit_error_.clear();
     w->info_ = luajit::to_walker_info(*w->luajit_);
+    w->luajit_file_index_ = i;
     break;
   }
+  if (w->luajit_file_index_) {
+    auto bias = core.load_bias(*w->luajit_file_index_);
+    if (bias.ok()) w->vm_bias_ = *bias;
+    w->find_global_state();
+  }
   return w;
+}
+
+void CoreWalker::find_global_state() {
+  // Tarantool keeps its main lua_State in the exported `struct lua_State *tarantool_L`
+  // (src/lua/init.c); L->glref is G. The walker re-proves G (G->cur_L->glref == G) before use,
+  // so a stale or wrong anchor only means "no hint".
+  const MappedFile& f = core_.files()[*luajit_file_index_];
+  const elf::Symbol* anchor = f.elf->find_symbol("tarantool_L");
+  if (anchor == nullptr) return;
+  uint64_t L = 0, g = 0;
+  auto mem = core_.mem_reader();
+  if (mem.read_mem(mem.ctx, anchor->value + vm_bias_, &L, 8) != 0 || L == 0) return;
+  if (mem.read_mem(mem.ctx, L + info_.L_glref, &g, info_.ref_size) != 0) return;
+  g_hint_ = g;
 }
 
 const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
@@ -165,8 +193,22 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
   const bool a64 = thread.arch == elf::Arch::AArch64;
   regs.vm_base = thread.reg(a64 ? "x19" : "rdx").value_or(0);
   regs.vm_pc = thread.reg(a64 ? "x21" : "rbx").value_or(0);
+  if (luajit_) {
+    // DWARF register numbers of the DISPATCH/GL register (luajit_info.h dispatch_reg).
+    static const char* const kX86Dwarf[16] = {"rax", "rdx", "rcx", "rbx", "rsi", "rdi",
+                                              "rbp", "rsp", "r8",  "r9",  "r10", "r11",
+                                              "r12", "r13", "r14", "r15"};
+    const uint8_t n = info_.dispatch_reg;
+    std::optional<uint64_t> value;
+    if (a64 && n < 31) value = thread.reg(fmt::format("x{}", n));
+    if (!a64 && n < 16) value = thread.reg(kX86Dwarf[n]);
+    if (value) {
+      regs.dispatch = *value;
+      regs.dispatch_valid = 1;
+    }
+  }
   auto result = std::make_unique<lj_walk_result>();
-  lj_walk_native(&env, luajit_ ? &info_ : nullptr, &regs, result.get());
+  lj_walk_native(&env, luajit_ ? &info_ : nullptr, &regs, g_hint_, vm_bias_, result.get());
 
   for (uint32_t i = 0; i < result->nframes; ++i) {
     const lj_walk_frame& wf = result->frames[i];
@@ -191,6 +233,18 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
         f.pc = wf.b;
         symbolize_native(f, true);
         break;
+      case LJ_FRAME_TRACE: {
+        f.kind = FrameKind::Trace;
+        f.pc = wf.pc;
+        f.gctrace = wf.b;
+        auto trace = symbolize::trace_info(env.mem, info_, wf.b);
+        if (trace.ok()) {
+          f.trace = std::move(*trace);
+        } else {
+          f.reason = trace.message();
+        }
+        break;
+      }
       case LJ_FRAME_ROOT:
         f.kind = FrameKind::Root;
         f.pc = wf.pc;

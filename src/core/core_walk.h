@@ -14,11 +14,13 @@
 #include "core/core_file.h"
 #include "luajit/proc_info.h"
 #include "symbolize/symbolize.h"
+#include "symbolize/trace.h"
 
 namespace ljprof::core {
 
-enum class FrameKind { Native, Lua, CFunc, Root, Unknown };
-const char* frame_kind_name(FrameKind kind);  // "native", "lua", "cfunc", "root", "unknown"
+enum class FrameKind { Native, Lua, CFunc, Root, Trace, Unknown };
+// "native", "lua", "cfunc", "root", "trace", "unknown"
+const char* frame_kind_name(FrameKind kind);
 
 struct StackFrame {
   FrameKind kind = FrameKind::Native;
@@ -30,8 +32,10 @@ struct StackFrame {
   uint64_t gcfunc = 0;  // lua/cfunc: the GCfunc object
   uint64_t bcpc = 0;    // lua: bytecode pc (0 = unknown)
   std::optional<symbolize::LuaLocation> lua;
-  uint32_t lua_state = 0;  // which lua_State segment (lua/cfunc)
-  std::string reason;      // unknown: why; lua: symbolization error, if any
+  uint32_t lua_state = 0;  // which lua_State segment (lua/cfunc/trace)
+  uint64_t gctrace = 0;    // trace: the GCtrace object (pc is the machine-code pc)
+  std::optional<symbolize::TraceInfo> trace;
+  std::string reason;  // unknown: why; lua: symbolization error, if any
 };
 
 struct ThreadStack {
@@ -54,6 +58,8 @@ class CoreWalker {
   const std::string& luajit_file() const { return luajit_file_; }
   // Why LuaJIT frames cannot be walked (empty when luajit() is set or there is no LuaJIT).
   const std::string& luajit_error() const { return luajit_error_; }
+  // The global_State proven from a static anchor of the runtime (0: none), and where from.
+  uint64_t global_state() const { return g_hint_; }
 
   // Row lookup for the walker (runtime address). Public for the C callback.
   int lookup(uint64_t pc, lj_cfi_row* row) const;
@@ -68,12 +74,16 @@ class CoreWalker {
   };
   const Module* module_at(uint64_t pc) const;
   void symbolize_native(StackFrame& frame, bool exact_pc) const;
+  void find_global_state();
 
   const CoreFile& core_;
   mutable std::map<uint32_t, Module> modules_;  // by MappedFile index, built on first use
   std::optional<luajit::LuaJITProcInfo> luajit_;
   std::string luajit_file_;
   std::string luajit_error_;
+  std::optional<uint32_t> luajit_file_index_;
+  uint64_t vm_bias_ = 0;
+  uint64_t g_hint_ = 0;
   lj_luajit_info info_{};
 };
 

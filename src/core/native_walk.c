@@ -5,6 +5,10 @@
 #include "walker/native_walk.h"
 #include "walker/walk_types.h"
 
+/* A core file can afford to scan every J->trace entry (lj_jit.h: at most 65535 traces) for an
+ * AArch64 trace pc; the kernel build keeps its own, smaller bound. */
+#define LJ_WALK_TRACE_SCAN_MAX 65536
+
 static int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr) {
   return env->mem.read_mem(env->mem.ctx, addr, dst, len);
 }
@@ -16,10 +20,13 @@ static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_ro
 #include "walker/walker.h"
 
 void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_info* lj,
-                    const struct lj_native_regs* regs, struct lj_walk_result* out) {
+                    const struct lj_native_regs* regs, uint64_t g_hint, uint64_t vm_bias,
+                    struct lj_walk_result* out) {
   struct lj_walk_state st = {0};
   st.env = env;
   st.lj = lj;
+  st.g = g_hint;
+  st.vm_bias = vm_bias;
   st.out = out;
   st.regs = *regs;
   lj_walk(&st);

@@ -48,11 +48,18 @@ std::string short_source(const std::string& chunk, size_t size) {
 
 Result<LuaLocation> lua_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
                                  uint64_t gcfunc, uint64_t bcpc) {
+  LJ_ASSIGN_OR_RETURN(uint64_t first_ins,
+                      read_uint(mem, gcfunc + info.fn_pc, info.ref_size, "GCfuncL.pc"));
+  // lj_obj.h funcproto(): the prototype header sits right before its first instruction.
+  return proto_location(mem, info, first_ins - info.pt_size, bcpc);
+}
+
+Result<LuaLocation> proto_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                   uint64_t proto, uint64_t bcpc) {
   LuaLocation loc;
   const uint32_t ref = info.ref_size;
-  LJ_ASSIGN_OR_RETURN(uint64_t first_ins, read_uint(mem, gcfunc + info.fn_pc, ref, "GCfuncL.pc"));
-  // lj_obj.h funcproto(): the prototype header sits right before its first instruction.
-  loc.proto = first_ins - info.pt_size;
+  const uint64_t first_ins = proto + info.pt_size;
+  loc.proto = proto;
   const uint64_t pt = loc.proto;
   LJ_ASSIGN_OR_RETURN(uint64_t name_ref,
                       read_uint(mem, pt + info.pt_chunkname, ref, "GCproto.chunkname"));

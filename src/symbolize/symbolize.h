@@ -37,6 +37,10 @@ struct LuaLocation {
 Result<LuaLocation> lua_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
                                  uint64_t gcfunc, uint64_t bcpc);
 
+// The same for a prototype read directly (e.g. a trace's start prototype).
+Result<LuaLocation> proto_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                   uint64_t proto, uint64_t bcpc);
+
 // lj_debug_shortname: "@file" -> file (front-truncated to fit), "=name" -> name, anything else
 // -> [string "first line..."]. `size` is LUA_IDSIZE (60).
 std::string short_source(const std::string& chunk, size_t size = 60);

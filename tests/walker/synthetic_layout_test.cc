@@ -162,7 +162,7 @@ struct Fixture {
     regs.sp = sp0;
     regs.fp_valid = 1;
     lj_walk_result out{};
-    lj_walk_native(&env, &layout, &regs, &out);
+    lj_walk_native(&env, &layout, &regs, 0, 0, &out);
     return out;
   }
 };
