@@ -40,8 +40,11 @@ LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* r
   } else {
     cfa = r->sp + (int64_t)row->cfa_offset;
   }
-  /* Both ABIs: the CFA is the caller's SP, and stacks grow down. */
-  if (cfa <= r->sp) return LJ_STEP_BAD_FRAME;
+  /* Both ABIs: the CFA is the caller's SP, and stacks grow down. An AArch64 leaf that keeps
+   * its return address in x30 may use no stack at all (CFA == SP, e.g. glibc's syscall stubs);
+   * that can happen once per walk only, since a step clears lr_valid. */
+  if (cfa < r->sp || (cfa == r->sp && !(row->ra_rule == LJ_CFI_RULE_SAME && r->lr_valid)))
+    return LJ_STEP_BAD_FRAME;
 
   switch (row->ra_rule) {
     case LJ_CFI_RULE_AT_CFA:

@@ -328,7 +328,9 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
   st->vm_row = row;
   st->vm_sp = vm_regs.sp;
   regs->sp = vm_regs.sp;
-  regs->fp_valid = 0; /* traces use the frame pointer as a general register */
+  /* x86-64 traces allocate rbp like any register; AArch64 traces never touch x29
+   * (lj_target_arm64.h RSET_FIXED), so it is still the VM frame's. */
+  if (lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
   st->cursor.segment_frames = 0;
   st->mode = LJ_MODE_LUA;
   return -1;

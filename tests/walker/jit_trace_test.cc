@@ -1,0 +1,217 @@
+// The walker on real cores taken inside JIT traces. Each workload compiles a one-line hot loop;
+// the Lua VM prints, before the loop is hot, its own view of the stack (debug.getinfo per level)
+// and, through jit.attach, the number of every trace it finishes. The core is then taken inside
+// the trace: through an FFI call made from trace code (kill(getpid(), SIGABRT), written by gdb
+// on amd64 and by qemu-user on arm64) or live with gcore while the trace spins.
+// Oracles: the trace frame's number is one the VM reported, its start line is the loop's line;
+// the Lua frames below it are the VM's frames (source, first line, and current line, except the
+// innermost frame running the trace, whose line the walker leaves unknown rather than guess);
+// the C functions the VM lists appear as cfunc frames; the stack ends at a proven root.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "support/test_support.h"
+
+namespace ljprof {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+struct VmFrame {
+  std::string what;  // "Lua", "main", "C"
+  std::string source;
+  int line = 0;
+  int firstline = 0;
+};
+
+struct VmView {
+  std::vector<VmFrame> frames;  // innermost first, from the function that printed them
+  std::set<int> traces;         // traces the JIT finished
+};
+
+VmView parse_vm_view(const std::string& out) {
+  VmView v;
+  std::istringstream in(out);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line == "ljprof-frames-begin") {
+      inside = true;
+    } else if (line == "ljprof-frames-end") {
+      inside = false;
+    } else if (line.rfind("ljprof-trace-stop ", 0) == 0) {
+      v.traces.insert(std::stoi(line.substr(18)));
+    } else if (inside) {
+      std::istringstream fields(line);
+      VmFrame f;
+      fields >> f.what >> f.source >> f.line >> f.firstline;
+      v.frames.push_back(f);
+    }
+  }
+  return v;
+}
+
+struct Target {
+  std::string label;
+  std::string exe;
+  bool arm64 = false;
+};
+
+struct Case {
+  Target target;
+  std::string workload;
+  bool live = false;
+};
+
+// gtest prints parameters in test names and failures: show the case, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.target.label << " " << c.workload;
+}
+
+struct Dump {
+  Target target;
+  std::string workload;
+  bool live = false;
+  std::string dir, core, out;
+};
+
+void make_core(Dump& c) {
+  char tmpl[] = "/tmp/ljprof-jit-XXXXXX";
+  c.dir = mkdtemp(tmpl);
+  const fs::path src = fs::path(LJPROF_SOURCE_DIR) / "tests/walker/workloads";
+  for (const std::string& name : {std::string("jit_oracle.lua"), c.workload}) {
+    fs::copy_file(src / name, fs::path(c.dir) / name);
+  }
+  test::CommandResult r;
+  if (c.live) {
+    // Start it, wait (bounded) for its frames and its trace, gcore it, kill it.
+    c.core = c.dir + "/core";
+    r = test::run({"env", "-C", c.dir, "bash", "-c",
+                   "\"$0\" \"$1\" >out 2>&1 & pid=$!; "
+                   "for i in $(seq 100); do grep -q ljprof-trace-stop out && break; sleep 0.1; "
+                   "done; sleep 0.2; gcore -o core.$pid $pid >/dev/null 2>&1; "
+                   "mv core.$pid.$pid core; kill -9 $pid; cat out",
+                   c.target.exe, c.workload});
+  } else if (c.target.arm64) {
+    r = test::run(
+        {"env", "-C", c.dir, "bash", "-c",
+         "ulimit -c unlimited; exec qemu-aarch64-static -L /usr/aarch64-linux-gnu \"$0\" \"$1\"",
+         c.target.exe, c.workload});
+    for (const auto& e : fs::directory_iterator(c.dir)) {
+      if (e.path().extension() == ".core") c.core = e.path();
+    }
+  } else {
+    c.core = c.dir + "/core";
+    r = test::run({"env", "-C", c.dir, "gdb", "-nx", "-batch", "-ex", "run", "-ex",
+                   "generate-core-file " + c.core, "--args", c.target.exe, c.workload});
+  }
+  c.out = r.out;
+  ASSERT_TRUE(!c.core.empty() && fs::exists(c.core)) << c.workload << "\n" << r.out << r.err;
+}
+
+Json ljprof_core(const Dump& c) {
+  std::vector<std::string> argv = {LJPROF_BIN, "core", "--json", c.core};
+  if (c.target.arm64) {
+    argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", c.target.exe});
+  }
+  test::CommandResult r = test::run(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return Json::parse(r.out, nullptr, false);
+}
+
+// The one thread whose stack runs a trace.
+const Json* trace_thread(const Json& j) {
+  const Json* found = nullptr;
+  for (const Json& t : j["threads"]) {
+    for (const Json& f : t["frames"]) {
+      if (f["kind"] == "trace") found = &t;
+    }
+  }
+  return found;
+}
+
+class JitTrace : public ::testing::TestWithParam<Case> {};
+
+TEST_P(JitTrace, TraceFrameThenTheVmsLuaFrames) {
+  Dump c{GetParam().target, GetParam().workload, GetParam().live, "", "", ""};
+  ASSERT_NO_FATAL_FAILURE(make_core(c));
+  const VmView vm = parse_vm_view(c.out);
+  ASSERT_FALSE(vm.frames.empty()) << c.out;
+  ASSERT_FALSE(vm.traces.empty()) << "the JIT compiled no trace:\n" << c.out;
+  const Json j = ljprof_core(c);
+  ASSERT_FALSE(j.is_discarded());
+  const Json* thread = trace_thread(j);
+  ASSERT_NE(thread, nullptr) << "no trace frame in any thread:\n" << j.dump(1);
+  const Json& frames = (*thread)["frames"];
+  SCOPED_TRACE(frames.dump(1));
+
+  size_t i = 0;
+  if (!c.live) {
+    // The FFI callee the trace called: the leaf.
+    ASSERT_EQ(frames[i]["kind"], "native");
+    EXPECT_EQ(frames[i]["symbol"], "kill");
+    ++i;
+  }
+  const Json& trace = frames[i++];
+  ASSERT_EQ(trace["kind"], "trace");
+  EXPECT_TRUE(vm.traces.count(trace["trace"].get<int>())) << "trace " << trace["trace"];
+  EXPECT_EQ(trace["start_source"], vm.frames[0].source);
+  EXPECT_EQ(trace["start_line"], vm.frames[0].line);
+
+  // The Lua and C-function frames, in the VM's order.
+  std::vector<const Json*> lua;
+  for (size_t k = i; k < frames.size(); ++k) {
+    if (frames[k]["kind"] == "lua" || frames[k]["kind"] == "cfunc") lua.push_back(&frames[k]);
+  }
+  ASSERT_EQ(lua.size(), vm.frames.size());
+  for (size_t k = 0; k < lua.size(); ++k) {
+    const Json& got = *lua[k];
+    const VmFrame& want = vm.frames[k];
+    SCOPED_TRACE("VM frame " + std::to_string(k) + ": " + want.what + " " + want.source + ":" +
+                 std::to_string(want.line));
+    if (want.what == "C") {
+      EXPECT_EQ(got["kind"], "cfunc");
+      continue;
+    }
+    ASSERT_EQ(got["kind"], "lua");
+    EXPECT_EQ(got["source"], want.source);
+    EXPECT_EQ(got["firstline"], want.firstline);
+    EXPECT_EQ(got["main_chunk"].get<bool>(), want.what == "main");
+    if (k == 0) {
+      EXPECT_TRUE(got["line"].is_null()) << "the line inside a trace is not provable";
+    } else {
+      EXPECT_EQ(got["line"], want.line);
+    }
+  }
+  EXPECT_TRUE((*thread)["reached_root"].get<bool>()) << (*thread)["end"];
+  fs::remove_all(c.dir);
+}
+
+const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
+const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
+const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string name = info.param.target.label + "_" + info.param.workload;
+  for (char& ch : name) {
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cores, JitTrace,
+    ::testing::Values(Case{kLuajitAmd64, "trace_ffi_abort.lua", false},
+                      Case{kLuajitArm64, "trace_ffi_abort.lua", false},
+                      Case{kTarantoolAmd64, "trace_ffi_abort.lua", false},
+                      // qemu-user runs the guest inside a host process: no live arm64 gcore.
+                      Case{kLuajitAmd64, "spin_trace.lua", true},
+                      Case{kTarantoolAmd64, "spin_trace.lua", true}),
+    case_name);
+
+}  // namespace
+}  // namespace ljprof
