@@ -20,12 +20,12 @@ struct Frame {
   // What a person reads: native symbol (demangled), Lua function name or
   // "function <file:firstline>", "trace 12", "[unknown: reason]".
   std::string function;
-  std::string file;        // Lua: short_src (e.g. "app.lua"); native: source file if known
-  int64_t line = 0;        // current line (0 = unknown)
-  int64_t start_line = 0;  // Lua: the function's first line (GCproto firstline)
-  std::string module;      // native/cfunc/root: path of the mapped file; "" if none
-  std::string build_id;    // hex GNU build-id of `module`, "" if it has none
-  uint64_t address = 0;    // native/root/cfunc: runtime pc
+  std::string file;            // Lua: short_src (e.g. "app.lua"); native: source file if known
+  int64_t line = 0;            // current line (0 = unknown)
+  int64_t start_line = 0;      // Lua: the function's first line (GCproto firstline)
+  std::string module;          // native/cfunc/root: path of the mapped file; "" if none
+  std::string build_id;        // hex GNU build-id of `module`, "" if it has none
+  uint64_t address = 0;        // native/root/cfunc: runtime pc
   uint64_t module_offset = 0;  // address - load bias (link-time address)
 
   friend bool operator==(const Frame&, const Frame&) = default;
