@@ -351,6 +351,9 @@ static long lj_walk_step(uint64_t index, void* ctx) {
   (void)index;
 
   if (st->mode == LJ_MODE_LUA) {
+    /* Lua mode is entered only with a layout; the kernel verifier, which checks this callback
+     * once for every iteration, needs to see that. */
+    if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
     rc = lj_lua_step(st->env, st->lj, &st->cursor, st->vm_sp, st->out);
     if (rc == -1) return 0;
     if (rc >= 0) return lj_finish(st, (uint32_t)rc);

@@ -9,5 +9,7 @@ namespace ljprof::cli {
 void add_inspect_command(CLI::App& app, int* exit_code);
 void add_core_command(CLI::App& app, int* exit_code);
 void add_cfi_command(CLI::App& app, int* exit_code);
+void add_report_command(CLI::App& app, int* exit_code);
+void add_record_command(CLI::App& app, int* exit_code);
 
 }  // namespace ljprof::cli

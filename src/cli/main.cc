@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   ljprof::cli::add_inspect_command(app, &exit_code);
   ljprof::cli::add_core_command(app, &exit_code);
   ljprof::cli::add_cfi_command(app, &exit_code);
+  ljprof::cli::add_record_command(app, &exit_code);
+  ljprof::cli::add_report_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

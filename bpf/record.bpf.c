@@ -1,0 +1,435 @@
+/* record.bpf.c: the live recorder's kernel half. On every perf_event sample of a followed
+ * process it runs the one stack walker (bpf/walker/walker.h, the same code `ljprof core` runs
+ * natively) over the thread's user registers and sends the mixed stack through a ring buffer.
+ *
+ * Maps the loader (src/record) fills:
+ *   pids   tgid -> slot in `procs` (LJ_REC_PID_PENDING: followed, no context yet)
+ *   procs  per-process unwind context: modules with CFI, LuaJIT layout, G hint
+ *   rows   the CFI rows of every uploaded file (mmapped by the loader, shared between processes
+ *          that map the same file)
+ * and it reads back `events` (samples), `notify` (a followed process exec'd, forked or mapped
+ * new code: rescan it now) and the per-CPU `counters`. */
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "record/record_types.h"
+#include "walker/inline.h"
+
+/* The walker's environment: the context of the sampled process. */
+struct lj_walk_env {
+  const struct lj_rec_proc* proc;
+};
+
+LJ_INLINE int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr) {
+  (void)env;
+  return bpf_probe_read_user(dst, len, (const void*)addr);
+}
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, LJ_REC_MAX_ROWS);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __type(key, uint32_t);
+  __type(value, struct lj_cfi_row);
+} rows SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, LJ_REC_MAX_PROCS);
+  __type(key, uint32_t);
+  __type(value, struct lj_rec_proc);
+} procs SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, LJ_REC_MAX_PIDS);
+  __type(key, uint32_t);
+  __type(value, uint32_t);
+} pids SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, LJ_REC_NCOUNTERS);
+  __type(key, uint32_t);
+  __type(value, uint64_t);
+} counters SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct lj_walk_result);
+} walk_scratch SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct lj_rec_sample);
+} sample_scratch SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 8 << 20); /* the loader may resize it (--ringbuf-mb) */
+} events SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 64 << 10);
+} notify SEC(".maps");
+
+/* Set by the loader before load (skeleton .rodata). */
+const volatile uint32_t follow_children = 0;
+
+LJ_INLINE void count(uint32_t index) {
+  uint64_t* c = bpf_map_lookup_elem(&counters, &index);
+  if (c) *c += 1;
+}
+
+/* Finds the module of runtime address `pc` and the row covering it (a binary search over that
+ * module's rows, sorted by pc_start; cfi_row.h). A global (non-static, never inlined) function:
+ * the verifier checks it once on its own instead of once per walker path that calls it, which
+ * keeps the walk step within the verifier's budget. */
+__attribute__((noinline)) int lj_rec_lookup(const struct lj_rec_proc* p, uint64_t pc,
+                                            struct lj_cfi_row* row) {
+  const struct lj_rec_module* m = 0;
+  uint32_t n, i, lo = 0, hi, step, key;
+  struct lj_cfi_row* hit;
+  uint64_t link;
+
+  if (!p || !row) return LJ_LOOKUP_NO_MODULE;
+  n = p->nmodules;
+
+  for (i = 0; i < LJ_REC_MAX_MODULES; i++) {
+    if (i >= n) break;
+    if (pc >= p->modules[i].start && pc < p->modules[i].end) {
+      m = &p->modules[i];
+      break;
+    }
+  }
+  if (m == 0 || m->row_count == 0) return LJ_LOOKUP_NO_MODULE;
+  link = pc - m->bias;
+  hi = m->row_count;
+  /* Invariant: the row sought (the last with pc_start <= link) is in [lo, hi). */
+  for (step = 0; step < LJ_REC_ROW_SEARCH_STEPS; step++) {
+    uint32_t mid;
+    if (hi - lo <= 1) break;
+    mid = lo + (hi - lo) / 2;
+    key = m->row_first + mid;
+    hit = bpf_map_lookup_elem(&rows, &key);
+    if (!hit) return LJ_LOOKUP_NO_MODULE;
+    if (hit->pc_start <= link)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  if (hi - lo > 1) return LJ_LOOKUP_NO_MODULE; /* more rows than the search bound: refuse */
+  key = m->row_first + lo;
+  hit = bpf_map_lookup_elem(&rows, &key);
+  if (!hit || hit->pc_start > link) return LJ_LOOKUP_NO_MODULE;
+  *row = *hit;
+  return 0;
+}
+
+LJ_INLINE int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row) {
+  return lj_rec_lookup(env->proc, pc, row);
+}
+
+#define LJ_WALK_LOOP(n, fn, ctx) bpf_loop((n), (fn), (ctx), 0)
+#include "walker/walker.h"
+
+/* The sampled thread's user registers as the walker wants them. */
+LJ_INLINE uint64_t dwarf_reg(const struct pt_regs* r, uint32_t n) {
+#if defined(__TARGET_ARCH_x86)
+  /* x86-64 DWARF numbering (System V psABI table 3.36). */
+  switch (n) {
+    case 0:
+      return r->ax;
+    case 1:
+      return r->dx;
+    case 2:
+      return r->cx;
+    case 3:
+      return r->bx;
+    case 4:
+      return r->si;
+    case 5:
+      return r->di;
+    case 6:
+      return r->bp;
+    case 7:
+      return r->sp;
+    case 8:
+      return r->r8;
+    case 9:
+      return r->r9;
+    case 10:
+      return r->r10;
+    case 11:
+      return r->r11;
+    case 12:
+      return r->r12;
+    case 13:
+      return r->r13;
+    case 14:
+      return r->r14;
+    case 15:
+      return r->r15;
+    default:
+      return 0;
+  }
+#elif defined(__TARGET_ARCH_arm64)
+  return n < 31 ? r->regs[n & 31] : 0;
+#else
+#error "record.bpf.c: build with -D__TARGET_ARCH_x86 or -D__TARGET_ARCH_arm64"
+#endif
+}
+
+LJ_INLINE void load_regs(const struct pt_regs* r, const struct lj_luajit_info* lj,
+                         struct lj_native_regs* out) {
+#if defined(__TARGET_ARCH_x86)
+  out->pc = r->ip;
+  out->sp = r->sp;
+  out->fp = r->bp;
+  /* vm_x64.dasc: BASE is rdx, PC is rbx while the interpreter runs. */
+  out->vm_base = r->dx;
+  out->vm_pc = r->bx;
+#else
+  out->pc = r->pc;
+  out->sp = r->sp;
+  out->fp = r->regs[29];
+  out->lr = r->regs[30];
+  out->lr_valid = 1;
+  /* vm_arm64.dasc: BASE is x19, PC is x21. */
+  out->vm_base = r->regs[19];
+  out->vm_pc = r->regs[21];
+#endif
+  out->fp_valid = 1;
+  if (lj) {
+    out->dispatch = dwarf_reg(r, lj->dispatch_reg);
+    out->dispatch_valid = 1;
+  }
+}
+
+/* Fills the ring-buffer frame `i` from the walk, reading each Lua frame's prototype now. */
+struct convert_ctx {
+  const struct lj_luajit_info* lj;
+  const struct lj_walk_result* walk;
+  struct lj_rec_sample* sample;
+  struct lj_walk_env* env;
+};
+
+LJ_INLINE void lua_frame_info(struct lj_walk_env* env, const struct lj_luajit_info* lj,
+                              struct lj_rec_frame* f) {
+  uint64_t first_ins = 0, proto, lineinfo = 0, pos;
+  uint32_t sizebc = 0, numline = 0, width;
+  f->proto = 0;
+  f->chunkname = 0;
+  f->firstline = 0;
+  f->line = -1;
+  /* lj_obj.h funcproto(): the GCproto header sits right before the function's first
+   * instruction, GCfuncL.pc. */
+  if (lj_read_ref(env, lj, f->pc + lj->fn_pc, &first_ins) != 0 || first_ins < lj->pt_size) {
+    count(LJ_REC_CTR_LUA_INFO_FAULT);
+    return;
+  }
+  proto = first_ins - lj->pt_size;
+  if (lj_read_ref(env, lj, proto + lj->pt_chunkname, &f->chunkname) != 0 ||
+      lj_walk_read(env, &f->firstline, 4, proto + lj->pt_firstline) != 0) {
+    count(LJ_REC_CTR_LUA_INFO_FAULT);
+    return;
+  }
+  f->proto = proto;
+  /* The line of the instruction before the return pc `b` (lj_debug.c debug_framepc and
+   * lj_debug_line; symbolize.cc proto_location does the same for core files). */
+  if (f->b == 0 || f->b < first_ins + 4 || ((f->b - first_ins) & 3) != 0) return;
+  if (lj_walk_read(env, &sizebc, 4, proto + lj->pt_sizebc) != 0 ||
+      lj_walk_read(env, &numline, 4, proto + lj->pt_numline) != 0 ||
+      lj_read_ref(env, lj, proto + lj->pt_lineinfo, &lineinfo) != 0)
+    return;
+  pos = (f->b - first_ins) / 4 - 1;
+  if (pos > sizebc || lineinfo == 0) return;
+  if (pos == sizebc) {
+    f->line = f->firstline + (int32_t)numline;
+    return;
+  }
+  if (pos == 0) {
+    f->line = f->firstline;
+    return;
+  }
+  width = numline < 256 ? 1 : numline < 65536 ? 2 : 4;
+  if (width == 1) {
+    uint8_t d = 0;
+    if (lj_walk_read(env, &d, 1, lineinfo + (pos - 1)) == 0) f->line = f->firstline + d;
+  } else if (width == 2) {
+    uint16_t d = 0;
+    if (lj_walk_read(env, &d, 2, lineinfo + (pos - 1) * 2) == 0) f->line = f->firstline + d;
+  } else {
+    uint32_t d = 0;
+    if (lj_walk_read(env, &d, 4, lineinfo + (pos - 1) * 4) == 0)
+      f->line = f->firstline + (int32_t)d;
+  }
+}
+
+static long convert_frame(uint64_t i, void* ctx) {
+  struct convert_ctx* c = ctx;
+  const struct lj_walk_frame* wf;
+  struct lj_rec_frame* f;
+  if (i >= LJ_WALK_MAX_FRAMES) return 1;
+  wf = &c->walk->frames[i];
+  f = &c->sample->frames[i];
+  f->pc = wf->pc;
+  f->b = wf->b;
+  f->kind = wf->kind;
+  f->lua_state = wf->lua_state;
+  f->proto = 0;
+  f->chunkname = 0;
+  f->firstline = 0;
+  f->line = -1;
+  if (wf->kind == LJ_FRAME_LUA && c->lj) lua_frame_info(c->env, c->lj, f);
+  return 0;
+}
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data* ctx) {
+  uint64_t id = bpf_get_current_pid_tgid();
+  uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id, zero = 0, slot, n;
+  uint32_t* slotp;
+  struct lj_rec_proc* proc;
+  struct lj_walk_result* out;
+  struct lj_rec_sample* sample;
+  struct task_struct* task;
+  struct pt_regs regs;
+  struct lj_walk_env env;
+  struct lj_walk_state st;
+  struct convert_ctx cc;
+  const struct lj_luajit_info* lj;
+  uint64_t size;
+  (void)ctx;
+
+  if (tgid == 0) return 0;
+  slotp = bpf_map_lookup_elem(&pids, &tgid);
+  if (!slotp) return 0;
+  count(LJ_REC_CTR_SAMPLES);
+  slot = *slotp;
+  if (slot >= LJ_REC_MAX_PROCS) {
+    count(LJ_REC_CTR_NO_CONTEXT);
+    return 0;
+  }
+  proc = bpf_map_lookup_elem(&procs, &slot);
+  out = bpf_map_lookup_elem(&walk_scratch, &zero);
+  sample = bpf_map_lookup_elem(&sample_scratch, &zero);
+  if (!proc || !out || !sample) return 0;
+
+  /* The user registers saved at kernel entry: the sample's own registers when the tick hit
+   * user code, the syscall/fault entry registers when it hit the kernel on the thread's
+   * behalf (perf_event's ctx->regs would be kernel registers then). */
+  task = bpf_get_current_task_btf();
+  if (bpf_probe_read_kernel(&regs, sizeof(regs), (void*)bpf_task_pt_regs(task)) != 0) {
+    count(LJ_REC_CTR_NO_REGS);
+    return 0;
+  }
+
+  lj = 0;
+  if (proc->lj.version == LJ_LUAJIT_INFO_VERSION) lj = &proc->lj;
+  /* Keep `lj` a real pointer-or-NULL: without the barrier clang may fold the test into the
+   * address arithmetic, which the verifier rejects as a scalar dereference. */
+  asm volatile("" : "+r"(lj));
+  __builtin_memset(&st, 0, sizeof(st));
+  env.proc = proc;
+  st.env = &env;
+  st.out = out;
+  st.lj = lj;
+  st.g = proc->g_hint;
+  st.vm_bias = proc->vm_bias;
+  load_regs(&regs, lj, &st.regs);
+  lj_walk(&st);
+  /* Keep a G this walk proved: the next sample in a trace can use it (a hint, re-proved before
+   * every use, so a racy write is harmless). */
+  if (out->g != 0 && out->g != proc->g_hint) proc->g_hint = out->g;
+  count(LJ_REC_CTR_END_BASE + (out->end & 31));
+
+  sample->pid = tgid;
+  sample->tid = tid;
+  sample->time_ns = bpf_ktime_get_ns();
+  sample->cpu = bpf_get_smp_processor_id();
+  n = out->nframes;
+  if (n > LJ_WALK_MAX_FRAMES) n = LJ_WALK_MAX_FRAMES;
+  sample->nframes = n;
+  sample->end = out->end;
+  sample->lua_states = out->lua_states;
+  sample->end_pc = out->end_pc;
+  cc.lj = lj;
+  cc.walk = out;
+  cc.sample = sample;
+  cc.env = &env;
+  bpf_loop(n, convert_frame, &cc, 0);
+
+  size =
+      __builtin_offsetof(struct lj_rec_sample, frames) + (uint64_t)n * sizeof(struct lj_rec_frame);
+  if (size > sizeof(*sample)) size = sizeof(*sample);
+  if (bpf_ringbuf_output(&events, sample, size, 0) != 0) count(LJ_REC_CTR_RINGBUF_FULL);
+  return 0;
+}
+
+/* A notification: rescan process `pid` now (exec, a new child, new executable mapping). */
+LJ_INLINE void notify_rescan(uint32_t pid) {
+  bpf_ringbuf_output(&notify, &pid, sizeof(pid), 0);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
+  uint32_t ptgid = parent->tgid, ctgid = child->tgid, pending = LJ_REC_PID_PENDING;
+  if (!follow_children || child->pid != child->tgid) return 0; /* a thread: same tgid */
+  if (!bpf_map_lookup_elem(&pids, &ptgid)) return 0;
+  if (bpf_map_update_elem(&pids, &ctgid, &pending, BPF_NOEXIST) != 0) {
+    count(LJ_REC_CTR_PIDS_FULL);
+    return 0;
+  }
+  count(LJ_REC_CTR_FORKS);
+  notify_rescan(ctgid);
+  return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm* bprm) {
+  uint32_t tgid = p->tgid;
+  uint32_t* slotp = bpf_map_lookup_elem(&pids, &tgid);
+  (void)old_pid;
+  (void)bprm;
+  if (!slotp) return 0;
+  /* The old image's context is void from here: no sample may use it. */
+  *slotp = LJ_REC_PID_PENDING;
+  count(LJ_REC_CTR_EXECS);
+  notify_rescan(tgid);
+  return 0;
+}
+
+/* mmap(2) returned: a followed process may have mapped new code (dlopen of an nginx module, a
+ * library loaded after exec). The raw syscall-exit tracepoint (ftrace-based fexit hooks are not
+ * available on every kernel); the syscall number test comes first so other syscalls cost only
+ * that. PROT_EXEC is 4 (uapi asm-generic/mman-common.h). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs* regs, long ret) {
+  uint32_t tgid;
+  unsigned long nr, prot;
+#if defined(__TARGET_ARCH_x86)
+  nr = regs->orig_ax; /* __NR_mmap 9 (arch/x86/entry/syscalls/syscall_64.tbl) */
+  prot = regs->dx;    /* third argument */
+  if (nr != 9) return 0;
+#else
+  nr = regs->syscallno; /* __NR_mmap 222 (include/uapi/asm-generic/unistd.h) */
+  prot = regs->regs[2];
+  if (nr != 222) return 0;
+#endif
+  if (!(prot & 4) || ret < 0) return 0;
+  tgid = (uint32_t)(bpf_get_current_pid_tgid() >> 32);
+  if (!bpf_map_lookup_elem(&pids, &tgid)) return 0;
+  notify_rescan(tgid);
+  return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,63 @@
+// `ljprof report FILE.pb.gz [--top[=N]] [--folded FILE] [--flamegraph FILE.html|.svg]`: turns a
+// saved pprof profile (ours or any other profiler's) into the outputs of report/.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "report/outputs.h"
+#include "report/pprof.h"
+
+namespace ljprof::cli {
+
+void add_report_command(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::string input;
+    size_t top = 0;
+    std::string folded;
+    std::string flamegraph;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Read a pprof profile (.pb.gz, e.g. from 'ljprof record -o') and print the hottest "
+      "functions, or write folded stacks or a flame graph. With no output option: --top=20.");
+  cmd->add_option("FILE", opts->input, "The pprof profile (gzip-compressed or raw profile.proto)")
+      ->type_name("")
+      ->required();
+  // A flag with an optional value ("--top" or "--top=N") so that "--top FILE" still reads FILE
+  // as the profile rather than as N.
+  cmd->add_flag("--top{20}", opts->top,
+                "Print the N hottest functions (default 20) to stdout: flat = samples whose "
+                "leaf is the function, cum = samples with it anywhere in the stack")
+      ->option_text("[=N]");
+  cmd->add_option("--folded", opts->folded,
+                  "Write folded stacks (Brendan Gregg's format: root first, ';'-joined frames, "
+                  "space, count; input of flamegraph.pl, speedscope, inferno) to FILE; '-' = "
+                  "stdout")
+      ->type_name("FILE");
+  cmd->add_option("--flamegraph", opts->flamegraph,
+                  "Write a flame graph to FILE: FILE.svg = static SVG, anything else (FILE.html) "
+                  "= self-contained interactive HTML (zoom, search, colour by frame kind)")
+      ->type_name("FILE");
+  cmd->callback([opts, exit_code]() {
+    auto profile = report::read_pprof(opts->input);
+    if (!profile.ok()) {
+      std::cerr << "ljprof report: " << profile.message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    report::OutputOptions out;
+    out.folded_path = opts->folded;
+    out.flamegraph_path = opts->flamegraph;
+    out.top = opts->top;
+    if (!out.any()) out.top = 20;
+    auto written = report::write_outputs(*profile, out);
+    if (!written.ok()) {
+      std::cerr << "ljprof report: " << written.message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = 0;
+  });
+}
+
+}  // namespace ljprof::cli

@@ -1,0 +1,121 @@
+#include "record/proc_maps.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+namespace ljprof::record {
+
+namespace {
+
+bool parse_hex(std::string_view s, uint64_t* out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, 16);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Splits off the next space-separated field.
+std::string_view next_field(std::string_view* line) {
+  size_t i = 0;
+  while (i < line->size() && (*line)[i] == ' ') ++i;
+  size_t j = i;
+  while (j < line->size() && (*line)[j] != ' ') ++j;
+  std::string_view field = line->substr(i, j - i);
+  *line = line->substr(j);
+  return field;
+}
+
+}  // namespace
+
+Result<std::vector<MapEntry>> parse_proc_maps(std::string_view text, const std::string& what) {
+  std::vector<MapEntry> out;
+  size_t line_no = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    ++line_no;
+    if (line.empty()) continue;
+    if (out.size() >= kMaxMapLines) {
+      return make_error("{}: more than {} mappings; refusing a partial view", what, kMaxMapLines);
+    }
+    // start-end perms offset dev inode [path]
+    MapEntry e;
+    std::string_view range = next_field(&line);
+    std::string_view perms = next_field(&line);
+    std::string_view offset = next_field(&line);
+    std::string_view dev = next_field(&line);
+    std::string_view inode = next_field(&line);
+    const size_t dash = range.find('-');
+    uint64_t ino = 0;
+    if (dash == std::string_view::npos || !parse_hex(range.substr(0, dash), &e.start) ||
+        !parse_hex(range.substr(dash + 1), &e.end) || e.end <= e.start || perms.size() != 4 ||
+        !parse_hex(offset, &e.offset) || dev.empty() ||
+        std::from_chars(inode.data(), inode.data() + inode.size(), ino).ec != std::errc()) {
+      return make_error("{}:{}: not a proc(5) maps line", what, line_no);
+    }
+    e.readable = perms[0] == 'r';
+    e.executable = perms[2] == 'x';
+    e.inode = ino;
+    e.dev = std::string(dev);
+    size_t i = 0;
+    while (i < line.size() && line[i] == ' ') ++i;
+    e.path = std::string(line.substr(i));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Result<std::vector<MapEntry>> read_proc_maps(uint32_t pid) {
+  const std::string path = fmt::format("/proc/{}/maps", pid);
+  std::ifstream in(path);
+  if (!in) return make_error("{}: cannot open: {}", path, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return make_error("{}: read failed", path);
+  return parse_proc_maps(text.str(), path);
+}
+
+Result<std::unique_ptr<ProcessMemory>> ProcessMemory::open(uint32_t pid) {
+  const std::string path = fmt::format("/proc/{}/mem", pid);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
+  return std::unique_ptr<ProcessMemory>(new ProcessMemory(fd));
+}
+
+ProcessMemory::~ProcessMemory() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int ProcessMemory::read(uint64_t addr, void* dst, uint32_t len) const {
+  // /proc/PID/mem takes the address as the file offset; off_t is signed, so user addresses
+  // above 2^63 cannot exist and are refused.
+  if (addr > static_cast<uint64_t>(INT64_MAX) - len) {
+    std::memset(dst, 0, len);
+    return -EFAULT;
+  }
+  const ssize_t n = ::pread(fd_, dst, len, static_cast<off_t>(addr));
+  if (n != static_cast<ssize_t>(len)) {
+    std::memset(dst, 0, len);
+    return n < 0 ? -errno : -EFAULT;
+  }
+  return 0;
+}
+
+namespace {
+int read_callback(void* ctx, uint64_t addr, void* dst, uint32_t len) {
+  return static_cast<const ProcessMemory*>(ctx)->read(addr, dst, len);
+}
+}  // namespace
+
+ljprof_mem_reader ProcessMemory::reader() const {
+  return ljprof_mem_reader{&read_callback, const_cast<ProcessMemory*>(this)};
+}
+
+}  // namespace ljprof::record

@@ -1,0 +1,52 @@
+// record/proc_maps.h: a live process's mappings (/proc/PID/maps) and memory (/proc/PID/mem).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "core/read_mem.h"
+
+namespace ljprof::record {
+
+struct MapEntry {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t offset = 0;  // file offset of `start`
+  bool readable = false;
+  bool executable = false;
+  uint64_t inode = 0;
+  std::string dev;   // "fd:01"
+  std::string path;  // "" for anonymous memory; "[vdso]", "/usr/lib/...", "... (deleted)"
+  bool file_backed() const { return inode != 0 && !path.empty() && path[0] == '/'; }
+};
+
+// At most this many lines are read from one maps file: a process with more is refused rather
+// than half-described.
+inline constexpr size_t kMaxMapLines = 1u << 16;
+
+// Parses the text of /proc/PID/maps (proc(5)); `what` names the source in errors.
+Result<std::vector<MapEntry>> parse_proc_maps(std::string_view text, const std::string& what);
+Result<std::vector<MapEntry>> read_proc_maps(uint32_t pid);
+
+// Reads another process's memory through /proc/PID/mem with pread: the contract of
+// core/read_mem.h (all or nothing, dst zeroed on failure). The file stays open until the object
+// dies, so reads keep working while the process lives, and fail (never block) once it exited.
+class ProcessMemory {
+ public:
+  static Result<std::unique_ptr<ProcessMemory>> open(uint32_t pid);
+  ~ProcessMemory();
+  ProcessMemory(const ProcessMemory&) = delete;
+  ProcessMemory& operator=(const ProcessMemory&) = delete;
+
+  ljprof_mem_reader reader() const;
+  int read(uint64_t addr, void* dst, uint32_t len) const;
+
+ private:
+  explicit ProcessMemory(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+}  // namespace ljprof::record

@@ -1,0 +1,151 @@
+#include "record/process_context.h"
+
+#include <elf.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "luajit/runtime.h"
+
+namespace ljprof::record {
+
+MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
+  auto key = std::make_tuple(map.dev, map.inode, map.path);
+  auto it = objects_.find(key);
+  if (it != objects_.end()) return it->second.get();
+  auto obj = std::make_unique<MappedObject>();
+  obj->path = map.path;
+  const std::string open_path =
+      fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, map.start, map.end);
+  auto elf = elf::ElfFile::open(open_path);
+  if (!elf.ok()) {
+    obj->error = elf.message();
+  } else {
+    obj->elf = std::move(*elf);
+    luajit::RuntimeInfo rt = luajit::detect_runtime(*obj->elf, {});
+    std::optional<cfi::VmHints> hints;
+    if (rt.source == luajit::LuaJITSource::LinkedIn) {
+      auto info = luajit::extract_proc_info(*obj->elf, rt.runtime);
+      if (info.ok()) {
+        obj->luajit = std::move(*info);
+        obj->info = luajit::to_walker_info(*obj->luajit);
+        hints = cfi::VmHints{obj->luajit->vm.begin, obj->luajit->vm.end};
+      } else {
+        obj->luajit_error = info.message();
+      }
+    }
+    auto table = cfi::build_unwind_table(*obj->elf, hints);
+    if (table.ok()) {
+      obj->table = std::move(*table);
+    } else {
+      obj->error = table.message();
+    }
+  }
+  MappedObject* raw = obj.get();
+  objects_.emplace(std::move(key), std::move(obj));
+  return raw;
+}
+
+const ModuleView* ProcessContext::module_at(uint64_t pc) const {
+  auto it = std::upper_bound(modules.begin(), modules.end(), pc,
+                             [](uint64_t v, const ModuleView& m) { return v < m.start; });
+  if (it == modules.begin()) return nullptr;
+  --it;
+  return pc < it->end ? &*it : nullptr;
+}
+
+std::string executable_signature(const std::vector<MapEntry>& maps) {
+  std::string sig;
+  for (const MapEntry& m : maps) {
+    if (!m.executable || !m.file_backed()) continue;
+    sig += fmt::format("{:x}-{:x}:{}:{};", m.start, m.end, m.inode, m.offset);
+  }
+  return sig;
+}
+
+Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const MapEntry& map) {
+  for (const elf::Segment& seg : elf.segments()) {
+    if (seg.type != PT_LOAD || seg.offset < map.offset ||
+        seg.offset - map.offset >= map.end - map.start) {
+      continue;
+    }
+    return map.start + (seg.offset - map.offset) - seg.vaddr;
+  }
+  return make_error("{}: no PT_LOAD segment starts in the mapping {:#x}-{:#x} (offset {:#x})",
+                    elf.path(), map.start, map.end, map.offset);
+}
+
+namespace {
+
+std::string read_comm(uint32_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/comm", pid));
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
+}
+
+// Tarantool keeps its main lua_State in the exported `tarantool_L` (src/lua/init.c); L->glref
+// is G. The walker re-proves any hint (G->cur_L->glref == G) before use.
+uint64_t tarantool_g(const ProcessContext& ctx) {
+  const ModuleView* m = ctx.luajit;
+  if (m == nullptr || !ctx.mem) return 0;
+  const elf::Symbol* anchor = m->object->elf->find_symbol("tarantool_L");
+  if (anchor == nullptr) return 0;
+  uint64_t L = 0, g = 0;
+  if (ctx.mem->read(anchor->value + m->bias, &L, 8) != 0 || L == 0) return 0;
+  const lj_luajit_info& info = m->object->info;
+  if (ctx.mem->read(L + info.L_glref, &g, info.ref_size) != 0) return 0;
+  return g;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, ObjectCache& cache) {
+  LJ_ASSIGN_OR_RETURN(std::vector<MapEntry> maps, read_proc_maps(pid));
+  auto ctx = std::make_unique<ProcessContext>();
+  ctx->pid = pid;
+  ctx->comm = read_comm(pid);
+  ctx->signature = executable_signature(maps);
+  auto mem = ProcessMemory::open(pid);
+  if (mem.ok()) {
+    ctx->mem = std::move(*mem);
+  } else {
+    ctx->warnings.push_back(mem.message());
+  }
+  for (const MapEntry& m : maps) {
+    if (!m.executable || !m.file_backed()) continue;
+    MappedObject* obj = cache.get(pid, m);
+    if (!obj->elf) {
+      ctx->warnings.push_back(fmt::format("{}: {}", m.path, obj->error));
+      continue;
+    }
+    auto bias = mapping_bias(*obj->elf, m);
+    if (!bias.ok()) {
+      ctx->warnings.push_back(bias.message());
+      continue;
+    }
+    ctx->modules.push_back(ModuleView{m.start, m.end, *bias, obj});
+  }
+  std::sort(ctx->modules.begin(), ctx->modules.end(),
+            [](const ModuleView& a, const ModuleView& b) { return a.start < b.start; });
+  // The VM's file: the main executable first (tarantool, luajit), else a library (libluajit).
+  for (const ModuleView& m : ctx->modules) {
+    if (m.object->luajit && (ctx->luajit == nullptr || m.object->elf->type() == ET_EXEC)) {
+      ctx->luajit = &m;
+    }
+  }
+  ctx->g_hint = tarantool_g(*ctx);
+  return ctx;
+}
+
+bool maps_luajit(uint32_t pid, ObjectCache& cache) {
+  auto maps = read_proc_maps(pid);
+  if (!maps.ok()) return false;
+  for (const MapEntry& m : *maps) {
+    if (!m.executable || !m.file_backed()) continue;
+    if (cache.get(pid, m)->luajit) return true;
+  }
+  return false;
+}
+
+}  // namespace ljprof::record

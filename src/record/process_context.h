@@ -1,0 +1,90 @@
+// record/process_context.h: what the recorder knows about one followed process — its
+// executable file mappings with their unwind tables, the LuaJIT layout of the file that
+// carries the VM, and a global_State hint — built from /proc/PID/maps and the mapped files.
+// The same files are shared by every process that maps them (ObjectCache), so a fleet of nginx
+// workers costs one table per file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cfi/cfi.h"
+#include "common/result.h"
+#include "elf/elf_file.h"
+#include "luajit/proc_info.h"
+#include "record/proc_maps.h"
+
+extern "C" {
+#include "walker/luajit_info.h"
+}
+
+namespace ljprof::record {
+
+// One mapped ELF file (identified by device and inode, so a replaced file on disk is a new
+// object).
+struct MappedObject {
+  std::string path;
+  std::unique_ptr<elf::ElfFile> elf;
+  std::string error;  // why `elf` or `table` is missing
+  std::optional<cfi::UnwindTable> table;
+  std::optional<luajit::LuaJITProcInfo> luajit;  // set when this file carries the LuaJIT VM
+  std::string luajit_error;
+  lj_luajit_info info{};
+  // Where the recorder put this file's rows in the kernel's row table (once per file).
+  bool uploaded = false;
+  bool upload_failed = false;
+  uint32_t row_first = 0;
+  uint32_t row_count = 0;
+};
+
+class ObjectCache {
+ public:
+  // The object for a mapping of process `pid`, opened through /proc/PID/map_files (so a file
+  // in another mount namespace or deleted since it was mapped is still the right one) and
+  // analysed once: ELF, LuaJIT detection and layout, unwind table (VM hints for the LuaJIT
+  // file). Never null; a failure is recorded in `error`.
+  MappedObject* get(uint32_t pid, const MapEntry& map);
+  size_t size() const { return objects_.size(); }
+
+ private:
+  std::map<std::tuple<std::string, uint64_t, std::string>, std::unique_ptr<MappedObject>> objects_;
+};
+
+struct ModuleView {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t bias = 0;  // runtime = link-time + bias
+  MappedObject* object = nullptr;
+};
+
+struct ProcessContext {
+  uint32_t pid = 0;
+  std::string comm;                    // /proc/PID/comm
+  std::vector<ModuleView> modules;     // executable file mappings, sorted by start
+  const ModuleView* luajit = nullptr;  // the module carrying the VM, if any
+  uint64_t g_hint = 0;
+  std::unique_ptr<ProcessMemory> mem;
+  std::string signature;  // the executable mappings, to notice when they change
+  std::vector<std::string> warnings;
+
+  const ModuleView* module_at(uint64_t pc) const;
+};
+
+// A key describing the executable file mappings of `maps` (changes on dlopen/exec).
+std::string executable_signature(const std::vector<MapEntry>& maps);
+
+// The load bias of `map` (an executable mapping of `elf`): the PT_LOAD that starts inside the
+// mapping gives it (same rule as core/core_file.cc CoreFile::load_bias).
+Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const MapEntry& map);
+
+Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, ObjectCache& cache);
+
+// True if `pid` maps a file that carries LuaJIT (for `record -a`).
+bool maps_luajit(uint32_t pid, ObjectCache& cache);
+
+}  // namespace ljprof::record

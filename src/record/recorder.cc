@@ -1,0 +1,542 @@
+#include "record/recorder.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "record.skel.h"
+#include "record/process_context.h"
+#include "record/sample_frames.h"
+
+namespace ljprof::record {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop = true;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Online CPUs from /sys/devices/system/cpu/online ("0-3,6").
+Result<std::vector<int>> online_cpus() {
+  std::ifstream in("/sys/devices/system/cpu/online");
+  std::string text;
+  if (!std::getline(in, text)) return make_error("/sys/devices/system/cpu/online: unreadable");
+  std::vector<int> cpus;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string part =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    int a = 0, b = 0;
+    if (std::sscanf(part.c_str(), "%d-%d", &a, &b) == 2) {
+      for (int c = a; c <= b && c < 4096; ++c) cpus.push_back(c);
+    } else if (std::sscanf(part.c_str(), "%d", &a) == 1) {
+      cpus.push_back(a);
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (cpus.empty()) return make_error("/sys/devices/system/cpu/online: no CPU in '{}'", text);
+  return cpus;
+}
+
+bool process_alive(uint32_t pid) {
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+class Recorder {
+ public:
+  explicit Recorder(const RecordOptions& o) : opt_(o) {}
+  ~Recorder() { teardown(); }
+
+  Result<RecordResult> run();
+
+ private:
+  Status open_bpf();
+  Status attach_perf();
+  Status launch_command();
+  void follow(uint32_t pid);
+  void setup(uint32_t pid);
+  void drop(uint32_t pid);
+  void housekeeping();
+  void scan_all();
+  void handle_sample(const void* data, size_t size);
+  std::vector<uint64_t> read_counters();
+  std::string status_line(double elapsed);
+  void teardown();
+  void warn(const std::string& m) {
+    if (opt_.warn) opt_.warn(m);
+  }
+
+  static int on_event(void* ctx, void* data, size_t size) {
+    static_cast<Recorder*>(ctx)->handle_sample(data, size);
+    return 0;
+  }
+  static int on_notify(void* ctx, void* data, size_t size) {
+    if (size >= sizeof(uint32_t)) {
+      uint32_t pid = 0;
+      std::memcpy(&pid, data, sizeof(pid));
+      static_cast<Recorder*>(ctx)->rescan_.insert(pid);
+    }
+    return 0;
+  }
+
+  const RecordOptions& opt_;
+  record_bpf* skel_ = nullptr;
+  ring_buffer* rb_ = nullptr;
+  std::vector<bpf_link*> links_;
+  std::vector<int> perf_fds_;
+  lj_cfi_row* rows_ = nullptr;
+  size_t rows_bytes_ = 0;
+  uint32_t rows_next_ = 0;
+  ObjectCache cache_;
+  struct Proc {
+    std::unique_ptr<ProcessContext> ctx;
+    uint32_t slot = LJ_REC_PID_PENDING;
+    bool gone = false;
+  };
+  std::map<uint32_t, Proc> procs_;
+  std::vector<uint32_t> free_slots_;
+  std::set<uint32_t> rescan_;
+  std::set<uint32_t> warned_;
+  SampleSymbolizer symbolizer_;
+  std::map<std::pair<uint32_t, std::vector<report::Frame>>, int64_t> stacks_;
+  std::map<std::string, uint64_t> user_counters_;
+  uint64_t delivered_ = 0, reached_root_ = 0, malformed_ = 0;
+  pid_t child_ = -1;
+  int child_status_ = -1;
+  bool child_exited_ = false;
+};
+
+Status Recorder::open_bpf() {
+  libbpf_set_print(nullptr);
+  skel_ = record_bpf__open();
+  if (skel_ == nullptr) return make_error("cannot open the BPF object: {}", std::strerror(errno));
+  skel_->rodata->follow_children = (opt_.follow_forks || !opt_.command.empty()) ? 1 : 0;
+  const uint32_t rb_bytes = std::max<uint32_t>(1, opt_.ringbuf_mb) << 20;
+  bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
+  if (int err = record_bpf__load(skel_); err != 0) {
+    return make_error(
+        "loading the BPF program failed ({}): run as root (CAP_BPF + CAP_PERFMON) on a kernel "
+        "with BTF (/sys/kernel/btf/vmlinux)",
+        std::strerror(-err));
+  }
+  if (int err = record_bpf__attach(skel_); err != 0) {
+    return make_error("attaching the fork/exec/mmap tracepoints failed: {}", std::strerror(-err));
+  }
+  rows_bytes_ = static_cast<size_t>(LJ_REC_MAX_ROWS) * sizeof(lj_cfi_row);
+  void* m = ::mmap(nullptr, rows_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   bpf_map__fd(skel_->maps.rows), 0);
+  if (m == MAP_FAILED)
+    return make_error("mmap of the BPF rows map failed: {}", std::strerror(errno));
+  rows_ = static_cast<lj_cfi_row*>(m);
+  rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &Recorder::on_event, this, nullptr);
+  if (rb_ == nullptr) return make_error("ring buffer setup failed: {}", std::strerror(errno));
+  if (ring_buffer__add(rb_, bpf_map__fd(skel_->maps.notify), &Recorder::on_notify, this) != 0) {
+    return make_error("notify ring buffer setup failed: {}", std::strerror(errno));
+  }
+  for (uint32_t s = LJ_REC_MAX_PROCS; s > 0; --s) free_slots_.push_back(s - 1);
+  return Ok{};
+}
+
+Status Recorder::attach_perf() {
+  LJ_ASSIGN_OR_RETURN(std::vector<int> cpus, online_cpus());
+  for (int cpu : cpus) {
+    perf_event_attr attr{};
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.size = sizeof(attr);
+    attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    attr.freq = 1;
+    attr.sample_freq = opt_.frequency_hz;
+    const int fd =
+        static_cast<int>(::syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    if (fd < 0) {
+      return make_error("perf_event_open(cpu-clock, cpu {}) failed: {}", cpu, std::strerror(errno));
+    }
+    perf_fds_.push_back(fd);
+    bpf_link* link = bpf_program__attach_perf_event(skel_->progs.on_sample, fd);
+    if (link == nullptr) {
+      return make_error("attaching the sampler to cpu {} failed: {}", cpu, std::strerror(errno));
+    }
+    links_.push_back(link);
+  }
+  return Ok{};
+}
+
+void Recorder::follow(uint32_t pid) {
+  uint32_t pending = LJ_REC_PID_PENDING;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.pids), &pid, &pending, BPF_ANY) != 0) {
+    ++user_counters_["pid map full"];
+    warn(fmt::format("cannot follow pid {}: pid map full", pid));
+    return;
+  }
+  procs_[pid];
+}
+
+// Builds pid's context and publishes it: rows of new files, then the slot, then pid -> slot
+// (so the kernel never sees a slot that is half written).
+void Recorder::setup(uint32_t pid) {
+  Proc& p = procs_[pid];
+  auto ctx = build_process_context(pid, cache_);
+  if (!ctx.ok()) {
+    if (process_alive(pid) && warned_.insert(pid).second) warn(ctx.message());
+    return;
+  }
+  for (const std::string& w : (*ctx)->warnings) {
+    if (warned_.insert(pid).second) warn(fmt::format("pid {}: {}", pid, w));
+  }
+  lj_rec_proc rec{};
+  for (const ModuleView& m : (*ctx)->modules) {
+    MappedObject* obj = m.object;
+    if (!obj->table) continue;
+    if (!obj->uploaded && !obj->upload_failed) {
+      auto rows = obj->table->rows();
+      if (rows.size() > LJ_REC_MAX_ROWS - rows_next_) {
+        obj->upload_failed = true;
+        ++user_counters_["map full: CFI rows"];
+        warn(fmt::format("{}: {} CFI rows do not fit the kernel's row table ({} of {} used)",
+                         obj->path, rows.size(), rows_next_, LJ_REC_MAX_ROWS));
+      } else {
+        std::memcpy(rows_ + rows_next_, rows.data(), rows.size() * sizeof(lj_cfi_row));
+        obj->row_first = rows_next_;
+        obj->row_count = static_cast<uint32_t>(rows.size());
+        rows_next_ += obj->row_count;
+        obj->uploaded = true;
+      }
+    }
+    if (!obj->uploaded) continue;
+    if (rec.nmodules >= LJ_REC_MAX_MODULES) {
+      ++user_counters_["map full: modules per process"];
+      continue;
+    }
+    rec.modules[rec.nmodules++] =
+        lj_rec_module{m.start, m.end, m.bias, obj->row_first, obj->row_count};
+  }
+  if ((*ctx)->luajit != nullptr) {
+    rec.lj = (*ctx)->luajit->object->info;
+    rec.vm_bias = (*ctx)->luajit->bias;
+    rec.g_hint = (*ctx)->g_hint;
+  }
+  if (free_slots_.empty()) {
+    ++user_counters_["map full: processes"];
+    warn(fmt::format("pid {}: more than {} processes followed at once", pid, LJ_REC_MAX_PROCS));
+    return;
+  }
+  const uint32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec, BPF_ANY) != 0 ||
+      bpf_map_update_elem(bpf_map__fd(skel_->maps.pids), &pid, &slot, BPF_ANY) != 0) {
+    free_slots_.push_back(slot);
+    warn(fmt::format("pid {}: cannot publish its unwind context: {}", pid, std::strerror(errno)));
+    return;
+  }
+  // The previous slot may still be read by a sample in flight; it is reused only after every
+  // other free slot, which is long after any in-flight program finished.
+  if (p.slot < LJ_REC_MAX_PROCS) free_slots_.insert(free_slots_.begin(), p.slot);
+  p.slot = slot;
+  p.ctx = std::move(*ctx);
+}
+
+void Recorder::drop(uint32_t pid) {
+  auto it = procs_.find(pid);
+  if (it == procs_.end() || it->second.gone) return;
+  bpf_map_delete_elem(bpf_map__fd(skel_->maps.pids), &pid);
+  if (it->second.slot < LJ_REC_MAX_PROCS) free_slots_.insert(free_slots_.begin(), it->second.slot);
+  it->second.slot = LJ_REC_PID_PENDING;
+  it->second.gone = true;  // its context stays: samples still in the ring buffer need it
+}
+
+void Recorder::scan_all() {
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return;
+  const uint32_t self = static_cast<uint32_t>(::getpid());
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const unsigned long pid = std::strtoul(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid == 0 || pid == self || pid > UINT32_MAX) continue;
+    if (procs_.count(static_cast<uint32_t>(pid))) continue;
+    if (maps_luajit(static_cast<uint32_t>(pid), cache_)) {
+      follow(static_cast<uint32_t>(pid));
+      setup(static_cast<uint32_t>(pid));
+    }
+  }
+  ::closedir(d);
+}
+
+void Recorder::housekeeping() {
+  // Followed pids the kernel marked pending (a fork or exec whose notification was lost when
+  // the notify ring was full) or that the kernel added (children).
+  const int fd = bpf_map__fd(skel_->maps.pids);
+  uint32_t key = 0, next = 0;
+  uint32_t* prev = nullptr;
+  std::vector<uint32_t> pending;
+  size_t guard = 0;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0 && guard++ < LJ_REC_MAX_PIDS * 2) {
+    uint32_t value = 0;
+    if (bpf_map_lookup_elem(fd, &next, &value) == 0 && value == LJ_REC_PID_PENDING) {
+      pending.push_back(next);
+    }
+    key = next;
+    prev = &key;
+  }
+  for (uint32_t pid : pending) rescan_.insert(pid);
+  for (auto& [pid, p] : procs_) {
+    if (!p.gone && !process_alive(pid)) rescan_.insert(pid);
+  }
+}
+
+void Recorder::handle_sample(const void* data, size_t size) {
+  const size_t header = offsetof(lj_rec_sample, frames);
+  if (size < header) {
+    ++malformed_;
+    return;
+  }
+  lj_rec_sample s;
+  std::memcpy(&s, data, std::min(size, sizeof(s)));
+  if (s.nframes > LJ_WALK_MAX_FRAMES || header + s.nframes * sizeof(lj_rec_frame) > size) {
+    ++malformed_;
+    return;
+  }
+  ++delivered_;
+  if (s.end == LJ_END_ROOT) ++reached_root_;
+  auto it = procs_.find(s.pid);
+  if (it == procs_.end() || !it->second.ctx) {
+    ++user_counters_["sample of a process without context"];
+    return;
+  }
+  std::vector<report::Frame> frames = symbolizer_.frames(s, *it->second.ctx, user_counters_);
+  stacks_[{s.pid, std::move(frames)}] += 1;
+}
+
+std::vector<uint64_t> Recorder::read_counters() {
+  std::vector<uint64_t> total(LJ_REC_NCOUNTERS, 0);
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return total;
+  std::vector<uint64_t> per(static_cast<size_t>(ncpu));
+  const int fd = bpf_map__fd(skel_->maps.counters);
+  for (uint32_t i = 0; i < LJ_REC_NCOUNTERS; ++i) {
+    if (bpf_map_lookup_elem(fd, &i, per.data()) != 0) continue;
+    for (uint64_t v : per) total[i] += v;
+  }
+  return total;
+}
+
+std::string Recorder::status_line(double elapsed) {
+  auto c = read_counters();
+  const uint64_t seen = c[LJ_REC_CTR_SAMPLES];
+  size_t live = 0;
+  for (auto& [pid, p] : procs_) live += p.gone ? 0 : 1;
+  return fmt::format("ljprof record: {:.1f} s, {} process{}, {} samples, {:.1f}% unwound to a root",
+                     elapsed, live, live == 1 ? "" : "es", seen,
+                     seen ? 100.0 * reached_root_ / seen : 0.0);
+}
+
+Status Recorder::launch_command() {
+  int gate[2];
+  if (::pipe2(gate, O_CLOEXEC) != 0) return make_error("pipe: {}", std::strerror(errno));
+  child_ = ::fork();
+  if (child_ < 0) return make_error("fork: {}", std::strerror(errno));
+  if (child_ == 0) {
+    // Wait until the parent follows this pid, so the exec is seen by the kernel program.
+    ::close(gate[1]);
+    char b;
+    if (::read(gate[0], &b, 1) != 1) ::_exit(127);
+    std::vector<char*> argv;
+    for (const std::string& a : opt_.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "ljprof record: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(gate[0]);
+  follow(static_cast<uint32_t>(child_));
+  const char go = 1;
+  const bool ok = ::write(gate[1], &go, 1) == 1;
+  ::close(gate[1]);
+  if (!ok) return make_error("cannot start {}: {}", opt_.command[0], std::strerror(errno));
+  return Ok{};
+}
+
+Result<RecordResult> Recorder::run() {
+  if (opt_.pids.empty() && opt_.command.empty() && !opt_.all) {
+    return make_error("nothing to record: give -p PID, -a, or -- COMMAND");
+  }
+  if (opt_.frequency_hz == 0 || opt_.frequency_hz > 100000) {
+    return make_error("--freq {} is outside 1..100000 Hz", opt_.frequency_hz);
+  }
+  for (uint32_t pid : opt_.pids) {
+    if (!process_alive(pid)) return make_error("-p {}: no such process", pid);
+  }
+  LJ_TRY(open_bpf());
+  for (uint32_t pid : opt_.pids) {
+    follow(pid);
+    setup(pid);
+  }
+  if (opt_.all) scan_all();
+  g_stop = false;
+  struct sigaction sa {
+  }, old_int{}, old_term{};
+  sa.sa_handler = &on_signal;
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  const auto wall_start = std::chrono::system_clock::now();
+  LJ_TRY(attach_perf());
+  if (!opt_.command.empty()) LJ_TRY(launch_command());
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last_status = start, last_house = start, last_scan = start;
+
+  while (!g_stop) {
+    ring_buffer__poll(rb_, 50);
+    for (auto it = rescan_.begin(); it != rescan_.end(); it = rescan_.erase(it)) {
+      const uint32_t pid = *it;
+      if (!process_alive(pid)) {
+        drop(pid);
+        continue;
+      }
+      auto p = procs_.find(pid);
+      if (p == procs_.end()) {
+        procs_[pid];  // a child the kernel added
+        setup(pid);
+        continue;
+      }
+      if (p->second.gone) continue;
+      // Exec (slot pending) or new mappings: rebuild only when the code mappings changed.
+      uint32_t value = 0;
+      const bool pending = bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &value) == 0 &&
+                           value == LJ_REC_PID_PENDING;
+      if (!pending && p->second.ctx) {
+        auto maps = read_proc_maps(pid);
+        if (maps.ok() && executable_signature(*maps) == p->second.ctx->signature) continue;
+      }
+      setup(pid);
+    }
+    if (child_ > 0 && !child_exited_) {
+      int status = 0;
+      if (::waitpid(child_, &status, WNOHANG) == child_) {
+        child_exited_ = true;
+        child_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    const double elapsed = seconds_since(start);
+    if (opt_.duration_s > 0 && elapsed >= opt_.duration_s) break;
+    if (child_exited_) break;
+    if (seconds_since(last_house) >= 0.5) {
+      housekeeping();
+      last_house = Clock::now();
+    }
+    if (opt_.all && seconds_since(last_scan) >= 2.0) {
+      scan_all();
+      last_scan = Clock::now();
+    }
+    if (opt_.command.empty() && !opt_.all) {
+      bool any = false;
+      for (auto& [pid, p] : procs_) any = any || (!p.gone && process_alive(pid));
+      if (!any) break;
+    }
+    if (opt_.progress && seconds_since(last_status) >= 1.0) {
+      opt_.progress(status_line(elapsed));
+      last_status = Clock::now();
+    }
+  }
+  const double elapsed = seconds_since(start);
+  // Stop sampling first, then drain what is already in the ring buffer.
+  for (bpf_link* l : links_) bpf_link__destroy(l);
+  links_.clear();
+  ring_buffer__consume(rb_);
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  if (child_ > 0 && !child_exited_) {
+    // Stopped by Ctrl-C or --duration: the command keeps running unless the terminal's SIGINT
+    // reached it too; report its status only if it already ended.
+    int status = 0;
+    if (::waitpid(child_, &status, WNOHANG) == child_) {
+      child_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+
+  RecordResult r;
+  const auto c = read_counters();
+  r.samples = c[LJ_REC_CTR_SAMPLES];
+  r.delivered = delivered_;
+  r.reached_root = reached_root_;
+  r.command_exit_status = child_status_;
+  auto add = [&](const std::string& name, uint64_t v) {
+    if (v != 0) r.reasons.emplace_back(name, v);
+  };
+  for (uint32_t e = 0; e < 16; ++e) {
+    if (e == LJ_END_ROOT) continue;
+    add(fmt::format("walk ended: {}", walk_end_name(e)), c[LJ_REC_CTR_END_BASE + e]);
+  }
+  add("no unwind context yet (process just started or exec'd)", c[LJ_REC_CTR_NO_CONTEXT]);
+  add("ring buffer full (sample dropped)", c[LJ_REC_CTR_RINGBUF_FULL]);
+  add("no user registers", c[LJ_REC_CTR_NO_REGS]);
+  add("Lua prototype unreadable at sample time", c[LJ_REC_CTR_LUA_INFO_FAULT]);
+  add("children followed", c[LJ_REC_CTR_FORKS]);
+  add("execs of followed processes", c[LJ_REC_CTR_EXECS]);
+  add("pid map full (child not followed)", c[LJ_REC_CTR_PIDS_FULL]);
+  add("malformed ring buffer records", malformed_);
+  for (auto& [name, v] : user_counters_) add(name, v);
+
+  report::Profile& prof = r.profile;
+  prof.period_ns = 1000000000LL / opt_.frequency_hz;
+  prof.start_time_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
+  prof.duration_ns = static_cast<int64_t>(elapsed * 1e9);
+  for (auto& [key, count] : stacks_) {
+    report::Sample s;
+    s.pid = key.first;
+    s.frames = key.second;
+    s.count = count;
+    prof.samples.push_back(std::move(s));
+  }
+  prof.counters["samples"] = r.samples;
+  prof.counters["samples delivered"] = r.delivered;
+  prof.counters["samples unwound to a proven root"] = r.reached_root;
+  for (auto& [name, v] : r.reasons) prof.counters[name] = v;
+  return r;
+}
+
+void Recorder::teardown() {
+  for (bpf_link* l : links_) bpf_link__destroy(l);
+  links_.clear();
+  for (int fd : perf_fds_) ::close(fd);
+  perf_fds_.clear();
+  if (rb_ != nullptr) ring_buffer__free(rb_);
+  rb_ = nullptr;
+  if (rows_ != nullptr) ::munmap(rows_, rows_bytes_);
+  rows_ = nullptr;
+  if (skel_ != nullptr) record_bpf__destroy(skel_);
+  skel_ = nullptr;
+}
+
+}  // namespace
+
+Result<RecordResult> record(const RecordOptions& options) {
+  Recorder r(options);
+  return r.run();
+}
+
+}  // namespace ljprof::record

@@ -1,0 +1,45 @@
+// record/recorder.h: `ljprof record` — samples followed processes with a perf_event CPU clock
+// on every CPU, walks each sample's mixed stack in the kernel (bpf/record.bpf.c, the one
+// walker) and returns the symbolized profile.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "report/profile.h"
+
+namespace ljprof::record {
+
+struct RecordOptions {
+  std::vector<uint32_t> pids;        // -p: existing processes
+  std::vector<std::string> command;  // -- COMMAND ARGS...: launched and followed with children
+  bool all = false;                  // -a: every process with a detected LuaJIT runtime
+  bool follow_forks = false;         // also follow children forked by -p processes
+  uint32_t frequency_hz = 99;
+  double duration_s = 0;  // 0: until Ctrl-C, or until the followed processes are gone
+  uint32_t ringbuf_mb = 8;
+  // Called about once a second with a one-line status; empty: no progress output.
+  std::function<void(const std::string&)> progress;
+  // Messages worth a user's attention (a file without CFI, a process that could not be
+  // attached); empty: dropped.
+  std::function<void(const std::string&)> warn;
+};
+
+struct RecordResult {
+  report::Profile profile;
+  uint64_t samples = 0;          // samples of followed processes the kernel saw
+  uint64_t delivered = 0;        // samples that reached user space
+  uint64_t reached_root = 0;     // delivered samples whose walk ended at a proven root
+  int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
+  std::vector<std::pair<std::string, uint64_t>> reasons;  // per-reason counts, nonzero only
+};
+
+// Runs until the duration elapses, SIGINT/SIGTERM arrives, or every followed process exited.
+// Needs root (CAP_BPF, CAP_PERFMON, and reading /proc/PID/mem of the targets). The targets are
+// never stopped or written.
+Result<RecordResult> record(const RecordOptions& options);
+
+}  // namespace ljprof::record

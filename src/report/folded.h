@@ -1,0 +1,27 @@
+// report/folded.h: Brendan Gregg's folded stacks, the input of flamegraph.pl, speedscope,
+// inferno and most flame graph tools: one line per distinct stack, frames root first joined
+// by ';', a space, the sample count.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "common/result.h"
+#include "report/profile.h"
+
+namespace ljprof::report {
+
+// Frame text is frame_label() (report/frames.h), e.g.
+//   main [root];lua_pcall;handler (app.lua:12);string.gsub [cfunc];[trace 3] (app.lua:40) 7
+// Made safe for the format: ';' (the frame separator) becomes ':', and line breaks and other
+// control characters become ' ' (tools split lines on '\n' and take the count after the last
+// space, so spaces are fine). Stacks whose text is equal merge; lines are sorted bytewise so
+// the output is deterministic. Samples with no frames or count <= 0 are left out.
+std::string folded_text(const Profile& profile);
+void write_folded(const Profile& profile, std::ostream& out);
+Status write_folded(const Profile& profile, const std::string& path);  // "-" = stdout
+
+// frame_label() with the escaping above applied.
+std::string folded_frame(const Frame& frame);
+
+}  // namespace ljprof::report

@@ -1,0 +1,42 @@
+// report/frames.h: what all text outputs (folded, top, flame graph) agree on — one label per
+// frame, one identity per function — and the stack aggregation every writer starts from.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "report/profile.h"
+
+namespace ljprof::report {
+
+// Inverse of frame_kind_name(); nullopt for anything else.
+std::optional<FrameKind> frame_kind_from_name(std::string_view name);
+
+// The text a person reads for one frame (the folded-stack / flame-graph node format):
+//   lua      "name (file:line)"   ("name (file)" when the line is unknown, "name" without file)
+//   native   "symbol", else "module-basename+0xoff", else "0xaddress"
+//   cfunc    "name [cfunc]"       (ffi, root likewise: "[ffi]", "[root]")
+//   trace    "[trace 12] (file:line)"
+//   unknown  "[unknown: reason]"
+// Frames with the same label are the same node of a flame graph.
+std::string frame_label(const Frame& frame);
+
+// Like frame_label() but for the function rather than the current line: Lua shows the
+// function's first line ("name (file:start_line)"). Used by the top table, whose rows are
+// functions, so every line of one Lua function lands in one row.
+std::string function_label(const Frame& frame);
+
+// A sample's identical twins (same frames, pid and tid) merged into one with the summed
+// count; samples with count <= 0 are dropped. Sorted, so equal profiles compare equal.
+std::vector<Sample> aggregate_samples(const std::vector<Sample>& samples);
+
+bool same_sample(const Sample& a, const Sample& b);  // frames, count, pid and tid
+
+// `s` with every byte that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no
+// surrogates, nothing past U+10FFFF) replaced by U+FFFD. Symbol and chunk names are
+// arbitrary bytes; protobuf string fields (and XML) must be UTF-8.
+std::string valid_utf8(std::string_view s);
+
+}  // namespace ljprof::report

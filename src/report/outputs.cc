@@ -1,0 +1,25 @@
+#include "report/outputs.h"
+
+#include <iostream>
+
+#include "report/flamegraph.h"
+#include "report/folded.h"
+#include "report/pprof.h"
+#include "report/top.h"
+
+namespace ljprof::report {
+
+Status write_outputs(const Profile& profile, const OutputOptions& options) {
+  if (!options.pprof_path.empty()) LJ_TRY(write_pprof(profile, options.pprof_path));
+  if (!options.folded_path.empty()) LJ_TRY(write_folded(profile, options.folded_path));
+  if (!options.flamegraph_path.empty()) LJ_TRY(write_flamegraph(profile, options.flamegraph_path));
+  if (options.top > 0) {
+    std::ostream& out = options.top_out ? *options.top_out : std::cout;
+    write_top(profile, out, options.top);
+    out.flush();
+    if (!out) return make_error("writing the top table failed");
+  }
+  return Ok{};
+}
+
+}  // namespace ljprof::report

@@ -1,0 +1,30 @@
+// report/outputs.h: every output of one profile in one call — what `ljprof report` and
+// `ljprof record` share, with the same option names (-o FILE.pb.gz, --folded FILE,
+// --flamegraph FILE.html|.svg, --top[=N]).
+#pragma once
+
+#include <cstddef>
+#include <ostream>
+#include <string>
+
+#include "common/result.h"
+#include "report/profile.h"
+
+namespace ljprof::report {
+
+struct OutputOptions {
+  std::string pprof_path;           // -o: gzip pprof; "" = none
+  std::string folded_path;          // --folded: folded stacks; "-" = stdout; "" = none
+  std::string flamegraph_path;      // --flamegraph: .svg => SVG, else HTML; "" = none
+  size_t top = 0;                   // --top N: table of the N hottest functions; 0 = none
+  std::ostream* top_out = nullptr;  // where the table goes; nullptr = std::cout
+
+  bool any() const {
+    return !pprof_path.empty() || !folded_path.empty() || !flamegraph_path.empty() || top > 0;
+  }
+};
+
+// Writes each requested output; stops at, and returns, the first failure.
+Status write_outputs(const Profile& profile, const OutputOptions& options);
+
+}  // namespace ljprof::report

@@ -1,0 +1,48 @@
+// report/pprof.h: gzip-compressed pprof profile.proto — the format `go tool pprof`, Pyroscope,
+// Parca and Grafana read — written from a Profile, and read back by `ljprof report`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+#include "report/profile.h"
+
+namespace ljprof::report {
+
+// Layout of what write_pprof() writes:
+// - sample types samples/count and cpu/nanoseconds (count * period_ns); period_type
+//   cpu/nanoseconds, period = period_ns, time_nanos, duration_nanos.
+// - one Location per distinct Frame (address = Frame::address, one Line with Frame::line;
+//   no Line for a native frame without a symbol, which pprof then shows by address),
+//   one Function per distinct (kind, name, file, start_line); Function.system_name is
+//   "KIND:NAME" (e.g. "lua:handler"), which is how the frame kind survives a round trip.
+// - one Mapping per (module, build_id, load bias = address - module_offset). pprof wants
+//   [memory_start, memory_limit) plus file_offset; a sample only tells us the pcs it saw, so
+//   memory_start/limit are the lowest/highest pc seen in that module (+1) and file_offset is
+//   memory_start's module offset. pprof's own rule, offset = pc - memory_start + file_offset,
+//   then gives back exactly Frame::module_offset. The mapping is marked has_functions (the
+//   names are already symbolized; pprof must not re-symbolize).
+// - non-zero Sample pid/tid as numeric labels "pid"/"tid"; Profile::counters as comments
+//   "counter NAME=VALUE".
+// - strings that are not UTF-8 (protobuf requires it) are written with U+FFFD in place of
+//   each invalid byte; that is the one thing that does not round-trip byte for byte.
+Status write_pprof(const Profile& profile, const std::string& path);
+
+// Caps on what read_pprof() accepts, so a hostile file cannot make it allocate without bound.
+struct PprofReadLimits {
+  uint64_t max_file_bytes = 512ull << 20;          // the file as stored (gzip or raw)
+  uint64_t max_decompressed_bytes = 512ull << 20;  // the serialized profile.proto
+  uint64_t max_samples = 1ull << 24;
+  uint64_t max_locations = 1ull << 24;
+  uint64_t max_total_frames = 1ull << 25;  // frames over all samples after expanding inlining
+};
+
+// Reads what write_pprof() writes exactly (kinds, modules, offsets, pid/tid, counters), and
+// any other pprof file (gzip or raw): functions without a "KIND:" system_name become Native,
+// inlined Lines become separate frames, the count is the "samples" value (else the last
+// sample type, pprof's default). Malformed input (bad gzip, bad protobuf, string/ID indexes
+// out of range, caps exceeded) is an error naming the file and the reason.
+Result<Profile> read_pprof(const std::string& path, const PprofReadLimits& limits = {});
+
+}  // namespace ljprof::report
