@@ -17,45 +17,6 @@ int lookup_callback(void* ctx, uint64_t pc, lj_cfi_row* row) {
   return static_cast<const CoreWalker*>(ctx)->lookup(pc, row);
 }
 
-const char* end_name(uint32_t end) {
-  switch (end) {
-    case LJ_END_ROOT:
-      return "root";
-    case LJ_END_RA_ZERO:
-      return "end of chain (return address 0)";
-    case LJ_END_NO_CFI:
-      return "no CFI";
-    case LJ_END_NO_MODULE:
-      return "pc in no mapped file with CFI";
-    case LJ_END_READ_FAULT:
-      return "memory read failed";
-    case LJ_END_BAD_FRAME:
-      return "impossible frame";
-    case LJ_END_FP_UNKNOWN:
-      return "frame pointer lost";
-    case LJ_END_RA_UNKNOWN:
-      return "return address register lost";
-    case LJ_END_TRUNCATED:
-      return "truncated (frame budget exhausted)";
-    case LJ_END_NO_LUAJIT:
-      return "LuaJIT VM frame but no LuaJIT layout";
-    case LJ_END_BAD_LUA_STATE:
-      return "VM C frame holds no valid lua_State";
-    case LJ_END_CFRAME_MISMATCH:
-      return "VM frame off the lua_State's cframe chain";
-    case LJ_END_BAD_LUA_FRAME:
-      return "Lua frame link outside the Lua stack";
-    case LJ_END_NULL_JIT_BASE:
-      return "in a JIT trace but G->jit_base is NULL";
-    case LJ_END_TRACE_NO_G:
-      return "pc in no mapped file with CFI (no proven global_State to look for a JIT trace)";
-    case LJ_END_BAD_TRACE:
-      return "running JIT trace fails its checks";
-    default:
-      return "unknown";
-  }
-}
-
 }  // namespace
 
 const char* frame_kind_name(FrameKind kind) {
@@ -259,12 +220,13 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
     out.frames.push_back(std::move(f));
   }
   out.reached_root = result->end == LJ_END_ROOT;
-  out.end = end_name(result->end);
+  out.end = symbolize::walk_end_name(result->end);
   if (result->end != LJ_END_ROOT && result->end != LJ_END_RA_ZERO) {
     StackFrame unknown;
     unknown.kind = FrameKind::Unknown;
     unknown.pc = result->end_pc;
-    unknown.reason = fmt::format("{} at {:#x}", end_name(result->end), result->end_pc);
+    unknown.reason =
+        fmt::format("{} at {:#x}", symbolize::walk_end_name(result->end), result->end_pc);
     if (result->end == LJ_END_NO_LUAJIT && !luajit_error_.empty()) {
       unknown.reason += ": " + luajit_error_;
     }

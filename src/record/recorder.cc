@@ -23,6 +23,7 @@
 #include "record.skel.h"
 #include "record/process_context.h"
 #include "record/sample_frames.h"
+#include "symbolize/symbolize.h"
 
 namespace ljprof::record {
 
@@ -488,7 +489,7 @@ Result<RecordResult> Recorder::run() {
   };
   for (uint32_t e = 0; e < 16; ++e) {
     if (e == LJ_END_ROOT) continue;
-    add(fmt::format("walk ended: {}", walk_end_name(e)), c[LJ_REC_CTR_END_BASE + e]);
+    add(fmt::format("walk ended: {}", symbolize::walk_end_name(e)), c[LJ_REC_CTR_END_BASE + e]);
   }
   add("no unwind context yet (process just started or exec'd)", c[LJ_REC_CTR_NO_CONTEXT]);
   add("ring buffer full (sample dropped)", c[LJ_REC_CTR_RINGBUF_FULL]);

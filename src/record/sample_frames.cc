@@ -5,45 +5,6 @@
 
 namespace ljprof::record {
 
-const char* walk_end_name(uint32_t end) {
-  switch (end) {
-    case LJ_END_ROOT:
-      return "root";
-    case LJ_END_RA_ZERO:
-      return "end of chain (return address 0)";
-    case LJ_END_NO_CFI:
-      return "no CFI";
-    case LJ_END_NO_MODULE:
-      return "pc in no mapped file with CFI";
-    case LJ_END_READ_FAULT:
-      return "memory read failed";
-    case LJ_END_BAD_FRAME:
-      return "impossible frame";
-    case LJ_END_FP_UNKNOWN:
-      return "frame pointer lost";
-    case LJ_END_RA_UNKNOWN:
-      return "return address register lost";
-    case LJ_END_TRUNCATED:
-      return "truncated (frame budget exhausted)";
-    case LJ_END_NO_LUAJIT:
-      return "LuaJIT VM frame but no LuaJIT layout";
-    case LJ_END_BAD_LUA_STATE:
-      return "VM C frame holds no valid lua_State";
-    case LJ_END_CFRAME_MISMATCH:
-      return "VM frame off the lua_State's cframe chain";
-    case LJ_END_BAD_LUA_FRAME:
-      return "Lua frame link outside the Lua stack";
-    case LJ_END_NULL_JIT_BASE:
-      return "in a JIT trace but G->jit_base is NULL";
-    case LJ_END_TRACE_NO_G:
-      return "pc in no mapped file with CFI, no proven global_State";
-    case LJ_END_BAD_TRACE:
-      return "running JIT trace fails its checks";
-    default:
-      return "unknown end";
-  }
-}
-
 namespace {
 
 std::string basename_of(const std::string& path) {
@@ -61,14 +22,16 @@ report::Frame unknown_frame(std::string reason) {
 }  // namespace
 
 report::Frame SampleSymbolizer::native_frame(const ProcessContext& ctx, uint64_t pc, bool exact,
-                                             report::FrameKind kind) {
+                                             report::FrameKind kind, uint64_t* symbol_start) {
   auto key = std::make_tuple(ctx.pid, pc, exact);
   auto it = natives_.find(key);
   if (it != natives_.end()) {
-    report::Frame f = it->second;
+    report::Frame f = it->second.frame;
     f.kind = kind;
+    if (symbol_start != nullptr) *symbol_start = it->second.symbol_start;
     return f;
   }
+  uint64_t start = 0;
   report::Frame f;
   f.kind = kind;
   f.address = pc;
@@ -82,10 +45,12 @@ report::Frame SampleSymbolizer::native_frame(const ProcessContext& ctx, uint64_t
     symbolize::NativeSymbol sym = symbolize::native_symbol(*m->object->elf, f.module_offset - back);
     f.function = sym.name.empty() ? fmt::format("{}+{:#x}", basename_of(f.module), f.module_offset)
                                   : sym.name;
+    if (!sym.name.empty()) start = pc - back - sym.offset;
   } else {
     f.function = fmt::format("{:#x}", pc);
   }
-  natives_.emplace(key, f);
+  natives_.emplace(key, NativeEntry{f, start});
+  if (symbol_start != nullptr) *symbol_start = start;
   return f;
 }
 
@@ -191,22 +156,15 @@ std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
         out.push_back(native_frame(ctx, wf.pc, i == 0, report::FrameKind::Root));
         break;
       default: {
-        report::Frame f = native_frame(ctx, wf.pc, i == 0, report::FrameKind::Native);
-        prev_native_symbol_start = 0;
-        if (const ModuleView* m = ctx.module_at(wf.pc)) {
-          const uint64_t back = i == 0 ? 0 : 1;
-          if (const elf::Symbol* s = m->object->elf->symbol_at(wf.pc - m->bias - back)) {
-            prev_native_symbol_start = s->value + m->bias;
-          }
-        }
-        out.push_back(std::move(f));
+        out.push_back(
+            native_frame(ctx, wf.pc, i == 0, report::FrameKind::Native, &prev_native_symbol_start));
         break;
       }
     }
     if (wf.kind != LJ_FRAME_NATIVE) prev_native_symbol_start = 0;
   }
   if (sample.end != LJ_END_ROOT && sample.end != LJ_END_RA_ZERO) {
-    out.push_back(unknown_frame(walk_end_name(sample.end)));
+    out.push_back(unknown_frame(symbolize::walk_end_name(sample.end)));
   }
   return out;
 }

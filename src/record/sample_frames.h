@@ -23,9 +23,6 @@ extern "C" {
 
 namespace ljprof::record {
 
-// "root", "no CFI", ... (LJ_END_*).
-const char* walk_end_name(uint32_t end);
-
 class SampleSymbolizer {
  public:
   // Frames of `sample` of process `ctx`, leaf first. `counters` gets per-reason counts of
@@ -34,8 +31,9 @@ class SampleSymbolizer {
                                     std::map<std::string, uint64_t>& counters);
 
  private:
+  // `symbol_start`, if given, gets the runtime start of the symbol holding pc (0: none).
   report::Frame native_frame(const ProcessContext& ctx, uint64_t pc, bool exact,
-                             report::FrameKind kind);
+                             report::FrameKind kind, uint64_t* symbol_start = nullptr);
   struct LuaKey {
     uint32_t pid;
     uint64_t proto, chunkname;
@@ -50,7 +48,11 @@ class SampleSymbolizer {
   };
   LuaName lua_name(const ProcessContext& ctx, const lj_rec_frame& f);
   std::map<LuaKey, LuaName> lua_names_;
-  std::map<std::tuple<uint32_t, uint64_t, bool>, report::Frame> natives_;
+  struct NativeEntry {
+    report::Frame frame;
+    uint64_t symbol_start = 0;
+  };
+  std::map<std::tuple<uint32_t, uint64_t, bool>, NativeEntry> natives_;
 };
 
 }  // namespace ljprof::record

@@ -7,6 +7,10 @@
 #include <memory>
 #include <vector>
 
+extern "C" {
+#include "walker/walk_types.h"
+}
+
 namespace ljprof::symbolize {
 
 namespace {
@@ -103,6 +107,45 @@ Result<LuaLocation> proto_location(const ljprof_mem_reader& mem, const lj_luajit
                       read_uint(mem, lineinfo + (pos - 1) * width, width, "GCproto lineinfo"));
   loc.line = loc.firstline + static_cast<int32_t>(delta);
   return loc;
+}
+
+const char* walk_end_name(uint32_t end) {
+  switch (end) {
+    case LJ_END_ROOT:
+      return "root";
+    case LJ_END_RA_ZERO:
+      return "end of chain (return address 0)";
+    case LJ_END_NO_CFI:
+      return "no CFI";
+    case LJ_END_NO_MODULE:
+      return "pc in no mapped file with CFI";
+    case LJ_END_READ_FAULT:
+      return "memory read failed";
+    case LJ_END_BAD_FRAME:
+      return "impossible frame";
+    case LJ_END_FP_UNKNOWN:
+      return "frame pointer lost";
+    case LJ_END_RA_UNKNOWN:
+      return "return address register lost";
+    case LJ_END_TRUNCATED:
+      return "truncated (frame budget exhausted)";
+    case LJ_END_NO_LUAJIT:
+      return "LuaJIT VM frame but no LuaJIT layout";
+    case LJ_END_BAD_LUA_STATE:
+      return "VM C frame holds no valid lua_State";
+    case LJ_END_CFRAME_MISMATCH:
+      return "VM frame off the lua_State's cframe chain";
+    case LJ_END_BAD_LUA_FRAME:
+      return "Lua frame link outside the Lua stack";
+    case LJ_END_NULL_JIT_BASE:
+      return "in a JIT trace but G->jit_base is NULL";
+    case LJ_END_TRACE_NO_G:
+      return "pc in no mapped file with CFI (no proven global_State to look for a JIT trace)";
+    case LJ_END_BAD_TRACE:
+      return "running JIT trace fails its checks";
+    default:
+      return "unknown";
+  }
 }
 
 std::string demangle(std::string_view name) {
