@@ -259,10 +259,35 @@ body { font: 13px sans-serif; margin: 0; padding: 8px 12px; background: #fafafa;
 </html>
 )HTML";
 
-nlohmann::json tree_json(const FlameNode& n) {
-  nlohmann::json children = nlohmann::json::array();
-  for (const FlameNode& c : n.children) children.push_back(tree_json(c));
-  return nlohmann::json::array({n.name, static_cast<int>(n.kind), n.total, std::move(children)});
+// The tree as JSON text, [name, kind, total, [children...]] per node, written with an explicit
+// stack: nlohmann's dump recurses twice per tree level, which at kMaxFlameDepth overflows the
+// stack of an instrumented (ASan) build. nlohmann still escapes each name.
+std::string tree_json(const FlameNode& root) {
+  std::string out;
+  struct Pending {
+    const FlameNode* node;
+    size_t next_child;
+  };
+  std::vector<Pending> stack;
+  auto open = [&](const FlameNode& n) {
+    out += '[';
+    out += nlohmann::json(n.name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += fmt::format(",{},{},[", static_cast<int>(n.kind), n.total);
+    stack.push_back({&n, 0});
+  };
+  open(root);
+  while (!stack.empty()) {
+    Pending& top = stack.back();
+    if (top.next_child < top.node->children.size()) {
+      if (top.next_child > 0) out += ',';
+      const FlameNode& child = top.node->children[top.next_child++];
+      open(child);
+    } else {
+      out += "]]";
+      stack.pop_back();
+    }
+  }
+  return out;
 }
 
 void replace_all(std::string* s, const std::string& from, const std::string& to) {
@@ -340,9 +365,12 @@ std::string flamegraph_html(const Profile& profile) {
     kinds.push_back(frame_kind_name(static_cast<FrameKind>(k)));
   }
   data["kinds"] = std::move(kinds);
-  data["tree"] = tree_json(flame_tree(profile));
+  // The tree is spliced in as text (tree_json); "@TREE@" cannot occur elsewhere in the dump.
+  data["tree"] = "@TREE@";
   // Invalid UTF-8 in a symbol is replaced rather than thrown on (nlohmann's default).
   std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const size_t tree_at = json.find("\"@TREE@\"");
+  json.replace(tree_at, 8, tree_json(flame_tree(profile)));
   // '<' only occurs inside JSON strings, where \u003c means the same; with no '<' at all the
   // blob can never contain "</script" or "<!--" and end the script element early.
   replace_all(&json, "<", "\\u003c");
