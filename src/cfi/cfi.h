@@ -40,10 +40,13 @@ const char* cfi_section_name(CfiSection section);  // ".eh_frame", ".debug_frame
 
 // The CFA rule of one row.
 struct CfaRule {
-  enum class Kind : uint8_t { RegOffset, Expression };
+  // PltEntry: the expression GNU ld and lld emit for x86-64 .plt (bfd elf_x86_64_eh_frame_plt):
+  // CFA = rsp + 8 + ((rip & 15) >= N ? 8 : 0), i.e. 16-byte entries whose `push` has run from
+  // byte N on. It is exact per pc, so the table expands it into plain rows.
+  enum class Kind : uint8_t { RegOffset, Expression, PltEntry };
   Kind kind = Kind::RegOffset;
   uint32_t reg = 0;    // DWARF register number (RegOffset)
-  int64_t offset = 0;  // bytes (RegOffset)
+  int64_t offset = 0;  // bytes (RegOffset); PltEntry: N, the entry offset where +8 starts
   bool operator==(const CfaRule&) const = default;
 };
 
@@ -179,6 +182,9 @@ class UnwindTable {
   std::optional<VmHints> vm() const { return vm_; }
   uint64_t fde_count() const { return fde_count_; }
   CfiSection section() const { return section_; }
+  // The link-time start of the FDE covering `pc` (the function it describes, for naming code in
+  // stripped files that have no symbol for it), or nullopt when no placed FDE covers pc.
+  std::optional<uint64_t> function_start(uint64_t pc) const;
 
  private:
   friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, const std::optional<VmHints>&);
@@ -190,6 +196,11 @@ class UnwindTable {
   std::vector<VmSubRange> vm_subranges_;
   std::optional<VmHints> vm_;
   uint64_t fde_count_ = 0;
+  struct FunctionRange {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+  };
+  std::vector<FunctionRange> functions_;  // placed FDEs, sorted, not overlapping
 };
 
 // Builds the walker table from .eh_frame (from .debug_frame when the file has no .eh_frame).

@@ -69,6 +69,18 @@ CfaRule cfa_from_ops(const Dwarf_Op* ops, size_t nops) {
     rule.offset = static_cast<int64_t>(ops[0].number2);
     return rule;
   }
+  // DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_litN; DW_OP_ge; DW_OP_lit3;
+  // DW_OP_shl; DW_OP_plus — rsp + 8 + (((rip & 15) >= N) << 3), the x86-64 PLT rule.
+  if (nops == 9 && ops[0].atom == DW_OP_breg7 && ops[0].number == 8 &&
+      ops[1].atom == DW_OP_breg16 && ops[1].number == 0 && ops[2].atom == DW_OP_lit15 &&
+      ops[3].atom == DW_OP_and && ops[4].atom >= DW_OP_lit1 && ops[4].atom <= DW_OP_lit15 &&
+      ops[5].atom == DW_OP_ge && ops[6].atom == DW_OP_lit3 && ops[7].atom == DW_OP_shl &&
+      ops[8].atom == DW_OP_plus) {
+    rule.kind = CfaRule::Kind::PltEntry;
+    rule.reg = 7;
+    rule.offset = ops[4].atom - DW_OP_lit0;
+    return rule;
+  }
   rule.kind = CfaRule::Kind::Expression;
   return rule;
 }

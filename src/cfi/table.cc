@@ -287,6 +287,54 @@ const lj_cfi_row* UnwindTable::row_at(uint64_t pc) const {
   return &*(it - 1);
 }
 
+// A PLT row's rule depends on the pc within each 16-byte entry: CFA = rsp + 8 before byte N
+// (the `jmp *GOT` of a bound entry, or the lazy path before its `push`), rsp + 16 from N on
+// (after `push $index`, jumping to PLT0). The RA is at CFA - 8 either way and rbp is untouched.
+Status expand_plt_rows(const elf::ElfFile& file, const CfiRow& r, uint64_t fde_offset, Builder& b) {
+  // A .plt of a large executable has a few thousand entries; more is not a PLT.
+  constexpr uint64_t kMaxPltBytes = 1u << 20;
+  if (r.pc_end <= r.pc_begin || r.pc_end - r.pc_begin > kMaxPltBytes) {
+    return make_error("{}: PLT CFA expression over {:#x}..{:#x} is larger than {} bytes",
+                      file.path(), r.pc_begin, r.pc_end, kMaxPltBytes);
+  }
+  if (r.ra.kind != RegisterRule::Kind::AtCfa || r.ra.offset != -8 ||
+      r.fp.kind != RegisterRule::Kind::SameValue) {
+    b.rows.push_back(compact(r, file.arch()));  // not the PLT's RA/rbp rules: no rule
+    b.origins.push_back(fde_offset);
+    return Ok{};
+  }
+  const uint64_t split = static_cast<uint64_t>(r.cfa.offset);
+  auto push = [&](uint64_t pc, int32_t cfa_offset) {
+    lj_cfi_row row = invalid_row(pc);
+    row.hint = LJ_CFI_OK;
+    row.cfa_base = LJ_CFI_REG_SP;
+    row.cfa_offset = cfa_offset;
+    row.ra_rule = LJ_CFI_RULE_AT_CFA;
+    row.ra_offset = -8;
+    row.fp_rule = LJ_CFI_RULE_SAME;
+    row.fp_offset = 0;
+    b.rows.push_back(row);
+    b.origins.push_back(fde_offset);
+  };
+  uint64_t pc = r.pc_begin;
+  while (pc < r.pc_end) {
+    const uint64_t entry = pc & ~uint64_t{15};
+    const bool pushed = pc - entry >= split;
+    push(pc, pushed ? 16 : 8);
+    pc = pushed ? entry + 16 : entry + split;
+  }
+  return Ok{};
+}
+
+std::optional<uint64_t> UnwindTable::function_start(uint64_t pc) const {
+  auto it = std::upper_bound(functions_.begin(), functions_.end(), pc,
+                             [](uint64_t v, const FunctionRange& r) { return v < r.begin; });
+  if (it == functions_.begin()) return std::nullopt;
+  --it;
+  if (pc >= it->end) return std::nullopt;
+  return it->begin;
+}
+
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::optional<VmHints>& vm) {
   UnwindTable table;
   table.arch_ = file.arch();
@@ -336,6 +384,10 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::opti
       b.origins.push_back(fde.section_offset);
     } else {
       for (const CfiRow& r : *rows) {
+        if (r.cfa.kind == CfaRule::Kind::PltEntry && file.arch() == elf::Arch::X86_64) {
+          LJ_TRY(expand_plt_rows(file, r, fde.section_offset, b));
+          continue;
+        }
         b.rows.push_back(compact(r, file.arch()));
         b.origins.push_back(fde.section_offset);
       }
@@ -344,6 +396,7 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::opti
       return make_error("{}: more than {} rows (cap CfiLimits::kMaxRows)", file.path(),
                         CfiLimits::kMaxRows);
     }
+    table.functions_.push_back({fde.pc_begin, fde.pc_end});
     covered_end = fde.pc_end;
     previous = &fde;
   }

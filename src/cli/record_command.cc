@@ -125,11 +125,17 @@ void add_record_command(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
+    std::string with_context;
+    if (r->without_context > 0 && r->samples > r->without_context) {
+      const uint64_t had = r->samples - r->without_context;
+      with_context = fmt::format("; {:.1f}% of the {} that had an unwind context",
+                                 100.0 * r->reached_root / had, had);
+    }
     std::cerr << fmt::format(
         "ljprof record: {} samples in {:.1f} s, {} delivered, {} ({:.1f}%) unwound to a proven "
-        "root\n",
+        "root{}\n",
         r->samples, r->profile.duration_ns / 1e9, r->delivered, r->reached_root,
-        r->samples ? 100.0 * r->reached_root / r->samples : 0.0);
+        r->samples ? 100.0 * r->reached_root / r->samples : 0.0, with_context);
     for (auto& [name, v] : r->reasons) std::cerr << fmt::format("  {:>8}  {}\n", v, name);
     auto written = report::write_outputs(r->profile, out);
     if (!written.ok()) {

@@ -9,8 +9,10 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -39,6 +41,17 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// bpf_ktime_get_ns's clock, to compare sample times with publication times.
+uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+constexpr const char* kNoContext = "no unwind context yet (process just started or exec'd)";
+constexpr const char* kBeforeContext =
+    "walk stopped in code whose unwind rows were published after the sample (process starting)";
 
 // Online CPUs from /sys/devices/system/cpu/online ("0-3,6").
 Result<std::vector<int>> online_cpus() {
@@ -118,6 +131,10 @@ class Recorder {
     std::unique_ptr<ProcessContext> ctx;
     uint32_t slot = LJ_REC_PID_PENDING;
     bool gone = false;
+    // When each code mapping's rows were first published (CLOCK_MONOTONIC, bpf_ktime_get_ns's
+    // clock): a walk that stopped in a mapping published after the sample was taken is a
+    // process still starting up (ld.so maps libraries after the exec), not an unwinding failure.
+    std::map<std::pair<uint64_t, const MappedObject*>, uint64_t> published_ns;
   };
   std::map<uint32_t, Proc> procs_;
   std::vector<uint32_t> free_slots_;
@@ -127,6 +144,7 @@ class Recorder {
   std::map<std::pair<uint32_t, std::vector<report::Frame>>, int64_t> stacks_;
   std::map<std::string, uint64_t> user_counters_;
   uint64_t delivered_ = 0, reached_root_ = 0, malformed_ = 0;
+  std::array<uint64_t, 16> before_context_{};  // per LJ_END_*: walks that ran before their rows
   pid_t child_ = -1;
   int child_status_ = -1;
   bool child_exited_ = false;
@@ -258,6 +276,10 @@ void Recorder::setup(uint32_t pid) {
   // other free slot, which is long after any in-flight program finished.
   if (p.slot < LJ_REC_MAX_PROCS) free_slots_.insert(free_slots_.begin(), p.slot);
   p.slot = slot;
+  const uint64_t now = monotonic_ns();
+  for (const ModuleView& m : (*ctx)->modules) {
+    if (m.object->uploaded) p.published_ns.emplace(std::make_pair(m.start, m.object), now);
+  }
   p.ctx = std::move(*ctx);
 }
 
@@ -329,6 +351,16 @@ void Recorder::handle_sample(const void* data, size_t size) {
     return;
   }
   std::vector<report::Frame> frames = symbolizer_.frames(s, *it->second.ctx, user_counters_);
+  if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
+      !frames.empty()) {
+    if (const ModuleView* m = it->second.ctx->module_at(s.end_pc)) {
+      auto pub = it->second.published_ns.find({m->start, m->object});
+      if (pub != it->second.published_ns.end() && pub->second > s.time_ns) {
+        ++before_context_[s.end];
+        frames.back().function = fmt::format("[unknown: {}]", kBeforeContext);
+      }
+    }
+  }
   stacks_[{s.pid, std::move(frames)}] += 1;
 }
 
@@ -487,11 +519,17 @@ Result<RecordResult> Recorder::run() {
   auto add = [&](const std::string& name, uint64_t v) {
     if (v != 0) r.reasons.emplace_back(name, v);
   };
-  for (uint32_t e = 0; e < 16; ++e) {
+  uint64_t before_context = 0;
+  for (uint32_t e = 0; e < before_context_.size(); ++e) {
     if (e == LJ_END_ROOT) continue;
-    add(fmt::format("walk ended: {}", symbolize::walk_end_name(e)), c[LJ_REC_CTR_END_BASE + e]);
+    const uint64_t late = std::min(before_context_[e], c[LJ_REC_CTR_END_BASE + e]);
+    before_context += late;
+    add(fmt::format("walk ended: {}", symbolize::walk_end_name(e)),
+        c[LJ_REC_CTR_END_BASE + e] - late);
   }
-  add("no unwind context yet (process just started or exec'd)", c[LJ_REC_CTR_NO_CONTEXT]);
+  add(kNoContext, c[LJ_REC_CTR_NO_CONTEXT]);
+  add(kBeforeContext, before_context);
+  r.without_context = c[LJ_REC_CTR_NO_CONTEXT] + before_context;
   add("ring buffer full (sample dropped)", c[LJ_REC_CTR_RINGBUF_FULL]);
   add("no user registers", c[LJ_REC_CTR_NO_REGS]);
   add("Lua prototype unreadable at sample time", c[LJ_REC_CTR_LUA_INFO_FAULT]);
@@ -516,6 +554,7 @@ Result<RecordResult> Recorder::run() {
   prof.counters["samples"] = r.samples;
   prof.counters["samples delivered"] = r.delivered;
   prof.counters["samples unwound to a proven root"] = r.reached_root;
+  prof.counters["samples without an unwind context"] = r.without_context;
   for (auto& [name, v] : r.reasons) prof.counters[name] = v;
   return r;
 }

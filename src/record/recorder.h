@@ -30,9 +30,12 @@ struct RecordOptions {
 
 struct RecordResult {
   report::Profile profile;
-  uint64_t samples = 0;          // samples of followed processes the kernel saw
-  uint64_t delivered = 0;        // samples that reached user space
-  uint64_t reached_root = 0;     // delivered samples whose walk ended at a proven root
+  uint64_t samples = 0;       // samples of followed processes the kernel saw
+  uint64_t delivered = 0;     // samples that reached user space
+  uint64_t reached_root = 0;  // delivered samples whose walk ended at a proven root
+  // Samples taken before their process's unwind context (or the rows of the mapping the walk
+  // stopped in) was published: the seconds after an exec, before ljprof read the new mappings.
+  uint64_t without_context = 0;
   int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
   std::vector<std::pair<std::string, uint64_t>> reasons;  // per-reason counts, nonzero only
 };

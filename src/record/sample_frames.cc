@@ -43,9 +43,19 @@ report::Frame SampleSymbolizer::native_frame(const ProcessContext& ctx, uint64_t
     // end of a function is not attributed to the next one.
     const uint64_t back = exact ? 0 : 1;
     symbolize::NativeSymbol sym = symbolize::native_symbol(*m->object->elf, f.module_offset - back);
-    f.function = sym.name.empty() ? fmt::format("{}+{:#x}", basename_of(f.module), f.module_offset)
-                                  : sym.name;
-    if (!sym.name.empty()) start = pc - back - sym.offset;
+    if (!sym.name.empty()) {
+      f.function = sym.name;
+      start = pc - back - sym.offset;
+    } else if (auto fde = m->object->table
+                              ? m->object->table->function_start(f.module_offset - back)
+                              : std::nullopt) {
+      // Stripped code (libm's __sin_fma, LuaJIT's static lib functions): the FDE that covers the
+      // pc is the function it belongs to, so samples anywhere in it aggregate under one name.
+      f.function = fmt::format("{}:sub_{:x}", basename_of(f.module), *fde);
+      start = m->bias + *fde;
+    } else {
+      f.function = fmt::format("{}+{:#x}", basename_of(f.module), f.module_offset);
+    }
   } else {
     f.function = fmt::format("{:#x}", pc);
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -119,7 +120,7 @@ std::string reg_name(uint32_t reg, elf::Arch arch) {
 }
 
 std::string cfa_text(const CfaRule& cfa, elf::Arch arch) {
-  if (cfa.kind == CfaRule::Kind::Expression) return "exp";
+  if (cfa.kind != CfaRule::Kind::RegOffset) return "exp";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s%+lld", reg_name(cfa.reg, arch).c_str(),
                 static_cast<long long>(cfa.offset));
@@ -191,6 +192,97 @@ std::set<uint64_t> fdes_with_undefined_ra(const std::string& raw, const std::str
     if (cies.count(cie)) out.insert(fde);
   }
   return out;
+}
+
+// A CFA expression as readelf's raw dump prints it, with the pc range it governs: from the
+// location it is set at to the next CFA change or the end of the FDE.
+struct RawCfaExpression {
+  uint64_t fde = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  std::vector<std::string> ops;  // "DW_OP_breg7 (rsp): 8", "DW_OP_lit15", ...
+};
+
+std::vector<RawCfaExpression> raw_cfa_expressions(const std::string& raw,
+                                                  const std::string& section) {
+  std::vector<RawCfaExpression> out;
+  std::istringstream in(raw);
+  std::string line;
+  bool inside = false, in_fde = false;
+  uint64_t fde = 0, loc = 0, fde_end = 0;
+  auto close_open = [&](uint64_t at) {
+    if (!out.empty() && out.back().end == 0) out.back().end = at;
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("Contents of the ", 0) == 0) {
+      inside = line.find(section + " section") != std::string::npos;
+      continue;
+    }
+    if (!inside) continue;
+    auto t = split_ws(line);
+    if (t.size() >= 4 && is_hex(t[0], 8) && (t[3] == "CIE" || t[3] == "FDE")) {
+      if (in_fde) close_open(fde_end);
+      in_fde = t[3] == "FDE";
+      fde = std::stoull(t[0], nullptr, 16);
+      for (const std::string& w : t) {
+        if (w.rfind("pc=", 0) == 0) {
+          loc = std::stoull(w.substr(3), nullptr, 16);
+          fde_end = std::stoull(w.substr(w.find("..") + 2), nullptr, 16);
+        }
+      }
+      continue;
+    }
+    if (!in_fde) continue;
+    if (auto at = line.find(" to ");
+        line.find("DW_CFA_advance_loc") != std::string::npos && at != std::string::npos) {
+      loc = std::stoull(line.substr(at + 4), nullptr, 16);
+    } else if (auto e = line.find("DW_CFA_def_cfa_expression ("); e != std::string::npos) {
+      close_open(loc);
+      RawCfaExpression x{fde, loc, 0, {}};
+      std::string body = line.substr(e + 27);
+      body = body.substr(0, body.rfind(')'));
+      std::istringstream ops(body);
+      std::string op;
+      while (std::getline(ops, op, ';')) {
+        op.erase(0, op.find_first_not_of(' '));
+        x.ops.push_back(op);
+      }
+      out.push_back(x);
+    } else if (line.find("DW_CFA_def_cfa") != std::string::npos) {
+      close_open(loc);
+    }
+  }
+  if (in_fde) close_open(fde_end);
+  return out;
+}
+
+// Evaluates readelf's text of a CFA expression over rsp = 0 and rip = pc, i.e. returns the CFA
+// offset from rsp; nullopt for an operation outside the few the PLT rule uses.
+std::optional<int64_t> eval_rsp_relative(const std::vector<std::string>& ops, uint64_t pc) {
+  std::vector<int64_t> st;
+  for (const std::string& op : ops) {
+    auto colon = op.find(": ");
+    if (op.rfind("DW_OP_breg7 (rsp)", 0) == 0 && colon != std::string::npos) {
+      st.push_back(std::stoll(op.substr(colon + 2)));
+    } else if (op.rfind("DW_OP_breg16 (rip)", 0) == 0 && colon != std::string::npos) {
+      st.push_back(static_cast<int64_t>(pc) + std::stoll(op.substr(colon + 2)));
+    } else if (op.rfind("DW_OP_lit", 0) == 0) {
+      st.push_back(std::stoll(op.substr(9)));
+    } else if (st.size() >= 2 &&
+               (op == "DW_OP_and" || op == "DW_OP_ge" || op == "DW_OP_shl" || op == "DW_OP_plus")) {
+      const int64_t b = st.back();
+      st.pop_back();
+      const int64_t a = st.back();
+      st.back() = op == "DW_OP_and"   ? (a & b)
+                  : op == "DW_OP_ge"  ? (a >= b ? 1 : 0)
+                  : op == "DW_OP_shl" ? (a << b)
+                                      : a + b;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (st.size() != 1) return std::nullopt;
+  return st.back();
 }
 
 struct Target {
@@ -331,6 +423,30 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
       }
     }
   }
+  // CFA expressions the walker table evaluates per pc (the x86-64 PLT rule) agree with
+  // readelf's expression at every pc they cover; any other expression leaves no rule.
+  uint64_t expression_pcs = 0;
+  for (const RawCfaExpression& x :
+       raw_cfa_expressions(raw.out, cfi_section_name(table->section()))) {
+    for (uint64_t pc = x.begin; pc < x.end; ++pc) {
+      const lj_cfi_row* t = table->row_at(pc);
+      ASSERT_NE(t, nullptr);
+      const std::optional<int64_t> cfa = eval_rsp_relative(x.ops, pc);
+      if (!cfa || arch != elf::Arch::X86_64) {
+        EXPECT_EQ(t->hint, LJ_CFI_INVALID) << std::hex << pc;
+        continue;
+      }
+      ++expression_pcs;
+      ASSERT_EQ(t->hint, LJ_CFI_OK) << target.path << std::hex << " pc 0x" << pc;
+      EXPECT_EQ(t->cfa_base, LJ_CFI_REG_SP) << std::hex << pc;
+      EXPECT_EQ(t->cfa_offset, *cfa) << target.path << std::hex << " pc 0x" << pc;
+      EXPECT_EQ(t->ra_rule, LJ_CFI_RULE_AT_CFA) << std::hex << pc;
+      EXPECT_EQ(t->ra_offset, -8) << std::hex << pc;
+    }
+  }
+  std::printf("[ readelf ] %s: %llu pcs under a CFA expression evaluated\n", target.path.c_str(),
+              static_cast<unsigned long long>(expression_pcs));
+
   // Stop rows come exactly from FDEs with DW_CFA_undefined on the RA column.
   const std::string ra_text = arch == elf::Arch::AArch64 ? "r30 (x30)" : "r16 (rip)";
   std::set<uint64_t> undefined_ra =
