@@ -36,11 +36,16 @@
  *   hand over to the LuaJIT frame walk here and use the rule only to step over the VM's C
  *   frame afterwards. Never merged with neighbours. C-callable leaf helpers inside the VM FDE
  *   (lj_vm_floor, lj_vm_cpuid, ..., known by symbol) get LJ_CFI_OK leaf rows instead.
+ * LJ_CFI_VM_LEAF: an exact leaf rule (like OK) for a math helper the interpreter calls from a
+ *   bytecode handler (vm_x64.dasc `call ->vm_mod`), proven not to write the interpreter's BASE
+ *   and PC registers: when the sampled pc is here, the VM frame it returns to still has its
+ *   live BASE/PC in the registers, as if the VM itself were the leaf.
  */
 #define LJ_CFI_OK 0
 #define LJ_CFI_INVALID 1
 #define LJ_CFI_STOP 2
 #define LJ_CFI_KEEP 3
+#define LJ_CFI_VM_LEAF 4
 
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */

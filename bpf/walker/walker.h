@@ -255,6 +255,9 @@ struct lj_walk_state {
   uint64_t vm_bias;
   uint32_t mode;
   uint32_t leaf;
+  /* 1 while the frames stepped so far are only the sampled leaf helper of an LJ_CFI_VM_LEAF
+   * row: the VM frame reached next may use the BASE/PC registers like a leaf VM frame. */
+  uint32_t vm_regs_live;
 };
 
 /* The pc (no module covers it) may be JIT machine code: prove the running trace and enter the
@@ -370,7 +373,8 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     }
     if (row.hint == LJ_CFI_KEEP) {
       if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
-      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs, (int)st->leaf, 0, st->out);
+      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs, (int)(st->leaf | st->vm_regs_live), 0,
+                       st->out);
       if (rc >= 0) return lj_finish(st, (uint32_t)rc);
       st->vm_row = row;
       st->vm_sp = regs->sp;
@@ -388,6 +392,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     }
   }
 
+  st->vm_regs_live = st->leaf && row.hint == LJ_CFI_VM_LEAF;
   rc = lj_native_step(st->env, &row, regs);
   st->leaf = 0;
   switch (rc) {
@@ -432,6 +437,7 @@ LJ_INLINE void lj_walk(struct lj_walk_state* st) {
   st->out->end_pc = st->regs.pc;
   st->mode = LJ_MODE_NATIVE;
   st->leaf = 1;
+  st->vm_regs_live = 0;
   st->vm_sp = 0;
   LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_step, st);
 }

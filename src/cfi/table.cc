@@ -251,6 +251,8 @@ const char* hint_name(uint8_t hint) {
       return "stop";
     case LJ_CFI_KEEP:
       return "keep";
+    case LJ_CFI_VM_LEAF:
+      return "vm-leaf";
     default:
       return "bad-hint";
   }

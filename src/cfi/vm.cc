@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "cfi/internal.h"
@@ -68,6 +69,9 @@ struct Insn {
     unsigned reg = 0;   // Reg; Mem: base
     int64_t value = 0;  // Imm; Mem: displacement
   } ops[3];
+  // x86-64: writes the interpreter's BASE (rdx) or PC (rbx) register at any width, explicitly
+  // or implicitly (Capstone's register access lists: div, cqo, cpuid, ...).
+  bool writes_vm_regs = false;
   uint64_t end() const { return addr + size; }
 };
 
@@ -125,6 +129,29 @@ std::vector<Insn> disassemble(const elf::ElfFile& file, uint64_t begin, uint64_t
         if (op.type == X86_OP_IMM) d.ops[i] = {Insn::Op::Imm, 0, op.imm};
         if (op.type == X86_OP_MEM) {
           d.ops[i] = {Insn::Op::Mem, static_cast<unsigned>(op.mem.base), op.mem.disp};
+        }
+      }
+      cs_regs read, written;
+      uint8_t nread = 0, nwritten = 0;
+      if (cs_regs_access(handle, insn, read, &nread, written, &nwritten) != CS_ERR_OK) {
+        d.writes_vm_regs = true;  // unknown: assume the worst
+      }
+      for (uint8_t k = 0; k < nwritten; ++k) {
+        switch (written[k]) {
+          case X86_REG_RDX:
+          case X86_REG_EDX:
+          case X86_REG_DX:
+          case X86_REG_DL:
+          case X86_REG_DH:
+          case X86_REG_RBX:
+          case X86_REG_EBX:
+          case X86_REG_BX:
+          case X86_REG_BL:
+          case X86_REG_BH:
+            d.writes_vm_regs = true;
+            break;
+          default:
+            break;
         }
       }
     }
@@ -385,6 +412,83 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
 
 }  // namespace
 
+// Stripped builds (Debian's luajit, OpenResty's libluajit): the same math helpers without
+// symbols. They are the targets of direct calls from bytecode handlers to inside the VM
+// (vm_x64.dasc BC_MODVN `call ->vm_mod`, math.floor `call ->vm_floor_sse`, ...). A target gets
+// the leaf rule (CFA = rsp + 8) only for the instructions reachable from it, and only when none
+// of them moves rsp (push, pop, rsp arithmetic) and every path ends in `ret`; anything else
+// keeps the blanket rule, which stops the walk with a clear reason rather than guessing.
+void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code) {
+  constexpr size_t kMaxHelperInsns = 512;
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].addr, i);
+  auto covered = [&](uint64_t pc) {
+    for (const VmSubRange& r : f.out)
+      if (r.begin <= pc && pc < r.end) return true;
+    return false;
+  };
+  std::set<uint64_t> targets;
+  for (const Insn& insn : code) {
+    if (insn.id != X86_INS_CALL || !is_imm(insn, 0)) continue;
+    const auto target = static_cast<uint64_t>(insn.ops[0].value);
+    if (target >= f.vm.begin && target < f.vm.end && !covered(target)) targets.insert(target);
+  }
+  for (uint64_t target : targets) {
+    std::set<size_t> reached;
+    std::vector<size_t> work;
+    bool ok = index.count(target) != 0;
+    if (ok) work.push_back(index[target]);
+    while (ok && !work.empty()) {
+      const size_t i = work.back();
+      work.pop_back();
+      if (!reached.insert(i).second) continue;
+      const Insn& insn = code[i];
+      const bool touches_rsp =
+          is_reg(insn, 0, X86_REG_RSP) && insn.id != X86_INS_CMP && insn.id != X86_INS_TEST;
+      if (reached.size() > kMaxHelperInsns || insn.id == 0 || x_push(insn) || x_pop(insn) ||
+          touches_rsp || covered(insn.addr)) {
+        ok = false;
+        break;
+      }
+      if (insn.id == X86_INS_RET) continue;
+      const bool jcc = insn.id >= X86_INS_JAE && insn.id <= X86_INS_JS && insn.id != X86_INS_JMP;
+      if (insn.id == X86_INS_JMP || jcc) {
+        if (!is_imm(insn, 0)) {
+          ok = false;
+          break;
+        }
+        auto t = index.find(static_cast<uint64_t>(insn.ops[0].value));
+        if (t == index.end()) {
+          ok = false;
+          break;
+        }
+        work.push_back(t->second);
+        if (insn.id == X86_INS_JMP) continue;
+      }
+      if (i + 1 >= code.size()) {
+        ok = false;
+        break;
+      }
+      work.push_back(i + 1);
+    }
+    if (!ok) continue;
+    bool keeps_vm_regs = true;
+    for (size_t i : reached) keeps_vm_regs &= !code[i].writes_vm_regs;
+    const lj_cfi_row leaf =
+        sp_row(8, LJ_CFI_RULE_SAME, 0, keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK);
+    const std::string what = fmt::format("leaf helper called from the VM at {:#x}", target);
+    std::vector<VmSubRange> rows;
+    for (size_t i : reached) {  // std::set: ascending addresses
+      if (!rows.empty() && rows.back().end == code[i].addr) {
+        rows.back().end = code[i].end();
+      } else {
+        rows.push_back({code[i].addr, code[i].end(), what, "pattern", leaf});
+      }
+    }
+    f.out.insert(f.out.end(), rows.begin(), rows.end());
+  }
+}
+
 std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,
                                             const lj_cfi_row& blanket) {
   Finder f{file, vm, {}};
@@ -408,6 +512,11 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
       int64_t depth = 8;
       bool ok = true;
       uint64_t covered = s->value;
+      bool keeps_vm_regs = true;
+      for (const Insn& insn : code) {
+        if (insn.addr >= s->value && insn.addr < s->value + s->size)
+          keeps_vm_regs &= !insn.writes_vm_regs;
+      }
       for (const Insn& insn : code) {
         if (insn.addr < s->value || insn.addr >= s->value + s->size) continue;
         if (insn.addr != covered || insn.id == 0) ok = false;
@@ -418,7 +527,8 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
           ok = false;
           break;
         }
-        lj_cfi_row r = sp_row(static_cast<int32_t>(depth), LJ_CFI_RULE_SAME, 0, LJ_CFI_OK);
+        lj_cfi_row r = sp_row(static_cast<int32_t>(depth), LJ_CFI_RULE_SAME, 0,
+                              keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK);
         if (!rows.empty() && rows.back().row.cfa_offset == r.cfa_offset) {
           rows.back().end = insn.end();
         } else {
@@ -436,6 +546,7 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
       }
       f.out.insert(f.out.end(), rows.begin(), rows.end());
     }
+    add_called_leaf_helpers(f, code);
     // A named entry symbol whose prologue did not match gets no rule at all.
     for (const char* name : {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall",
                              "lj_vm_exit_handler", "lj_BC_JLOOP"}) {

@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+#include <cstdio>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -130,7 +133,8 @@ TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
     if (r.pc_start < fde->pc_begin || r.pc_start >= fde->pc_end) continue;
     bool helper = false;
     for (const VmSubRange& s : table->vm_subranges()) {
-      helper |= s.begin <= r.pc_start && r.pc_start < s.end && s.row.hint == LJ_CFI_OK;
+      helper |= s.begin <= r.pc_start && r.pc_start < s.end &&
+                (s.row.hint == LJ_CFI_OK || s.row.hint == LJ_CFI_VM_LEAF);
     }
     EXPECT_TRUE(r.hint == LJ_CFI_KEEP || r.hint == LJ_CFI_INVALID || helper)
         << std::hex << r.pc_start;
@@ -291,9 +295,16 @@ TEST(VmSubRanges, TarantoolLeafHelpersByObjdump) {
         << name;
     uint64_t at = std::stoull(m[1], nullptr, 16), size = std::stoull(m[2], nullptr, 16);
     int64_t depth = 8;
-    for (const auto& [pc, text] : objdump("objdump", "/usr/bin/tarantool", at, at + size, true)) {
+    auto code = objdump("objdump", "/usr/bin/tarantool", at, at + size, true);
+    // The interpreter's BASE (rdx) and PC (rbx) survive a helper that never writes them
+    // (objdump's text: no such destination, no instruction that writes them implicitly).
+    const std::regex writes_vm_regs(
+        R"(^(cpuid|div|idiv|mul|cqo|cdq|cwd|rdtsc)( |$)|^\S+ (rdx|edx|dx|dl|dh|rbx|ebx|bx|bl|bh)(,|$))");
+    bool keeps = true;
+    for (const auto& [pc, text] : code) keeps &= !std::regex_search(text, writes_vm_regs);
+    for (const auto& [pc, text] : code) {
       const lj_cfi_row* r = table->row_at(pc);
-      EXPECT_EQ(r->hint, LJ_CFI_OK) << name << " " << std::hex << pc;
+      EXPECT_EQ(r->hint, keeps ? LJ_CFI_VM_LEAF : LJ_CFI_OK) << name << " " << std::hex << pc;
       EXPECT_EQ(r->cfa_offset, depth) << name << " " << std::hex << pc;
       if (text.rfind("push ", 0) == 0) depth += 8;
       if (text.rfind("pop ", 0) == 0) depth -= 8;
@@ -301,6 +312,48 @@ TEST(VmSubRanges, TarantoolLeafHelpersByObjdump) {
     ++helpers;
   }
   EXPECT_EQ(helpers, 6);
+}
+
+// Without symbols the helpers are found as call targets inside the VM; on a stripped copy of
+// tarantool every such range must lie inside one of the helpers the unstripped symbol table
+// names, and BC_MODVN's lj_vm_mod must be among them.
+TEST(VmSubRanges, StrippedTarantoolHelpersMatchSymbols) {
+  const std::string stripped =
+      testing::TempDir() + "/tarantool-stripped-" + std::to_string(getpid());
+  auto st = test::run({"strip", "-o", stripped, "/usr/bin/tarantool"});
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  auto file = elf::ElfFile::open(stripped);
+  ASSERT_TRUE(file.ok());
+  ASSERT_EQ((*file)->find_symbol("lj_vm_mod"), nullptr);
+  auto fde = find_interpreter_fde(**file);
+  ASSERT_TRUE(fde.ok()) << fde.message();
+  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(table.ok());
+  auto nm = test::run({"nm", "-S", "/usr/bin/tarantool"});
+  std::map<std::string, std::pair<uint64_t, uint64_t>> named;
+  for (const char* name : {"lj_vm_floor", "lj_vm_ceil", "lj_vm_trunc", "lj_vm_floor_sse",
+                           "lj_vm_ceil_sse", "lj_vm_trunc_sse", "lj_vm_mod", "lj_vm_powi_sse"}) {
+    std::smatch m;
+    if (std::regex_search(nm.out, m,
+                          std::regex(std::string("([0-9a-f]+) ([0-9a-f]+) t ") + name + "\n"))) {
+      uint64_t at = std::stoull(m[1], nullptr, 16);
+      named[name] = {at, at + std::stoull(m[2], nullptr, 16)};
+    }
+  }
+  ASSERT_TRUE(named.count("lj_vm_mod"));
+  std::set<std::string> found;
+  for (const VmSubRange& s : table->vm_subranges()) {
+    if (s.what.rfind("leaf helper called from the VM", 0) != 0) continue;
+    std::string inside;
+    for (const auto& [name, range] : named) {
+      if (range.first <= s.begin && s.end <= range.second) inside = name;
+    }
+    EXPECT_FALSE(inside.empty()) << std::hex << s.begin << ".." << s.end << " is in no helper";
+    found.insert(inside);
+    EXPECT_EQ(s.row.hint, LJ_CFI_VM_LEAF) << s.what;
+  }
+  EXPECT_TRUE(found.count("lj_vm_mod"));
+  std::remove(stripped.c_str());
 }
 
 TEST(VmSubRanges, StrippedLuajitByObjdumpPatterns) {

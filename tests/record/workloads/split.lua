@@ -1,0 +1,98 @@
+-- Known-split CPU workload for the `ljprof record` tests. It spends CPU in four places and
+-- measures each with the VM's own clock (os.clock, process CPU time), so the profile's shares
+-- are checked against the target's measurement, not against numbers written in a test:
+--   burn_a   pure Lua arithmetic, about three times as long as
+--   burn_b   the same loop in a second function;
+--   in_c     table.sort with a Lua comparator: Lua -> C function (lib_table.c) -> Lua;
+--   in_ffi   memset of a 4 MiB buffer through an FFI call.
+-- M.round() runs each once; M.report() returns "name linedefined seconds" lines and the
+-- per-interval throughput log ("rate <monotonic ns> <rounds>").
+local ffi = require('ffi')
+ffi.cdef [[
+void *memset(void *s, int c, size_t n);
+typedef struct { long tv_sec; long tv_nsec; } ljprof_timespec;
+int clock_gettime(int clk, ljprof_timespec *tp);
+]]
+
+local M = {}
+local BUF_BYTES = 4 * 1024 * 1024
+local buf = ffi.new('uint8_t[?]', BUF_BYTES)
+local ts = ffi.new('ljprof_timespec')
+
+local function monotonic_ns()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC, the clock the recorder stamps samples with
+  return tonumber(ts.tv_sec) * 1e9 + tonumber(ts.tv_nsec)
+end
+
+local function burn_a(n)
+  local x = 0
+  for i = 1, n do x = (x * 31 + i) % 1000003 end
+  return x
+end
+
+local function burn_b(n)
+  local x = 0
+  for i = 1, n do x = (x * 37 + i) % 1000033 end
+  return x
+end
+
+local function cmp(p, q)
+  return p < q
+end
+
+local function in_c(n)
+  local t = {}
+  local x = 7
+  for i = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    t[i] = x
+  end
+  table.sort(t, cmp)
+  return t[1]
+end
+
+local function in_ffi(n)
+  for i = 1, n do ffi.C.memset(buf, i % 256, BUF_BYTES) end
+  return buf[0]
+end
+
+local parts = {
+  { name = 'burn_a', fn = burn_a, arg = 3000000 },
+  { name = 'burn_b', fn = burn_b, arg = 1000000 },
+  { name = 'in_c', fn = in_c, arg = 20000 },
+  { name = 'in_ffi', fn = in_ffi, arg = 120 },
+}
+for _, p in ipairs(parts) do p.seconds = 0 end
+
+local rounds, interval_start, interval_rounds = 0, monotonic_ns(), 0
+local rates = {}
+
+function M.round()
+  for _, p in ipairs(parts) do
+    local t0 = os.clock()
+    p.fn(p.arg)
+    p.seconds = p.seconds + (os.clock() - t0)
+  end
+  rounds = rounds + 1
+  interval_rounds = interval_rounds + 1
+  local now = monotonic_ns()
+  if now - interval_start >= 250e6 then
+    rates[#rates + 1] = string.format('rate %.0f %.0f %d', interval_start, now, interval_rounds)
+    interval_start, interval_rounds = now, 0
+  end
+end
+
+function M.report()
+  local out = {}
+  for _, p in ipairs(parts) do
+    out[#out + 1] = string.format('%s %d %.6f', p.name, debug.getinfo(p.fn, 'S').linedefined,
+                                  p.seconds)
+  end
+  out[#out + 1] = string.format('cmp %d 0', debug.getinfo(cmp, 'S').linedefined)
+  out[#out + 1] = string.format('rounds %d', rounds)
+  for _, r in ipairs(rates) do out[#out + 1] = r end
+  return table.concat(out, '\n') .. '\n'
+end
+
+M.monotonic_ns = monotonic_ns
+return M
