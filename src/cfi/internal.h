@@ -67,6 +67,14 @@ std::string libdw_error();
 
 namespace ljprof::cfi::internal {
 
+// A walker row with no usable rule ("no CFI") starting at `pc` (table.cc).
+lj_cfi_row invalid_row(uint64_t pc);
+
+// A row with CFA = sp + `cfa` and the return address at CFA - 8 (x86-64: code that has not
+// moved rsp since the call except by pushes), the caller's frame pointer per fp_rule/fp_off.
+// The default hint is the VM's Keep (vm.cc); pc_start is left 0 for the caller to set.
+lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint = LJ_CFI_KEEP);
+
 // The VM sub-ranges whose blanket row `blanket` (the interpreter FDE's rule, hint Keep) is
 // wrong, found from symbols where present and Capstone patterns otherwise (vm.cc).
 std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,

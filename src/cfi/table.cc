@@ -12,19 +12,12 @@ namespace ljprof::cfi {
 
 namespace {
 
+using internal::invalid_row;
+
 constexpr uint64_t kNoFde = std::numeric_limits<uint64_t>::max();
 
 bool fits_i32(int64_t v) {
   return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-}
-
-lj_cfi_row invalid_row(uint64_t pc) {
-  lj_cfi_row row{};
-  row.pc_start = pc;
-  row.hint = LJ_CFI_INVALID;
-  row.ra_rule = LJ_CFI_RULE_UNKNOWN;
-  row.fp_rule = LJ_CFI_RULE_UNKNOWN;
-  return row;
 }
 
 // Converts one full rule into the walker's form; anything the walker cannot evaluate with
@@ -168,6 +161,15 @@ std::vector<uint64_t> find_coro_startup(const elf::ElfFile& file) {
 }  // namespace
 
 namespace internal {
+
+lj_cfi_row invalid_row(uint64_t pc) {
+  lj_cfi_row row{};
+  row.pc_start = pc;
+  row.hint = LJ_CFI_INVALID;
+  row.ra_rule = LJ_CFI_RULE_UNKNOWN;
+  row.fp_rule = LJ_CFI_RULE_UNKNOWN;
+  return row;
+}
 // .eh_frame_hdr's binary-search table is what libdw uses to find an FDE by pc; a table that
 // disagrees with the section would make libdw answer with another FDE's rows, so it must
 // match the enumeration exactly or the whole table fails.
@@ -307,14 +309,8 @@ Status expand_plt_rows(const elf::ElfFile& file, const CfiRow& r, uint64_t fde_o
   }
   const uint64_t split = static_cast<uint64_t>(r.cfa.offset);
   auto push = [&](uint64_t pc, int32_t cfa_offset) {
-    lj_cfi_row row = invalid_row(pc);
-    row.hint = LJ_CFI_OK;
-    row.cfa_base = LJ_CFI_REG_SP;
-    row.cfa_offset = cfa_offset;
-    row.ra_rule = LJ_CFI_RULE_AT_CFA;
-    row.ra_offset = -8;
-    row.fp_rule = LJ_CFI_RULE_SAME;
-    row.fp_offset = 0;
+    lj_cfi_row row = internal::sp_row(cfa_offset, LJ_CFI_RULE_SAME, 0, LJ_CFI_OK);
+    row.pc_start = pc;
     b.rows.push_back(row);
     b.origins.push_back(fde_offset);
   };

@@ -56,6 +56,18 @@ Result<FdeSummary> find_interpreter_fde(const elf::ElfFile& file) {
 
 namespace internal {
 
+lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint) {
+  lj_cfi_row r{};
+  r.hint = hint;
+  r.cfa_base = LJ_CFI_REG_SP;
+  r.cfa_offset = cfa;
+  r.ra_rule = LJ_CFI_RULE_AT_CFA;
+  r.ra_offset = -8;
+  r.fp_rule = fp_rule;
+  r.fp_offset = fp_off;
+  return r;
+}
+
 namespace {
 
 // One decoded instruction, reduced to what the patterns look at.
@@ -192,24 +204,8 @@ bool x_store_rsp(const Insn& i) {
          i.ops[0].reg == X86_REG_RSP;
 }
 
-lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint = LJ_CFI_KEEP) {
-  lj_cfi_row r{};
-  r.hint = hint;
-  r.cfa_base = LJ_CFI_REG_SP;
-  r.cfa_offset = cfa;
-  r.ra_rule = LJ_CFI_RULE_AT_CFA;
-  r.ra_offset = -8;
-  r.fp_rule = fp_rule;
-  r.fp_offset = fp_off;
-  return r;
-}
-
 lj_cfi_row invalid() {
-  lj_cfi_row r{};
-  r.hint = LJ_CFI_INVALID;
-  r.ra_rule = LJ_CFI_RULE_UNKNOWN;
-  r.fp_rule = LJ_CFI_RULE_UNKNOWN;
-  return r;
+  return internal::invalid_row(0);  // pc_start is set when the sub-ranges are sorted
 }
 
 struct Finder {
@@ -222,6 +218,12 @@ struct Finder {
     const elf::Symbol* s = file.find_symbol(name);
     bool inside = s != nullptr && s->value <= pc && pc < s->value + std::max<uint64_t>(s->size, 1);
     return inside ? "symbol" : "pattern";
+  }
+  // A sub-range found so far contains pc.
+  bool covers(uint64_t pc) const {
+    for (const VmSubRange& r : out)
+      if (r.begin <= pc && pc < r.end) return true;
+    return false;
   }
   void add(uint64_t b, uint64_t e, std::string what, std::string how, lj_cfi_row row) {
     if (b >= e) return;
@@ -338,10 +340,7 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
     for (size_t i = 1; i < code.size(); ++i) {
       if (code[i - 1].id == X86_INS_JMP && x_rsp_imm(code[i], X86_INS_ADD) &&
           code[i].ops[1].value == jit_extra) {
-        bool covered = false;
-        for (const VmSubRange& s : f.out)
-          covered |= s.begin <= code[i].addr && code[i].addr < s.end;
-        if (covered) continue;
+        if (f.covers(code[i].addr)) continue;
         f.add(code[i].addr, code[i].end(),
               fmt::format("trace exit to interpreter before add rsp,{:#x}", jit_extra),
               f.how(code[i].addr, "lj_vm_exit_interp"),
@@ -422,16 +421,11 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code) {
   constexpr size_t kMaxHelperInsns = 512;
   std::map<uint64_t, size_t> index;
   for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].addr, i);
-  auto covered = [&](uint64_t pc) {
-    for (const VmSubRange& r : f.out)
-      if (r.begin <= pc && pc < r.end) return true;
-    return false;
-  };
   std::set<uint64_t> targets;
   for (const Insn& insn : code) {
     if (insn.id != X86_INS_CALL || !is_imm(insn, 0)) continue;
     const auto target = static_cast<uint64_t>(insn.ops[0].value);
-    if (target >= f.vm.begin && target < f.vm.end && !covered(target)) targets.insert(target);
+    if (target >= f.vm.begin && target < f.vm.end && !f.covers(target)) targets.insert(target);
   }
   for (uint64_t target : targets) {
     std::set<size_t> reached;
@@ -446,7 +440,7 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code) {
       const bool touches_rsp =
           is_reg(insn, 0, X86_REG_RSP) && insn.id != X86_INS_CMP && insn.id != X86_INS_TEST;
       if (reached.size() > kMaxHelperInsns || insn.id == 0 || x_push(insn) || x_pop(insn) ||
-          touches_rsp || covered(insn.addr)) {
+          touches_rsp || f.covers(insn.addr)) {
         ok = false;
         break;
       }
