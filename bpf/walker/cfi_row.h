@@ -40,12 +40,24 @@
  *   bytecode handler (vm_x64.dasc `call ->vm_mod`), proven not to write the interpreter's BASE
  *   and PC registers: when the sampled pc is here, the VM frame it returns to still has its
  *   live BASE/PC in the registers, as if the VM itself were the leaf.
+ * LJ_CFI_VM_EMPTY: a VM pc whose C frame (at sp, rule below) is already linked in L->cframe
+ *   but holds no Lua frame of its own: vm_call/vm_pcall between `mov L->cframe, rsp` and
+ *   pushing the callee's frame, vm_cpcall's call of its C function (lj_frame.h: a cframe with
+ *   negative nres has no frame). The Lua frames at L->base belong to the next VM frame out:
+ *   the walker notes this L and its cframe link, emits nothing, and steps over the frame.
+ * LJ_CFI_VM_CUR_L: a VM pc where rsp is not the C frame (the trace exit handler after
+ *   lj_trace_exit, BC_JLOOP's `sub rsp` before the trace, vm_exit_interp before `add rsp`):
+ *   the C frame is the running lua_State's, G->cur_L->cframe (lj_frame.h CFRAME_RAWMASK);
+ *   the walker enters it like a Keep frame there (BASE/PC registers only at the leaf) and
+ *   steps over it with the interpreter's blanket rule. The rule below is not used.
  */
 #define LJ_CFI_OK 0
 #define LJ_CFI_INVALID 1
 #define LJ_CFI_STOP 2
 #define LJ_CFI_KEEP 3
 #define LJ_CFI_VM_LEAF 4
+#define LJ_CFI_VM_EMPTY 5
+#define LJ_CFI_VM_CUR_L 6
 
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */
@@ -75,7 +87,7 @@ struct lj_cfi_row {
   int32_t cfa_offset; /* CFA = cfa_base register + cfa_offset (bytes) */
   int32_t ra_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
   int32_t fp_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
-  uint8_t hint;       /* LJ_CFI_OK / LJ_CFI_INVALID / LJ_CFI_STOP / LJ_CFI_KEEP */
+  uint8_t hint;       /* LJ_CFI_OK / _INVALID / _STOP / _KEEP / _VM_LEAF / _VM_EMPTY / _VM_CUR_L */
   uint8_t cfa_base;   /* LJ_CFI_REG_SP / LJ_CFI_REG_FP (0 in INVALID rows) */
   uint8_t ra_rule;    /* LJ_CFI_RULE_* for the return address */
   uint8_t fp_rule;    /* LJ_CFI_RULE_* for the caller's frame pointer */

@@ -84,10 +84,13 @@ LJ_INLINE uint64_t lj_cframe_prev(const struct lj_luajit_info* lj) {
   return lj->arch == LJ_INFO_ARCH_ARM64 ? 0 : 32;
 }
 
-/* Enters the Lua walk at a VM C frame located at `sp`. Returns LJ_END_* on failure, -1 ok. */
+/* Enters the Lua walk at a VM C frame located at `sp`. Returns LJ_END_* on failure, -1 ok.
+ * `empty`: the frame is linked but holds no Lua frame (LJ_CFI_VM_EMPTY): the cursor is set up
+ * for this L but left at the next C frame of its chain, so the Lua frames at L->base are
+ * emitted at that outer VM frame, below the native frames in between. */
 LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                           struct lj_lua_cursor* c, const struct lj_native_regs* regs, int leaf,
-                          int in_trace, struct lj_walk_result* out) {
+                          int in_trace, int empty, struct lj_walk_result* out) {
   uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, maxstack = 0, cframe = 0, pc = 0;
   const uint64_t sp = regs->sp;
   if (lj_read_ref(env, lj, sp + lj->cframe_ofs_L, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
@@ -119,6 +122,12 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
     if (out->g == 0) out->g = g;
   }
   if (c->expect_cframe != 0 && c->expect_cframe != sp) return LJ_END_CFRAME_MISMATCH;
+  if (empty) {
+    uint64_t prev = 0;
+    if (lj_walk_read(env, &prev, 8, sp + lj_cframe_prev(lj)) != 0) return LJ_END_READ_FAULT;
+    c->expect_cframe = prev & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
+    return -1;
+  }
   /* The pc of this segment's innermost Lua frame, when no callee link gave it: the VM stores
    * it in its C frame before calling C (lj_frame.h CFRAME_OFS_PC, SAVE_PC). A trace does not
    * update SAVE_PC, so under a trace the innermost frame's pc stays unknown. */
@@ -210,6 +219,8 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
 
 #define LJ_MODE_NATIVE 0
 #define LJ_MODE_LUA 1
+#define LJ_MODE_LOCATE 2 /* an LJ_CFI_VM_CUR_L row: find the C frame, then enter it */
+#define LJ_MODE_ENTER 3  /* enter the VM C frame at sp (vm_row, enter_trace, enter_empty) */
 
 #ifndef LJ_WALK_TRACE_SCAN_MAX
 #define LJ_WALK_TRACE_SCAN_MAX 0 /* J->trace entries an AArch64 trace lookup may scan */
@@ -258,22 +269,24 @@ struct lj_walk_state {
   /* 1 while the frames stepped so far are only the sampled leaf helper of an LJ_CFI_VM_LEAF
    * row: the VM frame reached next may use the BASE/PC registers like a leaf VM frame. */
   uint32_t vm_regs_live;
+  /* LJ_MODE_ENTER inputs: the GCtrace running on that frame (0: none) and whether the frame
+   * holds no Lua frame (LJ_CFI_VM_EMPTY). */
+  uint64_t enter_trace;
+  uint32_t enter_empty;
 };
 
-/* The pc (no module covers it) may be JIT machine code: prove the running trace and enter the
- * Lua walk at the VM C frame it runs on. Returns -1 when the walk continues in Lua mode, else
- * LJ_END_*. */
+/* The pc (no module covers it) may be JIT machine code: prove the running trace and move to
+ * the VM C frame it runs on, to be entered by the next step. Returns -1 when the walk
+ * continues, else LJ_END_*. */
 LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
   const struct lj_luajit_info* lj = st->lj;
   struct lj_walk_env* env = st->env;
   struct lj_native_regs* regs = &st->regs;
-  struct lj_native_regs vm_regs;
   struct lj_cfi_row row;
   uint64_t g = 0, traces = 0, t = 0, base = 0, pc = st->leaf ? regs->pc : regs->pc - 1;
   int32_t vmstate = 0;
   uint32_t sizetrace = 0;
   uint16_t spadjust = 0;
-  int rc;
 
   if (lj == 0 || lj->g_jit_trace == 0 || lj->tr_mcode == 0 || lj->tr_traceno < 2)
     return LJ_END_NO_MODULE;
@@ -318,24 +331,51 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
     return LJ_END_NO_LUAJIT;
 
   /* vm_x64.dasc / vm_arm64.dasc BC_JLOOP: `sub sp, 16` before jumping to the trace, whose head
-   * subtracts T->spadjust (lj_asm.c asm_head_root); side traces store the total. */
-  vm_regs = *regs;
-  vm_regs.sp = regs->sp + 16 + spadjust;
-  vm_regs.vm_base = base;
-  vm_regs.vm_pc = 0;
-  rc = lj_enter_vm(env, lj, &st->cursor, &vm_regs, 1, 1, st->out);
-  if (rc >= 0) return rc;
-  if (lj_emit(st->out, LJ_FRAME_TRACE, regs->pc, t, st->cursor.segment) != 0)
-    return LJ_END_TRUNCATED;
+   * subtracts T->spadjust (lj_asm.c asm_head_root); side traces store the total. The VM frame
+   * is entered by the next step (LJ_MODE_ENTER) with BASE = jit_base. */
+  regs->sp = regs->sp + 16 + spadjust;
+  regs->vm_base = base;
+  regs->vm_pc = 0;
   if (st->out->g == 0) st->out->g = g;
   st->vm_row = row;
-  st->vm_sp = vm_regs.sp;
-  regs->sp = vm_regs.sp;
-  /* x86-64 traces allocate rbp like any register; AArch64 traces never touch x29
-   * (lj_target_arm64.h RSET_FIXED), so it is still the VM frame's. */
-  if (lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
-  st->cursor.segment_frames = 0;
-  st->mode = LJ_MODE_LUA;
+  st->enter_trace = t;
+  st->enter_empty = 0;
+  st->mode = LJ_MODE_ENTER;
+  return -1;
+}
+
+/* LJ_CFI_VM_CUR_L: the VM C frame is the running lua_State's innermost cframe (or, when this
+ * walk already handed back from an inner VM frame of that L, the cframe that link named), not
+ * at sp. Moves regs->sp there and loads the interpreter's blanket row into *row for stepping
+ * over the frame. Returns -1, or LJ_END_* when G cannot be proven or the frame is unreadable. */
+LJ_INLINE int lj_locate_cur_l_cframe(struct lj_walk_state* st, struct lj_cfi_row* row) {
+  const struct lj_luajit_info* lj = st->lj;
+  struct lj_walk_env* env = st->env;
+  struct lj_native_regs* regs = &st->regs;
+  uint64_t g = 0, L = 0, cframe = 0;
+  if (lj_proven_g(env, lj, st->g)) {
+    g = st->g;
+  } else if (lj_proven_g(env, lj, st->out->g)) {
+    g = st->out->g;
+  } else if (regs->dispatch_valid) {
+    g = lj->dispatch_is_g ? regs->dispatch : regs->dispatch - (int64_t)lj->g_to_dispatch;
+    if (!lj_proven_g(env, lj, g)) g = 0;
+  }
+  if (g == 0) return LJ_END_TRACE_NO_G;
+  if (lj_read_ref(env, lj, g + lj->g_cur_L, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
+  if (L == st->cursor.L && st->cursor.expect_cframe != 0) {
+    cframe = st->cursor.expect_cframe;
+  } else {
+    if (lj_walk_read(env, &cframe, 8, L + lj->L_cframe) != 0) return LJ_END_BAD_LUA_STATE;
+    cframe &= ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
+  }
+  /* The C frame lies above the current sp on the same stack (the handler's pushes, BC_JLOOP's
+   * 16 bytes and the trace's spadjust are below it). */
+  if (cframe <= regs->sp || cframe - regs->sp > (1u << 20)) return LJ_END_CFRAME_MISMATCH;
+  if (lj_walk_lookup(env, lj->vm_begin + st->vm_bias, row) != 0 || row->hint != LJ_CFI_KEEP)
+    return LJ_END_NO_LUAJIT;
+  regs->sp = cframe;
+  if (st->out->g == 0) st->out->g = g;
   return -1;
 }
 
@@ -364,26 +404,59 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     st->mode = LJ_MODE_NATIVE;
     row = st->vm_row;
     row.hint = LJ_CFI_OK;
+  } else if (st->mode == LJ_MODE_LOCATE) {
+    if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
+    rc = lj_locate_cur_l_cframe(st, &st->vm_row);
+    if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+    /* x86-64: rbp is not the VM frame's here (the exit handler, a trace's register) */
+    if (st->lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
+    st->enter_trace = 0;
+    st->enter_empty = 0;
+    st->mode = LJ_MODE_ENTER;
+    return 0;
+  } else if (st->mode == LJ_MODE_ENTER) {
+    /* The VM C frame at sp (vm_row is its rule): a Keep/VM_EMPTY row, a located VM_CUR_L
+     * frame, or the frame a proven trace runs on. */
+    const int in_trace = st->enter_trace != 0;
+    if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
+    rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs,
+                     st->enter_empty ? 0 : (int)(in_trace | st->leaf | st->vm_regs_live), in_trace,
+                     st->enter_empty, st->out);
+    if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+    if (in_trace) {
+      if (lj_emit(st->out, LJ_FRAME_TRACE, regs->pc, st->enter_trace, st->cursor.segment) != 0)
+        return lj_finish(st, LJ_END_TRUNCATED);
+      /* x86-64 traces allocate rbp like any register; AArch64 traces never touch x29
+       * (lj_target_arm64.h RSET_FIXED), so it is still the VM frame's. */
+      if (st->lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
+      st->leaf = 0;
+    }
+    st->vm_sp = regs->sp;
+    st->cursor.segment_frames = 0;
+    if (!st->cursor.done && !st->enter_empty) {
+      st->mode = LJ_MODE_LUA;
+      return 0;
+    }
+    st->mode = LJ_MODE_NATIVE;
+    row = st->vm_row;
+    row.hint = LJ_CFI_OK;
   } else {
     st->out->end_pc = regs->pc;
     if (lj_walk_lookup(st->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0) {
       rc = lj_enter_trace(st);
-      st->leaf = 0;
       return rc >= 0 ? lj_finish(st, (uint32_t)rc) : 0;
     }
-    if (row.hint == LJ_CFI_KEEP) {
-      if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
-      rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs, (int)(st->leaf | st->vm_regs_live), 0,
-                       st->out);
-      if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+    if (row.hint == LJ_CFI_KEEP || row.hint == LJ_CFI_VM_EMPTY) {
+      /* Entering the Lua walk is a step of its own (as is locating a VM_CUR_L frame): the
+       * verifier then checks it once, not once per path that leads to it. */
       st->vm_row = row;
-      st->vm_sp = regs->sp;
-      st->cursor.segment_frames = 0;
-      if (!st->cursor.done) {
-        st->mode = LJ_MODE_LUA;
-        return 0;
-      }
-      row.hint = LJ_CFI_OK;
+      st->enter_trace = 0;
+      st->enter_empty = row.hint == LJ_CFI_VM_EMPTY;
+      st->mode = LJ_MODE_ENTER;
+      return 0;
+    } else if (row.hint == LJ_CFI_VM_CUR_L) {
+      st->mode = LJ_MODE_LOCATE;
+      return 0;
     } else if (row.hint == LJ_CFI_STOP) {
       lj_emit(st->out, LJ_FRAME_ROOT, regs->pc, 0, 0);
       return lj_finish(st, LJ_END_ROOT);
@@ -438,6 +511,8 @@ LJ_INLINE void lj_walk(struct lj_walk_state* st) {
   st->mode = LJ_MODE_NATIVE;
   st->leaf = 1;
   st->vm_regs_live = 0;
+  st->enter_trace = 0;
+  st->enter_empty = 0;
   st->vm_sp = 0;
   LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_step, st);
 }

@@ -255,6 +255,10 @@ const char* hint_name(uint8_t hint) {
       return "keep";
     case LJ_CFI_VM_LEAF:
       return "vm-leaf";
+    case LJ_CFI_VM_EMPTY:
+      return "vm-empty";
+    case LJ_CFI_VM_CUR_L:
+      return "vm-cur-L";
     default:
       return "bad-hint";
   }

@@ -78,8 +78,9 @@ struct Insn {
   uint8_t op_count = 0;
   struct Op {
     enum Kind : uint8_t { None, Reg, Imm, Mem } kind = None;
-    unsigned reg = 0;   // Reg; Mem: base
-    int64_t value = 0;  // Imm; Mem: displacement
+    unsigned reg = 0;    // Reg; Mem: base
+    int64_t value = 0;   // Imm; Mem: displacement
+    unsigned index = 0;  // Mem: index register (x86-64), 0 if none
   } ops[3];
   // x86-64: writes the interpreter's BASE (rdx) or PC (rbx) register at any width, explicitly
   // or implicitly (Capstone's register access lists: div, cqo, cpuid, ...).
@@ -140,7 +141,8 @@ std::vector<Insn> disassemble(const elf::ElfFile& file, uint64_t begin, uint64_t
         if (op.type == X86_OP_REG) d.ops[i] = {Insn::Op::Reg, static_cast<unsigned>(op.reg), 0};
         if (op.type == X86_OP_IMM) d.ops[i] = {Insn::Op::Imm, 0, op.imm};
         if (op.type == X86_OP_MEM) {
-          d.ops[i] = {Insn::Op::Mem, static_cast<unsigned>(op.mem.base), op.mem.disp};
+          d.ops[i] = {Insn::Op::Mem, static_cast<unsigned>(op.mem.base), op.mem.disp,
+                      static_cast<unsigned>(op.mem.index)};
         }
       }
       cs_regs read, written;
@@ -204,6 +206,21 @@ bool x_store_rsp(const Insn& i) {
          i.ops[0].reg == X86_REG_RSP;
 }
 
+bool x_load_rsp(const Insn& i) {
+  return i.id == X86_INS_MOV && i.op_count == 2 && i.ops[0].kind == Insn::Op::Reg &&
+         i.ops[1].kind == Insn::Op::Mem && i.ops[1].reg == X86_REG_RSP && i.ops[1].index == 0;
+}
+// `mov [base + disp], reg` with a base other than rsp: a store into a heap object (lua_State).
+bool x_store_heap(const Insn& i) {
+  return i.id == X86_INS_MOV && i.op_count == 2 && i.ops[0].kind == Insn::Op::Mem &&
+         i.ops[0].reg != X86_REG_RSP && i.ops[0].reg != X86_REG_INVALID &&
+         i.ops[1].kind == Insn::Op::Reg;
+}
+bool x_branch(const Insn& i) {
+  return i.id == X86_INS_JMP || i.id == X86_INS_CALL || i.id == X86_INS_RET ||
+         (i.id >= X86_INS_JAE && i.id <= X86_INS_JS) || i.id == 0;
+}
+
 lj_cfi_row invalid() {
   return internal::invalid_row(0);  // pc_start is set when the sub-ranges are sorted
 }
@@ -231,10 +248,157 @@ struct Finder {
   }
 };
 
+// Right after an entry links its C frame into L->cframe, and before it pushes the first Lua
+// frame onto that C frame (vm_call: up to the check that the callee is a function; vm_cpcall:
+// through the call of its C function, lj_frame.h "cframe w/o frame"), the frame holds no Lua
+// frame: hint VM_EMPTY. Straight-line code only, up to (not including) the first branch, ret
+// or jmp; a call ends the window after it.
+void add_linked_empty_window(Finder& f, const std::vector<Insn>& code, size_t start,
+                             const std::string& who, int64_t frame, int32_t blanket_fp) {
+  constexpr size_t kMaxWindowInsns = 32;
+  if (start >= code.size()) return;
+  const uint64_t begin = code[start].addr;
+  uint64_t end = begin;
+  for (size_t i = start; i < code.size() && i < start + kMaxWindowInsns; ++i) {
+    const Insn& insn = code[i];
+    if (f.covers(insn.addr) || insn.id == 0 || x_jmp_reg(insn) || insn.id == X86_INS_JMP ||
+        insn.id == X86_INS_RET) {
+      break;
+    }
+    end = insn.end();
+    // A conditional branch ends the window after itself (nothing is pushed by the branch);
+    // vm_cpcall's call of its C function is followed by `test rax, rax; jz ->vm_leave_cp`.
+    if (x_branch(insn) && insn.id != X86_INS_CALL) break;
+  }
+  f.add(begin, end, fmt::format("{} C frame linked, no Lua frame on it yet", who), "pattern",
+        sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_EMPTY));
+}
+
+// After an entry's `sub rsp` the C frame exists but L->cframe does not point at it until the
+// entry stores rsp there (vm_x64.dasc vm_call/vm_pcall/vm_cpcall `mov L:RB->cframe, rsp`,
+// vm_resume with CFRAME_RESUME or'ed in via `lea`). In between, the Lua walk cannot use this
+// frame (SAVE_L may still be stale, and the cross-check against L->cframe fails), but the
+// frame is exact native code: CFA = rsp + frame size. The window is followed through direct
+// jmps (vm_pcall jumps into vm_call) up to and including the linking store, or up to and
+// including a call (vm_ffi_callback links in lj_ccallback_enter). Anything else (a
+// conditional branch, an indirect jump, an undecodable byte, too long) adds nothing: the pcs
+// keep the blanket Keep rule and the cframe cross-check fails them closed.
+void add_unlinked_entry_window(Finder& f, const std::vector<Insn>& code,
+                               const std::map<uint64_t, size_t>& index, size_t start,
+                               const std::string& who, int64_t frame, int32_t blanket_fp) {
+  constexpr size_t kMaxWindowInsns = 64;
+  std::set<unsigned> holds_rsp = {X86_REG_RSP};
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  bool linked = false;
+  size_t i = start;
+  for (size_t n = 0; n < kMaxWindowInsns && i < code.size(); ++n) {
+    const Insn& insn = code[i];
+    if (f.covers(insn.addr)) {
+      linked = true;  // joins a window already proven from another entry (vm_pcall -> vm_call)
+      break;
+    }
+    auto extend = [&] {
+      if (!ranges.empty() && ranges.back().second == insn.addr) {
+        ranges.back().second = insn.end();
+      } else {
+        ranges.emplace_back(insn.addr, insn.end());
+      }
+    };
+    if (x_store_heap(insn) && holds_rsp.count(insn.ops[1].reg)) {
+      extend();
+      linked = true;
+      add_linked_empty_window(f, code, i + 1, who, frame, blanket_fp);
+      break;
+    }
+    if (insn.id == X86_INS_CALL) {
+      extend();
+      linked = true;
+      break;
+    }
+    if (insn.id == X86_INS_JMP && is_imm(insn, 0)) {
+      extend();
+      auto t = index.find(static_cast<uint64_t>(insn.ops[0].value));
+      if (t == index.end()) break;
+      i = t->second;
+      continue;
+    }
+    if (x_branch(insn) || x_jmp_reg(insn)) break;
+    // Track registers holding rsp or rsp + a CFRAME_* flag (vm_resume: lea r15, [rsp+1]).
+    if (insn.op_count == 2 && insn.ops[0].kind == Insn::Op::Reg) {
+      const unsigned dst = insn.ops[0].reg;
+      const bool from_rsp = (insn.id == X86_INS_LEA && insn.ops[1].kind == Insn::Op::Mem &&
+                             insn.ops[1].reg == X86_REG_RSP && insn.ops[1].index == 0 &&
+                             insn.ops[1].value >= 0 && insn.ops[1].value < 4) ||
+                            (insn.id == X86_INS_MOV && is_reg(insn, 1, X86_REG_RSP));
+      if (from_rsp) {
+        holds_rsp.insert(dst);
+      } else {
+        holds_rsp.erase(dst);
+      }
+    }
+    extend();
+    ++i;
+  }
+  if (!linked) return;
+  for (auto [b, e] : ranges) {
+    f.add(b, e, fmt::format("{} C frame built, not yet linked in L->cframe", who), "pattern",
+          sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_OK));
+  }
+}
+
+// The trace exit handler [code[first].addr, stop): entered from a trace's exit stub with an
+// rsp only the trace knows, so no static rule, except where the C frame is known to be the
+// running lua_State's cframe (hint VM_CUR_L): the return address of its `call lj_trace_exit`
+// (the row starts one byte into the call so that it serves return-address lookups, pc - 1, and
+// never a sampled pc at the call itself, where BASE/PC are not in their registers), and,
+// where the code joins vm_exit_interp's `1:` label before `mov rsp, reg` (GC64:
+// `lea rcx, [rsp+16]` / `1: mov r13, [rcx-8]; mov r12, [rcx]; mov rsp, rcx`), the loads there,
+// which run with BASE and PC already in their registers on both paths.
+void add_exit_handler(Finder& f, const std::vector<Insn>& code,
+                      const std::map<uint64_t, size_t>& index, size_t first, size_t mov_rsp,
+                      uint64_t stop, int64_t frame, int32_t blanket_fp) {
+  const char* what = "trace exit handler (all GPRs pushed, rsp from the trace)";
+  const std::string how = f.how(code[first].addr, "lj_vm_exit_handler");
+  const lj_cfi_row cur_l =
+      sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_CUR_L);
+  size_t call = code.size();
+  for (size_t k = first; k < mov_rsp && k < code.size(); ++k) {
+    if (code[k].id == X86_INS_CALL && is_imm(code[k], 0)) call = k;
+  }
+  if (call == code.size() || mov_rsp >= code.size()) {
+    f.add(code[first].addr, stop, what, how, invalid());
+    return;
+  }
+  f.add(code[first].addr, code[call].addr + 1, what, how, invalid());
+  f.add(code[call].addr + 1, code[call].end(), "trace exit handler: return from lj_trace_exit", how,
+        cur_l);
+  // The `1:` label: a direct jmp after the call targets it; from there to `mov rsp, reg`
+  // only register loads.
+  size_t label = code.size();
+  for (size_t k = call + 1; k < mov_rsp; ++k) {
+    if (code[k].id != X86_INS_JMP || !is_imm(code[k], 0)) continue;
+    auto t = index.find(static_cast<uint64_t>(code[k].ops[0].value));
+    if (t != index.end() && t->second > k && t->second <= mov_rsp) label = t->second;
+  }
+  bool loads_only = label < code.size();
+  for (size_t k = label; loads_only && k < mov_rsp; ++k) {
+    loads_only = code[k].id == X86_INS_MOV && code[k].op_count == 2 &&
+                 code[k].ops[0].kind == Insn::Op::Reg && code[k].ops[1].kind == Insn::Op::Mem;
+  }
+  if (!loads_only) {
+    f.add(code[call].end(), stop, what, how, invalid());
+    return;
+  }
+  f.add(code[call].end(), code[label].addr, what, how, invalid());
+  f.add(code[label].addr, stop, "trace exit to interpreter, C frame in a register", how, cur_l);
+}
+
 // x86-64 (lj_frame.h CFRAME_SIZE; vm_x64.dasc saveregs/restoreregs, BC_JLOOP, vm_exit_handler,
 // vm_exit_interp). `cfa` is the blanket rule's rsp offset (the C frame size).
 void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t blanket_fp) {
   const int64_t frame = cfa;
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].addr, i);
   int64_t jit_extra = 0;           // CFRAME_SIZE_JIT - CFRAME_SIZE, from JLOOP's `sub rsp, imm`
   std::vector<uint64_t> consumed;  // starts of instructions already explained
   for (size_t i = 0; i < code.size(); ++i) {
@@ -252,8 +416,7 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
         size_t k = j;
         while (k < code.size() && k < j + 256 && !x_mov_rsp_reg(code[k])) ++k;
         uint64_t stop = k < code.size() && x_mov_rsp_reg(code[k]) ? code[k].end() : f.vm.end;
-        f.add(code[i].addr, stop, "trace exit handler (all GPRs pushed, rsp from the trace)",
-              f.how(code[i].addr, "lj_vm_exit_handler"), invalid());
+        add_exit_handler(f, code, index, i, k, stop, frame, blanket_fp);
         while (i + 1 < code.size() && code[i + 1].addr < stop) ++i;
         continue;
       }
@@ -280,9 +443,10 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
             }
           }
           for (size_t k = i; k <= j; ++k) {
+            // Not Keep: the C frame is not built yet, the caller's stack is as at the call.
             f.add(code[k].addr, code[k].end(),
                   fmt::format("{} prologue before sub rsp,{:#x}", who, code[j].ops[1].value), how,
-                  sp_row(static_cast<int32_t>(d), fp_rule, fp_off));
+                  sp_row(static_cast<int32_t>(d), fp_rule, fp_off, LJ_CFI_OK));
             if (k < j) {
               d += 8;
               if (is_reg(code[k], 0, X86_REG_RBP)) {
@@ -291,6 +455,7 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
               }
             }
           }
+          add_unlinked_entry_window(f, code, index, j + 1, who, frame, blanket_fp);
           i = j;
           continue;
         }
@@ -303,12 +468,39 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
       int n = static_cast<int>(j - i - 1);
       if (j < code.size() && code[j].id == X86_INS_RET &&
           frame - code[i].ops[1].value - 8 * n == 8) {
+        // Every path into `add rsp` (vm_leave_unw) has already unlinked this C frame from
+        // L->cframe: vm_leave_cp restores SAVE_CFRAME just before, the error unwinder
+        // (lj_err.c) and lj_ccallback_leave in C. From here on the frame is plain native code
+        // for the walker: Ok rows, not Keep (the Lua walk would attach this L's frames to a
+        // C frame that no longer holds them).
+        const char* what = "VM exit epilogue (C frame unlinked)";
+        f.add(code[i].addr, code[i].end(), what, "pattern",
+              sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_OK));
+        // vm_leave_cp: `mov reg, [rsp+SAVE_CFRAME]; mov [L+cframe], reg; (no store or
+        // branch)*` right before it: the frame is unlinked after that store too.
+        for (size_t k = i; k-- > 1 && k + 4 > i;) {
+          if (x_branch(code[k]) || code[k].id == X86_INS_PUSH) break;
+          if (x_store_heap(code[k]) && x_load_rsp(code[k - 1]) &&
+              code[k - 1].ops[0].reg == code[k].ops[1].reg) {
+            // vm_leave_cp itself, up to its store: still linked, but it is reached only when
+            // the frame holds no Lua frame any more (vm_return after moving the results and
+            // setting L->base/L->top, vm_cpcall with no function to call): VM_EMPTY.
+            f.add(code[k - 1].addr, code[k].end(), "vm_leave_cp: C frame linked, no Lua frame",
+                  f.how(code[k - 1].addr, "lj_vm_leave_cp"),
+                  sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp,
+                         LJ_CFI_VM_EMPTY));
+            f.add(code[k].end(), code[i].addr, what, "pattern",
+                  sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_OK));
+            break;
+          }
+          if (code[k].op_count > 0 && code[k].ops[0].kind == Insn::Op::Mem) break;
+        }
         int64_t d = frame - code[i].ops[1].value;
         uint8_t fp_rule = LJ_CFI_RULE_AT_CFA;
         int32_t fp_off = blanket_fp;
         for (size_t k = i + 1; k <= j; ++k) {
-          f.add(code[k].addr, code[k].end(), "VM exit epilogue after add rsp", "pattern",
-                sp_row(static_cast<int32_t>(d), fp_rule, fp_off));
+          f.add(code[k].addr, code[k].end(), what, "pattern",
+                sp_row(static_cast<int32_t>(d), fp_rule, fp_off, LJ_CFI_OK));
           d -= 8;
           if (is_reg(code[k], 0, X86_REG_RBP)) {
             fp_rule = LJ_CFI_RULE_SAME;
@@ -328,7 +520,8 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
         f.add(code[i].end(), code[j].end(),
               fmt::format("JLOOP after sub rsp,{:#x} (trace entry)", jit_extra),
               f.how(code[i].addr, "lj_BC_JLOOP"),
-              sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp));
+              sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp,
+                     LJ_CFI_VM_CUR_L));
         i = j;
         continue;
       }
@@ -344,7 +537,8 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
         f.add(code[i].addr, code[i].end(),
               fmt::format("trace exit to interpreter before add rsp,{:#x}", jit_extra),
               f.how(code[i].addr, "lj_vm_exit_interp"),
-              sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp));
+              sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp,
+                     LJ_CFI_VM_CUR_L));
       }
     }
   }

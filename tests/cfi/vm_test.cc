@@ -126,17 +126,16 @@ TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
   EXPECT_EQ(cframe->cfa_base, b.arm64 ? LJ_CFI_REG_FP : LJ_CFI_REG_SP);
   EXPECT_EQ(j["cfa_base"], b.arm64 ? "fp" : "sp");
   EXPECT_EQ(cframe->fde_section_offset, oracle[0].offset);
-  // Every VM row is Keep or Invalid, except the leaf helpers' Ok rows (by symbol, see
-  // VmSubRanges.TarantoolLeafHelpersByObjdump).
+  // Every VM row is Keep or Invalid, except inside a VM sub-range, whose hint it carries
+  // (the sub-ranges are checked against objdump and nm by the VmSubRanges tests).
   for (size_t i = 0; i + 1 < table->rows().size(); ++i) {
     const lj_cfi_row& r = table->rows()[i];
     if (r.pc_start < fde->pc_begin || r.pc_start >= fde->pc_end) continue;
-    bool helper = false;
+    bool from_subrange = false;
     for (const VmSubRange& s : table->vm_subranges()) {
-      helper |= s.begin <= r.pc_start && r.pc_start < s.end &&
-                (s.row.hint == LJ_CFI_OK || s.row.hint == LJ_CFI_VM_LEAF);
+      from_subrange |= s.begin <= r.pc_start && r.pc_start < s.end && s.row.hint == r.hint;
     }
-    EXPECT_TRUE(r.hint == LJ_CFI_KEEP || r.hint == LJ_CFI_INVALID || helper)
+    EXPECT_TRUE(r.hint == LJ_CFI_KEEP || r.hint == LJ_CFI_INVALID || from_subrange)
         << std::hex << r.pc_start;
   }
   EXPECT_GT(cframe->covered_bytes * 10, (fde->pc_end - fde->pc_begin) * 9);
@@ -188,7 +187,7 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
   ASSERT_GT(code.size(), 1000u);
   auto row = [&](uint64_t pc) { return table->row_at(pc); };
   auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
-  int prologues = 0, epilogues = 0, jloops = 0, exit_handlers = 0;
+  int prologues = 0, epilogues = 0, jloops = 0, exit_handlers = 0, linked_windows = 0, restores = 0;
   for (size_t i = 0; i < code.size(); ++i) {
     // Prologue.
     size_t j = i;
@@ -197,25 +196,97 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
       int64_t imm = std::stoll(code[j].second.substr(10), nullptr, 16);
       int64_t d = frame - imm - 8 * static_cast<int64_t>(j - i);
       if (d == 8 || d == 16) {
+        // Before the C frame exists the entry is plain native code (hint Ok).
         for (size_t k = i; k <= j; ++k, d += 8) {
           const lj_cfi_row* r = row(code[k].first);
           ASSERT_NE(r, nullptr);
-          EXPECT_EQ(r->hint, LJ_CFI_KEEP) << std::hex << code[k].first;
+          EXPECT_EQ(r->hint, LJ_CFI_OK) << std::hex << code[k].first;
           EXPECT_EQ(r->cfa_base, LJ_CFI_REG_SP);
           EXPECT_EQ(r->cfa_offset, d) << std::hex << code[k].first << " " << code[k].second;
         }
         EXPECT_EQ(row(code[j + 1].first)->cfa_offset, frame);
+        // Until rsp (or rsp + a flag, via lea) is stored into the lua_State (L->cframe), or a
+        // call, the frame is not linked: Ok rows with the full frame, then Keep.
+        std::map<uint64_t, size_t> at;
+        for (size_t q = 0; q < code.size(); ++q) at.emplace(code[q].first, q);
+        std::string holder = "rsp";
+        size_t q = j + 1;
+        for (int n = 0; n < 64 && q < code.size(); ++n) {
+          const std::string& text = code[q].second;
+          const lj_cfi_row* r = row(code[q].first);
+          EXPECT_EQ(r->hint, LJ_CFI_OK) << std::hex << code[q].first << " " << text;
+          EXPECT_EQ(r->cfa_offset, frame) << std::hex << code[q].first << " " << text;
+          std::smatch m;
+          if (std::regex_match(text, m, std::regex(R"(lea (r\w+),\[rsp\+0x1\])"))) holder = m[1];
+          if (std::regex_match(
+                  text, std::regex(R"(mov QWORD PTR \[r(bp|bx|cx|dx|si|di|\d+)\+0x[0-9a-f]+\],)" +
+                                   holder)) ||
+              starts(text, "call ")) {
+            // Linked by a store: up to the first branch (a call included) the frame holds no
+            // Lua frame yet (VM_EMPTY), then Keep.
+            // (vm_cpcall: through its call and the conditional branch after it).
+            for (size_t e = q + 1; !starts(text, "call ") && e < code.size(); ++e) {
+              const std::string& next = code[e].second;
+              if (starts(next, "jmp") || starts(next, "ret")) {
+                EXPECT_EQ(row(code[e].first)->hint, LJ_CFI_KEEP) << std::hex << code[e].first;
+                break;
+              }
+              EXPECT_EQ(row(code[e].first)->hint, LJ_CFI_VM_EMPTY)
+                  << std::hex << code[e].first << " " << next;
+              if (starts(next, "j")) {
+                if (e + 1 < code.size()) {
+                  EXPECT_EQ(row(code[e + 1].first)->hint, LJ_CFI_KEEP)
+                      << std::hex << code[e + 1].first;
+                }
+                break;
+              }
+            }
+            ++linked_windows;
+            break;
+          }
+          if (std::regex_match(text, m, std::regex(R"(jmp ([0-9a-f]+)( <.*>)?)")) &&
+              at.count(std::stoull(m[1], nullptr, 16))) {
+            q = at[std::stoull(m[1], nullptr, 16)];
+            continue;
+          }
+          ++q;
+        }
         ++prologues;
         i = j;
         continue;
       }
     }
-    if (j - i >= 8) {  // exit handler: Invalid through `mov rsp,reg`
-      size_t k = j;
+    if (j - i >= 8) {
+      // Exit handler: Invalid through `mov rsp,reg`, except the return address of its last
+      // call (lj_trace_exit) and, when a jmp after that call lands on a run of loads right
+      // before `mov rsp,reg` (vm_exit_interp's `1:`), those loads: the C frame there is the
+      // running lua_State's cframe (VM_CUR_L).
+      size_t k = j, call = 0, label = 0;
       while (k < code.size() && !starts(code[k].second, "mov rsp,")) ++k;
       ASSERT_LT(k, code.size());
-      for (size_t q = i; q <= k; ++q)
-        EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_INVALID) << std::hex << code[q].first;
+      for (size_t q = i; q < k; ++q) {
+        if (starts(code[q].second, "call ")) call = q;
+      }
+      ASSERT_GT(call, i);
+      for (size_t q = call + 1; q < k; ++q) {
+        std::smatch m;
+        if (!std::regex_match(code[q].second, m, std::regex(R"(jmp ([0-9a-f]+)( <.*>)?)")))
+          continue;
+        for (size_t t = q + 1; t <= k; ++t) {
+          if (code[t].first == std::stoull(m[1], nullptr, 16)) label = t;
+        }
+      }
+      for (size_t q = label; label != 0 && q < k; ++q) {
+        if (!std::regex_match(code[q].second, std::regex(R"(mov r\w+,QWORD PTR \[r\w+(-0x8)?\])")))
+          label = 0;
+      }
+      for (size_t q = i; q <= k; ++q) {
+        const uint8_t want = (label != 0 && q >= label) ? LJ_CFI_VM_CUR_L : LJ_CFI_INVALID;
+        EXPECT_EQ(row(code[q].first)->hint, want) << std::hex << code[q].first;
+      }
+      EXPECT_EQ(row(code[call].first + 1)->hint, LJ_CFI_VM_CUR_L) << std::hex << code[call].first;
+      std::printf("[ vm ranges ] %s: exit handler %#lx, lj_trace_exit call %#lx, label %#lx\n",
+                  path.c_str(), code[i].first, code[call].first, label ? code[label].first : 0);
       ++exit_handlers;
       i = k;
       continue;
@@ -225,10 +296,22 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
       while (k < code.size() && starts(code[k].second, "pop ")) ++k;
       int64_t imm = std::stoll(code[i].second.substr(10), nullptr, 16);
       if (k < code.size() && code[k].second == "ret" && frame - imm - 8 * int64_t(k - i - 1) == 8) {
+        // vm_leave_unw: the C frame is unlinked from L->cframe before `add rsp`, so from
+        // there on (and after vm_leave_cp's `mov [L+cframe], reg` right before) it is native.
         int64_t d = frame - imm;
+        EXPECT_EQ(row(code[i].first)->hint, LJ_CFI_OK) << std::hex << code[i].first;
         for (size_t q = i + 1; q <= k; ++q, d -= 8) {
           EXPECT_EQ(row(code[q].first)->cfa_offset, d) << std::hex << code[q].first;
-          EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_KEEP);
+          EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_OK) << std::hex << code[q].first;
+        }
+        if (i >= 3 && code[i - 1].second == "xor eax,eax" &&
+            std::regex_match(code[i - 2].second,
+                             std::regex(R"(mov QWORD PTR \[rbp\+0x[0-9a-f]+\],rcx)")) &&
+            starts(code[i - 3].second, "mov rcx,QWORD PTR [rsp+0x")) {
+          EXPECT_EQ(row(code[i - 1].first)->hint, LJ_CFI_OK) << std::hex << code[i - 1].first;
+          EXPECT_EQ(row(code[i - 2].first)->hint, LJ_CFI_VM_EMPTY) << std::hex << code[i - 2].first;
+          EXPECT_EQ(row(code[i - 3].first)->hint, LJ_CFI_VM_EMPTY) << std::hex << code[i - 3].first;
+          ++restores;
         }
         ++epilogues;
         i = k;
@@ -240,16 +323,22 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
       while (k < code.size() && k < i + 4 && starts(code[k].second, "mov QWORD PTR [rsp")) ++k;
       if (k < code.size() && starts(code[k].second, "jmp r")) {
         int64_t imm = std::stoll(code[i].second.substr(10), nullptr, 16);
+        // BC_JLOOP below the C frame: the walker finds it as the running L's cframe.
         for (size_t q = i + 1; q <= k; ++q) {
           EXPECT_EQ(row(code[q].first)->cfa_offset, frame + imm) << std::hex << code[q].first;
+          EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_VM_CUR_L) << std::hex << code[q].first;
         }
         ++jloops;
       }
     }
   }
-  std::printf("[ vm ranges ] %s: %d prologues, %d epilogues, %d JLOOP, %d exit handler\n",
-              path.c_str(), prologues, epilogues, jloops, exit_handlers);
+  std::printf(
+      "[ vm ranges ] %s: %d prologues (%d linked), %d epilogues (%d after vm_leave_cp), %d "
+      "JLOOP, %d exit handler\n",
+      path.c_str(), prologues, linked_windows, epilogues, restores, jloops, exit_handlers);
   EXPECT_GE(prologues, 4);  // vm_resume, vm_pcall, vm_call, vm_cpcall
+  EXPECT_EQ(linked_windows, prologues);
+  EXPECT_EQ(restores, 1);  // vm_leave_cp
   EXPECT_GE(epilogues, 1);
   EXPECT_EQ(jloops, 1);
   EXPECT_EQ(exit_handlers, 1);
