@@ -136,7 +136,12 @@ void add_record_command(CLI::App& app, int* exit_code) {
         "root{}\n",
         r->samples, r->profile.duration_ns / 1e9, r->delivered, r->reached_root,
         r->samples ? 100.0 * r->reached_root / r->samples : 0.0, with_context);
-    for (auto& [name, v] : r->reasons) std::cerr << fmt::format("  {:>8}  {}\n", v, name);
+    for (const record::RecordResult::Reason& reason : r->reasons) {
+      std::cerr << fmt::format("  {:>8}  {}\n", reason.count, reason.name);
+      for (auto& [where, n] : reason.sites) {
+        std::cerr << fmt::format("  {:>8}    {} at {}\n", "", n, where);
+      }
+    }
     auto written = report::write_outputs(r->profile, out);
     if (!written.ok()) {
       std::cerr << "ljprof record: " << written.message() << "\n";

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -145,6 +146,11 @@ class Recorder {
   std::map<std::string, uint64_t> user_counters_;
   uint64_t delivered_ = 0, reached_root_ = 0, malformed_ = 0;
   std::array<uint64_t, 16> before_context_{};  // per LJ_END_*: walks that ran before their rows
+  // Per LJ_END_*: where walks stopped ("module+0xOFF"); at most kMaxEndSites distinct sites
+  // per reason, the rest counted under "other sites".
+  std::array<std::map<std::string, uint64_t>, 16> end_sites_;
+  static constexpr size_t kMaxEndSites = 4096;
+  void note_end_site(const lj_rec_sample& s, const ProcessContext& ctx);
   pid_t child_ = -1;
   int child_status_ = -1;
   bool child_exited_ = false;
@@ -358,10 +364,27 @@ void Recorder::handle_sample(const void* data, size_t size) {
       if (pub != it->second.published_ns.end() && pub->second > s.time_ns) {
         ++before_context_[s.end];
         frames.back().function = fmt::format("[unknown: {}]", kBeforeContext);
+        stacks_[{s.pid, std::move(frames)}] += 1;
+        return;
       }
     }
   }
+  if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, *it->second.ctx);
   stacks_[{s.pid, std::move(frames)}] += 1;
+}
+
+void Recorder::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {
+  if (s.end >= end_sites_.size()) return;
+  std::string where;
+  if (const ModuleView* m = ctx.module_at(s.end_pc)) {
+    const std::string& path = m->object->path;
+    where = fmt::format("{}+{:#x}", path.substr(path.rfind('/') + 1), s.end_pc - m->bias);
+  } else {
+    where = fmt::format("anonymous {:#x}", s.end_pc);
+  }
+  auto& sites = end_sites_[s.end];
+  if (sites.size() >= kMaxEndSites && !sites.count(where)) where = "other sites";
+  ++sites[where];
 }
 
 std::vector<uint64_t> Recorder::read_counters() {
@@ -517,15 +540,22 @@ Result<RecordResult> Recorder::run() {
   r.reached_root = reached_root_;
   r.command_exit_status = child_status_;
   auto add = [&](const std::string& name, uint64_t v) {
-    if (v != 0) r.reasons.emplace_back(name, v);
+    if (v != 0) r.reasons.push_back({name, v, {}});
   };
   uint64_t before_context = 0;
   for (uint32_t e = 0; e < before_context_.size(); ++e) {
     if (e == LJ_END_ROOT) continue;
     const uint64_t late = std::min(before_context_[e], c[LJ_REC_CTR_END_BASE + e]);
     before_context += late;
-    add(fmt::format("walk ended: {}", symbolize::walk_end_name(e)),
-        c[LJ_REC_CTR_END_BASE + e] - late);
+    const uint64_t ended = c[LJ_REC_CTR_END_BASE + e] - late;
+    if (ended == 0) continue;
+    RecordResult::Reason reason{fmt::format("walk ended: {}", symbolize::walk_end_name(e)),
+                                ended,
+                                {end_sites_[e].begin(), end_sites_[e].end()}};
+    std::sort(reason.sites.begin(), reason.sites.end(),
+              [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (reason.sites.size() > 3) reason.sites.resize(3);
+    r.reasons.push_back(std::move(reason));
   }
   add(kNoContext, c[LJ_REC_CTR_NO_CONTEXT]);
   add(kBeforeContext, before_context);
@@ -555,7 +585,7 @@ Result<RecordResult> Recorder::run() {
   prof.counters["samples delivered"] = r.delivered;
   prof.counters["samples unwound to a proven root"] = r.reached_root;
   prof.counters["samples without an unwind context"] = r.without_context;
-  for (auto& [name, v] : r.reasons) prof.counters[name] = v;
+  for (const RecordResult::Reason& reason : r.reasons) prof.counters[reason.name] = reason.count;
   return r;
 }
 

@@ -37,7 +37,14 @@ struct RecordResult {
   // stopped in) was published: the seconds after an exec, before ljprof read the new mappings.
   uint64_t without_context = 0;
   int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
-  std::vector<std::pair<std::string, uint64_t>> reasons;  // per-reason counts, nonzero only
+  struct Reason {
+    std::string name;
+    uint64_t count = 0;
+    // Where walks with this reason stopped, most frequent first (at most 3): "luajit+0x704e0"
+    // (link-time address, as `ljprof cfi FILE --at` takes it) or "anonymous 0x7f..." (JIT code).
+    std::vector<std::pair<std::string, uint64_t>> sites;
+  };
+  std::vector<Reason> reasons;  // nonzero only
 };
 
 // Runs until the duration elapses, SIGINT/SIGTERM arrives, or every followed process exited.
