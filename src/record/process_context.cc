@@ -46,6 +46,48 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
   return raw;
 }
 
+MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& mem) {
+  auto obj = std::make_unique<MappedObject>();
+  obj->path = map.path;
+  const uint64_t size = map.end - map.start;
+  if (map.end <= map.start || size > kMaxVdsoBytes) {
+    obj->error = fmt::format("{} mapping {:#x}-{:#x} is larger than {} bytes", map.path, map.start,
+                             map.end, kMaxVdsoBytes);
+  } else {
+    obj->image.resize(size);
+    if (mem.read(map.start, obj->image.data(), static_cast<uint32_t>(size)) != 0) {
+      obj->error = fmt::format("cannot read {} at {:#x}", map.path, map.start);
+      obj->image.clear();
+    }
+  }
+  // The same kernel maps the same vDSO into every process: share one analysis per content.
+  const std::string content(obj->image.begin(), obj->image.end());
+  auto key = std::make_tuple(map.path, std::hash<std::string>{}(content), std::string("vdso"));
+  auto it = objects_.find(key);
+  if (it != objects_.end() && it->second->image == obj->image) return it->second.get();
+  if (obj->error.empty()) {
+    auto elf = elf::ElfFile::from_memory(obj->image, map.path);
+    if (!elf.ok()) {
+      obj->error = elf.message();
+    } else {
+      obj->elf = std::move(*elf);
+      auto table = cfi::build_unwind_table(*obj->elf, std::nullopt);
+      if (table.ok()) {
+        obj->table = std::move(*table);
+      } else {
+        obj->error = table.message();
+      }
+    }
+  }
+  MappedObject* raw = obj.get();
+  if (it == objects_.end()) {
+    objects_.emplace(std::move(key), std::move(obj));
+  } else {
+    uncached_.push_back(std::move(obj));  // a hash collision: never replace a live object
+  }
+  return raw;
+}
+
 const ModuleView* ProcessContext::module_at(uint64_t pc) const {
   auto it = std::upper_bound(modules.begin(), modules.end(), pc,
                              [](uint64_t v, const ModuleView& m) { return v < m.start; });
@@ -113,8 +155,9 @@ Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, Obje
     ctx->warnings.push_back(mem.message());
   }
   for (const MapEntry& m : maps) {
-    if (!m.executable || !m.file_backed()) continue;
-    MappedObject* obj = cache.get(pid, m);
+    const bool vdso = m.executable && m.path == "[vdso]" && ctx->mem;
+    if (!vdso && (!m.executable || !m.file_backed())) continue;
+    MappedObject* obj = vdso ? cache.get_vdso(m, *ctx->mem) : cache.get(pid, m);
     if (!obj->elf) {
       ctx->warnings.push_back(fmt::format("{}: {}", m.path, obj->error));
       continue;

@@ -29,6 +29,8 @@ namespace ljprof::record {
 // object).
 struct MappedObject {
   std::string path;
+  // An object with no file ([vdso]): its bytes, read from the process; `elf` views them.
+  std::vector<uint8_t> image;
   std::unique_ptr<elf::ElfFile> elf;
   std::string error;  // why `elf` or `table` is missing
   std::optional<cfi::UnwindTable> table;
@@ -49,10 +51,16 @@ class ObjectCache {
   // analysed once: ELF, LuaJIT detection and layout, unwind table (VM hints for the LuaJIT
   // file). Never null; a failure is recorded in `error`.
   MappedObject* get(uint32_t pid, const MapEntry& map);
+  // The kernel's vDSO mapped at `map` (an ELF image with .eh_frame and .dynsym: samples in
+  // clock_gettime / gettimeofday, or in the syscall fallback of a CPU-time clock, unwind
+  // through it). Read from the process's memory, at most kMaxVdsoBytes; keyed by content.
+  MappedObject* get_vdso(const MapEntry& map, const ProcessMemory& mem);
+  static constexpr uint64_t kMaxVdsoBytes = 1u << 20;
   size_t size() const { return objects_.size(); }
 
  private:
   std::map<std::tuple<std::string, uint64_t, std::string>, std::unique_ptr<MappedObject>> objects_;
+  std::vector<std::unique_ptr<MappedObject>> uncached_;
 };
 
 struct ModuleView {

@@ -1,0 +1,71 @@
+// The recorder's view of a live process: the kernel's vDSO is a code mapping with CFI too
+// (clock_gettime and gettimeofday run there; a CPU-time clock makes its syscall there), read
+// from the process's memory. Oracle: readelf on the same bytes, dumped to a file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+
+#include "record/process_context.h"
+#include "support/test_support.h"
+
+namespace ljprof::record {
+namespace {
+
+TEST(ProcessContext, VdsoUnwindRowsMatchReadelf) {
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  ObjectCache cache;
+  auto ctx = build_process_context(pid, cache);
+  ASSERT_TRUE(ctx.ok()) << ctx.message();
+  const ModuleView* vdso = nullptr;
+  for (const ModuleView& m : (*ctx)->modules) {
+    if (m.object->path == "[vdso]") vdso = &m;
+  }
+  ASSERT_NE(vdso, nullptr) << "no [vdso] module in the context of this process";
+  ASSERT_TRUE(vdso->object->table.has_value()) << vdso->object->error;
+
+  const std::string dump = testing::TempDir() + "/vdso-" + std::to_string(pid) + ".so";
+  {
+    std::ofstream out(dump, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(vdso->object->image.data()),
+              static_cast<std::streamsize>(vdso->object->image.size()));
+  }
+  // Every function readelf lists gets an Ok row at its first byte with CFA = rsp + 8 (x86-64)
+  // or sp + 0 (AArch64): the state at a call.
+  auto syms = test::run({"readelf", "-W", "--dyn-syms", dump});
+  ASSERT_EQ(syms.exit_code, 0) << syms.err;
+  std::regex func(R"(\s*\d+: ([0-9a-f]+)\s+\d+\s+FUNC\s+\w+\s+\w+\s+\S+\s+(\S+))");
+  int checked = 0;
+  std::istringstream in(syms.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, func)) continue;
+    const uint64_t at = std::stoull(m[1], nullptr, 16);
+    const lj_cfi_row* row = vdso->object->table->row_at(at);
+    ASSERT_NE(row, nullptr) << m[2];
+    EXPECT_EQ(row->hint, LJ_CFI_OK) << m[2];
+    EXPECT_EQ(row->cfa_base, LJ_CFI_REG_SP) << m[2];
+#if defined(__x86_64__)
+    EXPECT_EQ(row->cfa_offset, 8) << m[2];
+#endif
+    ++checked;
+    // The module covers the mapping at the load bias readelf's addresses imply.
+    EXPECT_LT(at + vdso->bias, vdso->end) << m[2];
+    EXPECT_GE(at + vdso->bias, vdso->start) << m[2];
+  }
+  EXPECT_GE(checked, 2) << syms.out;  // at least clock_gettime and gettimeofday
+  auto frames = test::run({"readelf", "-W", "--debug-dump=frames", dump});
+  ASSERT_EQ(frames.exit_code, 0) << frames.err;
+  size_t fdes = 0;
+  for (size_t p = frames.out.find(" FDE "); p != std::string::npos;
+       p = frames.out.find(" FDE ", p + 1)) {
+    ++fdes;
+  }
+  EXPECT_EQ(vdso->object->table->fde_count(), fdes);
+  ::unlink(dump.c_str());
+}
+
+}  // namespace
+}  // namespace ljprof::record
