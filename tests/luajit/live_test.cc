@@ -2,15 +2,8 @@
 // tarantool and an nginx worker running a content_by_lua_block (OpenResty's libluajit2 from
 // the fixture tree). The workloads run Lua with the JIT off so stops land in the interpreter;
 // after the check the target must still be running.
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,42 +14,13 @@
 
 #include "support/test_support.h"
 
-extern char** environ;
-
 namespace ljprof {
 namespace {
 
 constexpr const char* kFib =
     "jit.off() local function f(n) if n < 2 then return n end return f(n-1) + f(n-2) end ";
 
-// A background process, killed (SIGKILL) and reaped when the guard goes away.
-class Background {
- public:
-  explicit Background(const std::vector<std::string>& argv) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    if (posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), environ) != 0) pid_ = 0;
-    posix_spawn_file_actions_destroy(&fa);
-  }
-  ~Background() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
-
- private:
-  pid_t pid_ = 0;
-};
+using test::Background;
 
 nlohmann::json verify_live(pid_t pid) {
   test::CommandResult r =
@@ -105,17 +69,6 @@ TEST(VerifyLive, DebianTarantool) {
   rmdir(dir.c_str());
 }
 
-bool port_open(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  close(fd);
-  return ok;
-}
-
 TEST(VerifyLive, NginxLuaWorker) {
   const std::string tree = test::fixture("nginx-lua");
   const std::string dir = testing::TempDir() + "/ljprof-nginx-" + std::to_string(getpid());
@@ -142,7 +95,7 @@ TEST(VerifyLive, NginxLuaWorker) {
   bool up = false;
   for (int i = 0; i < 100 && !up; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    up = port_open(port);
+    up = test::port_open(port);
   }
   std::ifstream log(dir + "/error.log");
   std::string log_text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

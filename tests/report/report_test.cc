@@ -176,36 +176,12 @@ TEST(Top, FlatAndCumPerFunction) {
 // `go tool pprof -top` output: name -> flat column.
 std::map<std::string, std::string> pprof_flat(const std::string& out) {
   std::map<std::string, std::string> rows;
-  std::istringstream in(out);
-  std::string line;
-  bool table = false;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string flat, flat_pct, sum_pct, cum, cum_pct, name;
-    if (!(fields >> flat >> flat_pct >> sum_pct >> cum >> cum_pct)) continue;
-    if (flat == "flat") {
-      table = true;
-      continue;
-    }
-    if (!table) continue;
-    std::getline(fields >> std::ws, name);
-    rows[name] = flat;
-  }
+  for (const auto& [name, row] : test::parse_pprof_top(out)) rows[name] = row.flat;
   return rows;
 }
 
 test::CommandResult go_pprof(const TempDir& dir, const std::vector<std::string>& args) {
-  // A private HOME/GOCACHE/GOPATH: the test must not depend on, or write to, the user's.
-  std::vector<std::string> argv = {"/usr/bin/env",
-                                   "HOME=" + dir.path(),
-                                   "GOCACHE=" + dir.file("gocache"),
-                                   "GOPATH=" + dir.file("gopath"),
-                                   "PPROF_TMPDIR=" + dir.path(),
-                                   "/usr/bin/go",
-                                   "tool",
-                                   "pprof"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv);
+  return test::go_tool_pprof(dir.path(), args);
 }
 
 TEST(Pprof, GoToolPprofTopListsFlatCounts) {

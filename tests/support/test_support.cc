@@ -1,16 +1,25 @@
 #include "support/test_support.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -90,6 +99,156 @@ std::vector<uint8_t> read_file(const std::string& path) {
 bool file_exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
+}
+
+namespace {
+
+int exit_status(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+sockaddr_in loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+}  // namespace
+
+Background::Background(const std::vector<std::string>& argv, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  if (posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), environ) != 0) pid_ = 0;
+  posix_spawn_file_actions_destroy(&fa);
+}
+
+Background::~Background() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool Background::running() {
+  return wait(0) == -1 && pid_ > 0;
+}
+
+int Background::wait(int timeout_ms) {
+  if (pid_ <= 0 || reaped_) return status_;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      reaped_ = true;
+      status_ = exit_status(status);
+      return status_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // "PID (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return 0;
+  return stat[close + 2];
+}
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool port_open(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in a = loopback(port);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+int free_loopback_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("socket failed");
+  sockaddr_in a = loopback(0);
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot bind 127.0.0.1:0");
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+HttpResponse http_get(int port, const std::string& path, int timeout_ms) {
+  HttpResponse r;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return r;
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in a = loopback(port);
+  std::string raw;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[16384];
+      ssize_t n;
+      while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) return r;
+  r.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
+  r.body = raw.substr(head_end + 4);
+  return r;
+}
+
+CommandResult go_tool_pprof(const std::string& scratch_dir, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/env",
+                                   "HOME=" + scratch_dir,
+                                   "GOCACHE=" + scratch_dir + "/gocache",
+                                   "GOPATH=" + scratch_dir + "/gopath",
+                                   "PPROF_TMPDIR=" + scratch_dir,
+                                   "/usr/bin/go",
+                                   "tool",
+                                   "pprof"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
+std::map<std::string, PprofTopRow> parse_pprof_top(const std::string& out) {
+  std::map<std::string, PprofTopRow> rows;
+  std::istringstream in(out);
+  std::string line;
+  bool table = false;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string flat, flat_pct, sum_pct, cum, cum_pct, name;
+    if (!(fields >> flat >> flat_pct >> sum_pct >> cum >> cum_pct)) continue;
+    if (flat == "flat") {
+      table = true;
+      continue;
+    }
+    if (!table) continue;
+    std::getline(fields >> std::ws, name);
+    rows[name] = {flat, cum};
+  }
+  return rows;
 }
 
 }  // namespace ljprof::test

@@ -3,7 +3,10 @@
 // failure, never a skip: `make test` installs everything through scripts/bootstrap.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,5 +33,59 @@ std::vector<RealBinary> real_binaries();
 
 std::vector<uint8_t> read_file(const std::string& path);
 bool file_exists(const std::string& path);
+
+// A background process (no shell), killed (SIGKILL) and reaped when the guard goes away unless
+// wait() has already reaped it. Its stdout and stderr go to `log` (truncated) or /dev/null.
+class Background {
+ public:
+  explicit Background(const std::vector<std::string>& argv, const std::string& log = "/dev/null");
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  pid_t pid() const { return pid_; }
+  // Not exited yet (an exited process is reaped here and its status kept for wait()).
+  bool running();
+  // Waits up to `timeout_ms` for the exit: the status as run() reports it (128+N for signal N),
+  // or -1 if it is still running.
+  int wait(int timeout_ms);
+
+ private:
+  pid_t pid_ = 0;
+  bool reaped_ = false;
+  int status_ = -1;
+};
+
+// The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 't' tracing stop, ...), or 0
+// when the process is gone.
+char process_state(pid_t pid);
+
+// CLOCK_MONOTONIC in nanoseconds: the clock the workloads stamp their rate logs with.
+uint64_t monotonic_ns();
+
+// Something accepts TCP connections on 127.0.0.1:`port`.
+bool port_open(int port);
+// A port on 127.0.0.1 that was free a moment ago (bound to port 0 and released), for a server
+// the test configures; only the loopback interface is ever used.
+int free_loopback_port();
+
+struct HttpResponse {
+  int status = 0;  // 0: no connection or no complete status line
+  std::string body;
+};
+// One HTTP/1.0 GET to 127.0.0.1:`port` (the server closes the connection after the response);
+// send and receive each time out after `timeout_ms`.
+HttpResponse http_get(int port, const std::string& path, int timeout_ms);
+
+// `go tool pprof ARGS...` with a private HOME/GOCACHE/GOPATH/PPROF_TMPDIR under `scratch_dir`:
+// the tests must not depend on, or write to, the user's Go state.
+CommandResult go_tool_pprof(const std::string& scratch_dir, const std::vector<std::string>& args);
+
+// The table of `go tool pprof -top` output: function name -> its flat and cum columns as
+// printed ("70ms", "7", ...).
+struct PprofTopRow {
+  std::string flat;
+  std::string cum;
+};
+std::map<std::string, PprofTopRow> parse_pprof_top(const std::string& out);
 
 }  // namespace ljprof::test

@@ -6,7 +6,10 @@
 --   in_c     table.sort with a Lua comparator: Lua -> C function (lib_table.c) -> Lua;
 --   in_ffi   memset of a 4 MiB buffer through an FFI call.
 -- M.round() runs each once; M.report() returns "name linedefined seconds" lines and the
--- per-interval throughput log ("rate <monotonic ns> <rounds>").
+-- per-interval throughput log, "rate <start ns> <end ns> <rounds> <on-cpu ns> <run-queue ns>":
+-- CLOCK_MONOTONIC at both ends of an interval of at least 250 ms, and how long the kernel had
+-- the process on a CPU and waiting for one meanwhile (/proc/self/schedstat), so a reader can
+-- tell time lost to a busy neighbour from time the process was not runnable at all.
 local ffi = require('ffi')
 ffi.cdef [[
 void *memset(void *s, int c, size_t n);
@@ -64,7 +67,17 @@ local parts = {
 }
 for _, p in ipairs(parts) do p.seconds = 0 end
 
+-- /proc/self/schedstat: "<on-cpu ns> <run-queue wait ns> <timeslices>"; zeros if unreadable.
+local function schedstat()
+  local f = io.open('/proc/self/schedstat')
+  if not f then return 0, 0 end
+  local run, wait = f:read('*n', '*n')
+  f:close()
+  return run or 0, wait or 0
+end
+
 local rounds, interval_start, interval_rounds = 0, monotonic_ns(), 0
+local interval_run, interval_wait = schedstat()
 local rates = {}
 
 function M.round()
@@ -77,8 +90,10 @@ function M.round()
   interval_rounds = interval_rounds + 1
   local now = monotonic_ns()
   if now - interval_start >= 250e6 then
-    rates[#rates + 1] = string.format('rate %.0f %.0f %d', interval_start, now, interval_rounds)
-    interval_start, interval_rounds = now, 0
+    local run, wait = schedstat()
+    rates[#rates + 1] = string.format('rate %.0f %.0f %d %.0f %.0f', interval_start, now,
+                                      interval_rounds, run - interval_run, wait - interval_wait)
+    interval_start, interval_rounds, interval_run, interval_wait = now, 0, run, wait
   end
 end
 

@@ -1,0 +1,17 @@
+-- content_by_lua_file handler of the nginx-lua worker in the `ljprof record` tests. It runs the
+-- known split of split.lua (CPU measured per part with the VM's own os.clock), one round per
+-- request, so a local HTTP load loop keeps the worker's Lua busy:
+--   /round   split.round() (tens of milliseconds of CPU), answers "ok"
+--   /report  split.report(): the worker's own per-part CPU seconds since it started
+--   /pid     the worker's pid, for `ljprof record -p`
+-- The module stays loaded across requests (lua_code_cache is on), so the totals accumulate.
+local split = require('split')
+local uri = ngx.var.uri
+if uri == '/report' then
+  ngx.print(split.report())
+elseif uri == '/pid' then
+  ngx.print(ngx.worker.pid())
+else
+  split.round()
+  ngx.print('ok\n')
+end
