@@ -50,6 +50,9 @@
  *   the C frame is the running lua_State's, G->cur_L->cframe (lj_frame.h CFRAME_RAWMASK);
  *   the walker enters it like a Keep frame there (BASE/PC registers only at the leaf) and
  *   steps over it with the interpreter's blanket rule. The rule below is not used.
+ * LJ_CFI_VM_RETURNED: like VM_EMPTY, but the returning frame is being overwritten by its
+ *   results and L->base is not updated yet: the caller's base is in the interpreter's PC
+ *   register (vm_x64.dasc vm_return after `neg PC`). Valid only for a sampled (leaf) pc.
  */
 #define LJ_CFI_OK 0
 #define LJ_CFI_INVALID 1
@@ -58,6 +61,7 @@
 #define LJ_CFI_VM_LEAF 4
 #define LJ_CFI_VM_EMPTY 5
 #define LJ_CFI_VM_CUR_L 6
+#define LJ_CFI_VM_RETURNED 7
 
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */

@@ -420,8 +420,8 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     const int in_trace = st->enter_trace != 0;
     if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
     rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs,
-                     st->enter_empty ? 0 : (int)(in_trace | st->leaf | st->vm_regs_live), in_trace,
-                     st->enter_empty, st->out);
+                     (int)(in_trace | st->leaf | st->vm_regs_live), in_trace, st->enter_empty,
+                     st->out);
     if (rc >= 0) return lj_finish(st, (uint32_t)rc);
     if (in_trace) {
       if (lj_emit(st->out, LJ_FRAME_TRACE, regs->pc, st->enter_trace, st->cursor.segment) != 0)
@@ -446,12 +446,21 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       rc = lj_enter_trace(st);
       return rc >= 0 ? lj_finish(st, (uint32_t)rc) : 0;
     }
-    if (row.hint == LJ_CFI_KEEP || row.hint == LJ_CFI_VM_EMPTY) {
+    if (row.hint == LJ_CFI_VM_EMPTY) {
+      regs->vm_base = 0; /* not BASE here: the entry takes L->base */
+    } else if (row.hint == LJ_CFI_VM_RETURNED) {
+      /* Only a sampled pc can be here (no calls in that code); the caller's base is in the
+       * PC register (vm_x64.dasc vm_return: `neg PC`). */
+      if (!st->leaf) return lj_finish(st, LJ_END_NO_CFI);
+      regs->vm_base = regs->vm_pc;
+      regs->vm_pc = 0;
+    }
+    if (row.hint == LJ_CFI_KEEP || row.hint == LJ_CFI_VM_EMPTY || row.hint == LJ_CFI_VM_RETURNED) {
       /* Entering the Lua walk is a step of its own (as is locating a VM_CUR_L frame): the
        * verifier then checks it once, not once per path that leads to it. */
       st->vm_row = row;
       st->enter_trace = 0;
-      st->enter_empty = row.hint == LJ_CFI_VM_EMPTY;
+      st->enter_empty = row.hint != LJ_CFI_KEEP;
       st->mode = LJ_MODE_ENTER;
       return 0;
     } else if (row.hint == LJ_CFI_VM_CUR_L) {

@@ -259,6 +259,8 @@ const char* hint_name(uint8_t hint) {
       return "vm-empty";
     case LJ_CFI_VM_CUR_L:
       return "vm-cur-L";
+    case LJ_CFI_VM_RETURNED:
+      return "vm-returned";
     default:
       return "bad-hint";
   }

@@ -393,6 +393,63 @@ void add_exit_handler(Finder& f, const std::vector<Insn>& code,
   f.add(code[label].addr, stop, "trace exit to interpreter, C frame in a register", how, cur_l);
 }
 
+// vm_return, returning from Lua to C (vm_x64.dasc "Return to C"): `and PC, -8; sub PC, BASE;
+// neg PC` turns the frame link into the previous base, then the results are moved down over
+// the returning frame (BASE, rdx, walks through them) and `mov L:RB->base, PC` stores it.
+// During those three instructions PC is neither: Invalid. Until the store, neither the BASE
+// register nor L->base describes a frame but PC holds the caller's base: VM_RETURNED (no Lua
+// frame is read from the moved results). From the store to vm_leave_cp L->base is the
+// caller's: VM_EMPTY, joined to vm_leave_cp's own range. Only when that range follows within
+// a few straight-line instructions; otherwise nothing changes.
+void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t frame,
+                            int32_t blanket_fp) {
+  auto is_pc_reg = [](const Insn& i, int n) {
+    return is_reg(i, n, X86_REG_RBX) || is_reg(i, n, X86_REG_EBX);
+  };
+  uint64_t leave_cp = 0;
+  for (const VmSubRange& r : f.out) {
+    if (r.row.hint == LJ_CFI_VM_EMPTY && r.what.rfind("vm_leave_cp", 0) == 0) leave_cp = r.begin;
+  }
+  if (leave_cp == 0) return;
+  for (size_t i = 0; i + 2 < code.size(); ++i) {
+    const Insn& a = code[i];
+    // -8 as Capstone gives it for the 64-bit and the 32-bit (non-GC64) form.
+    if (!(a.id == X86_INS_AND && is_pc_reg(a, 0) && is_imm(a, 1) &&
+          (a.ops[1].value == -8 || a.ops[1].value == 0xfffffff8))) {
+      continue;
+    }
+    const Insn& b = code[i + 1];
+    const Insn& c = code[i + 2];
+    if (!(b.id == X86_INS_SUB && is_pc_reg(b, 0) &&
+          (is_reg(b, 1, X86_REG_RDX) || is_reg(b, 1, X86_REG_EDX)) && c.id == X86_INS_NEG &&
+          is_pc_reg(c, 0))) {
+      continue;
+    }
+    size_t store = i + 3;
+    while (store < code.size() && store < i + 16 &&
+           !(x_store_heap(code[store]) && is_pc_reg(code[store], 1)))
+      ++store;
+    if (store >= code.size() || store >= i + 16) continue;
+    size_t k = store + 1;
+    bool straight = true;
+    while (k < code.size() && k < store + 16 && code[k].addr < leave_cp) {
+      const Insn& insn = code[k];
+      straight &= insn.id != 0 && insn.id != X86_INS_CALL && insn.id != X86_INS_RET &&
+                  insn.id != X86_INS_JMP;
+      ++k;
+    }
+    if (!straight || k >= code.size() || code[k].addr != leave_cp || f.covers(a.addr)) continue;
+    f.add(a.addr, c.end(), "vm_return: PC becomes the previous base", f.how(a.addr, "lj_vm_return"),
+          invalid());
+    f.add(c.end(), code[store].end(), "vm_return: results moved over the returning frame",
+          f.how(a.addr, "lj_vm_return"),
+          sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_RETURNED));
+    f.add(code[store].end(), leave_cp, "vm_return: C frame linked, no Lua frame",
+          f.how(a.addr, "lj_vm_return"),
+          sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_EMPTY));
+  }
+}
+
 // x86-64 (lj_frame.h CFRAME_SIZE; vm_x64.dasc saveregs/restoreregs, BC_JLOOP, vm_exit_handler,
 // vm_exit_interp). `cfa` is the blanket rule's rsp offset (the C frame size).
 void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t blanket_fp) {
@@ -527,6 +584,7 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t b
       }
     }
   }
+  add_return_to_c_window(f, code, frame, blanket_fp);
   // vm_exit_interp entry: `add rsp, <JIT extra>` right after an unconditional jmp (it is a
   // label reached from traces, which run with the JIT frame).
   if (jit_extra > 0) {

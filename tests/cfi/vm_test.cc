@@ -187,7 +187,8 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
   ASSERT_GT(code.size(), 1000u);
   auto row = [&](uint64_t pc) { return table->row_at(pc); };
   auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
-  int prologues = 0, epilogues = 0, jloops = 0, exit_handlers = 0, linked_windows = 0, restores = 0;
+  int prologues = 0, epilogues = 0, jloops = 0, exit_handlers = 0, linked_windows = 0, restores = 0,
+      returns_to_c = 0;
   for (size_t i = 0; i < code.size(); ++i) {
     // Prologue.
     size_t j = i;
@@ -318,6 +319,26 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
         continue;
       }
     }
+    // vm_return to C: `and PC,-8; sub; neg` (PC becomes the previous base): Invalid; through
+    // the store of PC into L->base the results overwrite the frame and PC is the caller's
+    // base: VM_RETURNED; then, up to vm_leave_cp, VM_EMPTY.
+    if (i + 2 < code.size() &&
+        std::regex_match(code[i].second,
+                         std::regex(R"(and (rbx|ebx),0x(fffffffffffffff8|fffffff8))")) &&
+        std::regex_match(code[i + 1].second, std::regex(R"(sub (rbx,rdx|ebx,edx))")) &&
+        std::regex_match(code[i + 2].second, std::regex(R"(neg (rbx|ebx))"))) {
+      size_t q = i;
+      const std::regex base_store(R"(mov (QWORD|DWORD) PTR \[rbp\+0x[0-9a-f]+\],(rbx|ebx))");
+      for (; q < code.size() && !std::regex_match(code[q].second, base_store); ++q) {
+        EXPECT_EQ(row(code[q].first)->hint, q < i + 3 ? LJ_CFI_INVALID : LJ_CFI_VM_RETURNED)
+            << std::hex << code[q].first;
+      }
+      ASSERT_LT(q, code.size());
+      EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_VM_RETURNED) << std::hex << code[q].first;
+      for (++q; q < code.size() && !starts(code[q].second, "mov rcx,QWORD PTR [rsp+0x"); ++q)
+        EXPECT_EQ(row(code[q].first)->hint, LJ_CFI_VM_EMPTY) << std::hex << code[q].first;
+      ++returns_to_c;
+    }
     if (starts(code[i].second, "sub rsp,0x")) {
       size_t k = i + 1;
       while (k < code.size() && k < i + 4 && starts(code[k].second, "mov QWORD PTR [rsp")) ++k;
@@ -338,7 +359,8 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
       path.c_str(), prologues, linked_windows, epilogues, restores, jloops, exit_handlers);
   EXPECT_GE(prologues, 4);  // vm_resume, vm_pcall, vm_call, vm_cpcall
   EXPECT_EQ(linked_windows, prologues);
-  EXPECT_EQ(restores, 1);  // vm_leave_cp
+  EXPECT_EQ(restores, 1);      // vm_leave_cp
+  EXPECT_EQ(returns_to_c, 1);  // vm_return
   EXPECT_GE(epilogues, 1);
   EXPECT_EQ(jloops, 1);
   EXPECT_EQ(exit_handlers, 1);

@@ -147,9 +147,8 @@ void expect_profile_matches_vm(const std::string& folded, const VmReport& vm, do
 struct Case {
   std::string runtime;  // /usr/bin/luajit or /usr/bin/tarantool
   bool jit_off;
-  // Of the samples that had an unwind context. With the JIT on, the trace-exit path
-  // (vm_exit_handler/vm_exit_interp, whose rsp only the trace knows) and the VM entry/exit
-  // windows before L->cframe is linked still end walks with a reason (about 1-2%): issue 7.
+  // Of the samples that had an unwind context: the issue's 99%, JIT on or off (measured
+  // 99.5-99.9%; what still stops is the trace exit handler before lj_trace_exit, rare here).
   double min_root_share;
   std::string label;
 };
@@ -191,9 +190,9 @@ TEST_P(RecordSplit, SharesMatchTheVmsOwnClock) {
 INSTANTIATE_TEST_SUITE_P(
     Real, RecordSplit,
     ::testing::Values(Case{"/usr/bin/luajit", true, 0.99, "luajit_jit_off"},
-                      Case{"/usr/bin/luajit", false, 0.97, "luajit_jit_on"},
+                      Case{"/usr/bin/luajit", false, 0.99, "luajit_jit_on"},
                       Case{"/usr/bin/tarantool", true, 0.99, "tarantool_jit_off"},
-                      Case{"/usr/bin/tarantool", false, 0.97, "tarantool_jit_on"}),
+                      Case{"/usr/bin/tarantool", false, 0.99, "tarantool_jit_on"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.label; });
 
 // An nginx-lua deployment as it runs in production: a master and one worker process (as
@@ -303,7 +302,7 @@ TEST_P(RecordNginxLua, WorkerSharesMatchItsOwnClock) {
 
 INSTANTIATE_TEST_SUITE_P(Real, RecordNginxLua,
                          ::testing::Values(NginxCase{true, 0.99, "nginx_lua_jit_off"},
-                                           NginxCase{false, 0.97, "nginx_lua_jit_on"}),
+                                           NginxCase{false, 0.99, "nginx_lua_jit_on"}),
                          [](const ::testing::TestParamInfo<NginxCase>& info) {
                            return info.param.label;
                          });
