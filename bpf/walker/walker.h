@@ -217,6 +217,11 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   return -1;
 }
 
+/* A bytecode pc known to be unknown: it stops the fallback to the C frame's SAVE_PC (which a
+ * trace never updates) and, not being 4-byte aligned, is never a BCIns address, so the
+ * frame's line comes out unknown. */
+#define LJ_PC_UNKNOWN 1
+
 #define LJ_MODE_NATIVE 0
 #define LJ_MODE_LUA 1
 #define LJ_MODE_LOCATE 2 /* an LJ_CFI_VM_CUR_L row: find the C frame, then enter it */
@@ -320,6 +325,18 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
       }
     }
     if (t == 0) return LJ_END_NO_MODULE;
+  } else if (vmstate == lj->vmst_gc && lj->vmst_gc != 0 && !st->leaf) {
+    /* A GC step called from a trace: lj_gc.c lj_gc_step_jit switches vmstate to GC (so the
+     * trace number is gone) and sets L->base = jit_base. While jit_base is set the trace runs
+     * on the running lua_State's C frame: enter it there (LJ_MODE_LOCATE) with BASE =
+     * jit_base. Which trace, and so the innermost frame's pc, is unknown. */
+    if (lj_read_ref(env, lj, g + lj->g_jit_base, &base) != 0) return LJ_END_READ_FAULT;
+    if (base == 0) return LJ_END_NO_MODULE;
+    regs->vm_base = base;
+    regs->vm_pc = LJ_PC_UNKNOWN;
+    st->vm_regs_live = 1;
+    st->mode = LJ_MODE_LOCATE;
+    return -1;
   } else {
     return LJ_END_NO_MODULE; /* G says no trace is running: not JIT code of this VM */
   }
