@@ -53,6 +53,9 @@
  * LJ_CFI_VM_RETURNED: like VM_EMPTY, but the returning frame is being overwritten by its
  *   results and L->base is not updated yet: the caller's base is in the interpreter's PC
  *   register (vm_x64.dasc vm_return after `neg PC`). Valid only for a sampled (leaf) pc.
+ * LJ_CFI_VM_EXIT: the trace exit handler before it calls lj_trace_exit (all GPRs pushed, rsp
+ *   from the trace): like VM_CUR_L, with the exiting trace's BASE in G->jit_base and the
+ *   innermost pc unknown. Valid only for a sampled (leaf) pc.
  */
 #define LJ_CFI_OK 0
 #define LJ_CFI_INVALID 1
@@ -62,6 +65,7 @@
 #define LJ_CFI_VM_EMPTY 5
 #define LJ_CFI_VM_CUR_L 6
 #define LJ_CFI_VM_RETURNED 7
+#define LJ_CFI_VM_EXIT 8
 
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */

@@ -41,6 +41,11 @@
 
 static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row);
 
+/* A bytecode pc known to be unknown: it stops the fallback to the C frame's SAVE_PC (which a
+ * trace never updates) and, not being 4-byte aligned, is never a BCIns address, so the
+ * frame's line comes out unknown. */
+#define LJ_PC_UNKNOWN 1
+
 /* The walk's Lua-side state. */
 struct lj_lua_cursor {
   uint64_t L;             /* current lua_State, 0 if none yet */
@@ -104,7 +109,15 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
     if (lj_read_ref(env, lj, L + lj->L_stack, &stack) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_read_ref(env, lj, L + lj->L_maxstack, &maxstack) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_walk_read(env, &cframe, 8, L + lj->L_cframe) != 0) return LJ_END_BAD_LUA_STATE;
-    if (leaf && regs->vm_base != 0) {
+    if (leaf && regs->vm_base == 0 && regs->vm_pc == LJ_PC_UNKNOWN) {
+      /* LJ_CFI_VM_EXIT: the exiting trace's BASE is G->jit_base (vm_x64.dasc
+       * vm_exit_handler clears it just before calling lj_trace_exit; those few instructions
+       * stop here). */
+      if (lj_read_ref(env, lj, g + lj->g_jit_base, &base) != 0 || base == 0)
+        return LJ_END_NULL_JIT_BASE;
+      top = maxstack;
+      pc = LJ_PC_UNKNOWN;
+    } else if (leaf && regs->vm_base != 0) {
       base = regs->vm_base;
       top = maxstack; /* L->top is as stale as L->base here */
       pc = regs->vm_pc;
@@ -216,11 +229,6 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   }
   return -1;
 }
-
-/* A bytecode pc known to be unknown: it stops the fallback to the C frame's SAVE_PC (which a
- * trace never updates) and, not being 4-byte aligned, is never a BCIns address, so the
- * frame's line comes out unknown. */
-#define LJ_PC_UNKNOWN 1
 
 #define LJ_MODE_NATIVE 0
 #define LJ_MODE_LUA 1
@@ -481,6 +489,14 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       st->mode = LJ_MODE_ENTER;
       return 0;
     } else if (row.hint == LJ_CFI_VM_CUR_L) {
+      st->mode = LJ_MODE_LOCATE;
+      return 0;
+    } else if (row.hint == LJ_CFI_VM_EXIT) {
+      /* Only sampled pcs (the rows end one byte into the call of lj_trace_exit). */
+      if (!st->leaf) return lj_finish(st, LJ_END_NO_CFI);
+      regs->vm_base = 0;           /* taken from G->jit_base once G is found */
+      regs->vm_pc = LJ_PC_UNKNOWN; /* the exit's pc is known only to lj_trace_exit */
+      st->vm_regs_live = 1;
       st->mode = LJ_MODE_LOCATE;
       return 0;
     } else if (row.hint == LJ_CFI_STOP) {

@@ -261,6 +261,8 @@ const char* hint_name(uint8_t hint) {
       return "vm-cur-L";
     case LJ_CFI_VM_RETURNED:
       return "vm-returned";
+    case LJ_CFI_VM_EXIT:
+      return "vm-exit";
     default:
       return "bad-hint";
   }

@@ -347,13 +347,13 @@ void add_unlinked_entry_window(Finder& f, const std::vector<Insn>& code,
 }
 
 // The trace exit handler [code[first].addr, stop): entered from a trace's exit stub with an
-// rsp only the trace knows, so no static rule, except where the C frame is known to be the
-// running lua_State's cframe (hint VM_CUR_L): the return address of its `call lj_trace_exit`
-// (the row starts one byte into the call so that it serves return-address lookups, pc - 1, and
-// never a sampled pc at the call itself, where BASE/PC are not in their registers), and,
-// where the code joins vm_exit_interp's `1:` label before `mov rsp, reg` (GC64:
-// `lea rcx, [rsp+16]` / `1: mov r13, [rcx-8]; mov r12, [rcx]; mov rsp, rcx`), the loads there,
-// which run with BASE and PC already in their registers on both paths.
+// rsp only the trace knows, so no rule from rsp. Up to and including the first byte of its
+// `call lj_trace_exit` the C frame is the running lua_State's cframe and the exiting trace's
+// BASE is G->jit_base: hint VM_EXIT (sampled pcs only). The rest of the call instruction, the
+// return address, is VM_CUR_L: L->base is set by then (return-address lookups use pc - 1).
+// Where the code joins vm_exit_interp's `1:` label before `mov rsp, reg` (GC64:
+// `lea rcx, [rsp+16]` / `1: mov r13, [rcx-8]; mov r12, [rcx]; mov rsp, rcx`), the loads there
+// run with BASE and PC in their registers on both paths: VM_CUR_L. The rest stays Invalid.
 void add_exit_handler(Finder& f, const std::vector<Insn>& code,
                       const std::map<uint64_t, size_t>& index, size_t first, size_t mov_rsp,
                       uint64_t stop, int64_t frame, int32_t blanket_fp) {
@@ -369,7 +369,8 @@ void add_exit_handler(Finder& f, const std::vector<Insn>& code,
     f.add(code[first].addr, stop, what, how, invalid());
     return;
   }
-  f.add(code[first].addr, code[call].addr + 1, what, how, invalid());
+  f.add(code[first].addr, code[call].addr + 1, what, how,
+        sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_EXIT));
   f.add(code[call].addr + 1, code[call].end(), "trace exit handler: return from lj_trace_exit", how,
         cur_l);
   // The `1:` label: a direct jmp after the call targets it; from there to `mov rsp, reg`

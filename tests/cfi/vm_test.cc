@@ -258,10 +258,9 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
       }
     }
     if (j - i >= 8) {
-      // Exit handler: Invalid through `mov rsp,reg`, except the return address of its last
-      // call (lj_trace_exit) and, when a jmp after that call lands on a run of loads right
-      // before `mov rsp,reg` (vm_exit_interp's `1:`), those loads: the C frame there is the
-      // running lua_State's cframe (VM_CUR_L).
+      // Exit handler: VM_EXIT through its last call (lj_trace_exit), VM_CUR_L from the call's
+      // return address and, when a jmp after that call lands on a run of loads right before
+      // `mov rsp,reg` (vm_exit_interp's `1:`), for those loads; Invalid in between.
       size_t k = j, call = 0, label = 0;
       while (k < code.size() && !starts(code[k].second, "mov rsp,")) ++k;
       ASSERT_LT(k, code.size());
@@ -282,7 +281,9 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
           label = 0;
       }
       for (size_t q = i; q <= k; ++q) {
-        const uint8_t want = (label != 0 && q >= label) ? LJ_CFI_VM_CUR_L : LJ_CFI_INVALID;
+        const uint8_t want = q <= call                    ? LJ_CFI_VM_EXIT
+                             : (label != 0 && q >= label) ? LJ_CFI_VM_CUR_L
+                                                          : LJ_CFI_INVALID;
         EXPECT_EQ(row(code[q].first)->hint, want) << std::hex << code[q].first;
       }
       EXPECT_EQ(row(code[call].first + 1)->hint, LJ_CFI_VM_CUR_L) << std::hex << code[call].first;
