@@ -288,6 +288,19 @@ struct lj_walk_state {
   uint32_t enter_empty;
 };
 
+/* The walk's global_State, proven (lj_proven_g) before use: the includer's hint st->g, the G
+ * this walk already proved, or the sampled DISPATCH/GL register. 0 when none proves itself. */
+LJ_INLINE uint64_t lj_walk_g(struct lj_walk_state* st) {
+  const struct lj_luajit_info* lj = st->lj;
+  const struct lj_native_regs* regs = &st->regs;
+  uint64_t g = 0;
+  if (lj_proven_g(st->env, lj, st->g)) return st->g;
+  if (lj_proven_g(st->env, lj, st->out->g)) return st->out->g;
+  if (!regs->dispatch_valid) return 0;
+  g = lj->dispatch_is_g ? regs->dispatch : regs->dispatch - (int64_t)lj->g_to_dispatch;
+  return lj_proven_g(st->env, lj, g) ? g : 0;
+}
+
 /* The pc (no module covers it) may be JIT machine code: prove the running trace and move to
  * the VM C frame it runs on, to be entered by the next step. Returns -1 when the walk
  * continues, else LJ_END_*. */
@@ -303,14 +316,7 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
 
   if (lj == 0 || lj->g_jit_trace == 0 || lj->tr_mcode == 0 || lj->tr_traceno < 2)
     return LJ_END_NO_MODULE;
-  if (lj_proven_g(env, lj, st->g)) {
-    g = st->g;
-  } else if (lj_proven_g(env, lj, st->out->g)) {
-    g = st->out->g;
-  } else if (regs->dispatch_valid) {
-    g = lj->dispatch_is_g ? regs->dispatch : regs->dispatch - (int64_t)lj->g_to_dispatch;
-    if (!lj_proven_g(env, lj, g)) g = 0;
-  }
+  g = lj_walk_g(st);
   if (g == 0) return LJ_END_TRACE_NO_G;
   if (lj_walk_read(env, &vmstate, 4, g + lj->g_vmstate) != 0) return LJ_END_READ_FAULT;
   /* lj_jit.h jit_State: GCRef *trace; TraceNo freetrace; TraceNo sizetrace. */
@@ -378,14 +384,7 @@ LJ_INLINE int lj_locate_cur_l_cframe(struct lj_walk_state* st, struct lj_cfi_row
   struct lj_walk_env* env = st->env;
   struct lj_native_regs* regs = &st->regs;
   uint64_t g = 0, L = 0, cframe = 0;
-  if (lj_proven_g(env, lj, st->g)) {
-    g = st->g;
-  } else if (lj_proven_g(env, lj, st->out->g)) {
-    g = st->out->g;
-  } else if (regs->dispatch_valid) {
-    g = lj->dispatch_is_g ? regs->dispatch : regs->dispatch - (int64_t)lj->g_to_dispatch;
-    if (!lj_proven_g(env, lj, g)) g = 0;
-  }
+  g = lj_walk_g(st);
   if (g == 0) return LJ_END_TRACE_NO_G;
   if (lj_read_ref(env, lj, g + lj->g_cur_L, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
   if (L == st->cursor.L && st->cursor.expect_cframe != 0) {

@@ -453,12 +453,10 @@ void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t fr
 
 // x86-64 (lj_frame.h CFRAME_SIZE; vm_x64.dasc saveregs/restoreregs, BC_JLOOP, vm_exit_handler,
 // vm_exit_interp). `cfa` is the blanket rule's rsp offset (the C frame size).
-void detect_x86(Finder& f, const std::vector<Insn>& code, int32_t cfa, int32_t blanket_fp) {
+void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_t, size_t>& index,
+                int32_t cfa, int32_t blanket_fp) {
   const int64_t frame = cfa;
-  std::map<uint64_t, size_t> index;
-  for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].addr, i);
-  int64_t jit_extra = 0;           // CFRAME_SIZE_JIT - CFRAME_SIZE, from JLOOP's `sub rsp, imm`
-  std::vector<uint64_t> consumed;  // starts of instructions already explained
+  int64_t jit_extra = 0;  // CFRAME_SIZE_JIT - CFRAME_SIZE, from JLOOP's `sub rsp, imm`
   for (size_t i = 0; i < code.size(); ++i) {
     // Exit handler: >= 8 GPR pushes (with `lea rbp, [rsp+N]` in between), then state saves,
     // until `mov rsp, reg` restores the C frame from L->cframe. Entered from trace exit stubs
@@ -670,10 +668,9 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
 // the leaf rule (CFA = rsp + 8) only for the instructions reachable from it, and only when none
 // of them moves rsp (push, pop, rsp arithmetic) and every path ends in `ret`; anything else
 // keeps the blanket rule, which stops the walk with a clear reason rather than guessing.
-void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code) {
+void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
+                             const std::map<uint64_t, size_t>& index) {
   constexpr size_t kMaxHelperInsns = 512;
-  std::map<uint64_t, size_t> index;
-  for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].addr, i);
   std::set<uint64_t> targets;
   for (const Insn& insn : code) {
     if (insn.id != X86_INS_CALL || !is_imm(insn, 0)) continue;
@@ -684,7 +681,7 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code) {
     std::set<size_t> reached;
     std::vector<size_t> work;
     bool ok = index.count(target) != 0;
-    if (ok) work.push_back(index[target]);
+    if (ok) work.push_back(index.at(target));
     while (ok && !work.empty()) {
       const size_t i = work.back();
       work.pop_back();
@@ -743,7 +740,10 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
   std::vector<Insn> code = disassemble(file, vm.begin, vm.end);
   if (file.arch() == elf::Arch::X86_64) {
     if (blanket.cfa_base != LJ_CFI_REG_SP) return {};
-    detect_x86(f, code, blanket.cfa_offset,
+    // Instruction index by address, for following direct jumps and calls.
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].addr, i);
+    detect_x86(f, code, index, blanket.cfa_offset,
                blanket.fp_rule == LJ_CFI_RULE_AT_CFA ? blanket.fp_offset : -16);
     // C-callable leaf helpers that live inside the VM FDE (vm_x64.dasc "Math helper
     // functions", lj_vm_cpuid): called like C functions, so CFA = rsp + 8 + pushes, not the C
@@ -793,7 +793,7 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
       }
       f.out.insert(f.out.end(), rows.begin(), rows.end());
     }
-    add_called_leaf_helpers(f, code);
+    add_called_leaf_helpers(f, code, index);
     // A named entry symbol whose prologue did not match gets no rule at all.
     for (const char* name : {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall",
                              "lj_vm_exit_handler", "lj_BC_JLOOP"}) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <string_view>
 
 #include "luajit/runtime.h"
 
@@ -61,8 +62,9 @@ MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& me
     }
   }
   // The same kernel maps the same vDSO into every process: share one analysis per content.
-  const std::string content(obj->image.begin(), obj->image.end());
-  auto key = std::make_tuple(map.path, std::hash<std::string>{}(content), std::string("vdso"));
+  const std::string_view content(reinterpret_cast<const char*>(obj->image.data()),
+                                 obj->image.size());
+  auto key = std::make_tuple(map.path, std::hash<std::string_view>{}(content), std::string("vdso"));
   auto it = objects_.find(key);
   if (it != objects_.end() && it->second->image == obj->image) return it->second.get();
   if (obj->error.empty()) {
