@@ -84,6 +84,33 @@ struct VmReport {
   }
 };
 
+// One line of ljprof's --folded output: the frames from the root, and its sample count.
+struct FoldedStack {
+  std::vector<std::string> frames;
+  double count = 0;
+  std::string line;
+  bool rooted() const {
+    return !frames.empty() && frames.front().find("[root]") != std::string::npos;
+  }
+  // Not a walk that stopped in code whose rows were published after the sample was taken.
+  bool had_context() const { return line.find("published after the sample") == std::string::npos; }
+};
+
+std::vector<FoldedStack> read_folded(const std::string& path) {
+  std::vector<FoldedStack> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) {
+      ADD_FAILURE() << path << ": not a folded line: " << line;
+      continue;
+    }
+    out.push_back({split(line.substr(0, space), ';'), std::stod(line.substr(space + 1)), line});
+  }
+  return out;
+}
+
 // A recording's folded stacks against the VM's per-part CPU time: shares within 5 points, at
 // least `min_root_share` of the samples that had an unwind context end at a proven root, and
 // the comparator nests under table.sort under in_c. `what` (ljprof's summary) goes with every
@@ -93,16 +120,12 @@ void expect_profile_matches_vm(const std::string& folded, const VmReport& vm, do
   ASSERT_EQ(vm.parts.size(), 5u) << what;
   std::map<std::string, double> samples;
   double total = 0, with_context = 0, rooted = 0, nested = 0, in_c = 0;
-  std::ifstream in(folded);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t sp = line.rfind(' ');
-    ASSERT_NE(sp, std::string::npos);
-    const double n = std::stod(line.substr(sp + 1));
-    const std::vector<std::string> frames = split(line.substr(0, sp), ';');
+  for (const FoldedStack& stack : read_folded(folded)) {
+    const std::vector<std::string>& frames = stack.frames;
+    const double n = stack.count;
     total += n;
-    if (line.find("published after the sample") == std::string::npos) with_context += n;
-    if (!frames.empty() && frames.front().find("[root]") != std::string::npos) rooted += n;
+    if (stack.had_context()) with_context += n;
+    if (stack.rooted()) rooted += n;
     for (const char* name : kParts) {
       bool hit = false;
       for (const std::string& f : frames) hit |= f.rfind(vm.label(name), 0) == 0;
@@ -392,9 +415,7 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
 
   // The recording was real: about 2500 samples of the target's CPU.
   double samples = 0;
-  std::ifstream in(folded);
-  std::string line;
-  while (std::getline(in, line)) samples += std::stod(line.substr(line.rfind(' ') + 1));
+  for (const FoldedStack& stack : read_folded(folded)) samples += stack.count;
   EXPECT_GT(samples, 1000) << r.err;
 
   // The sampling window, from the profile.
@@ -403,6 +424,7 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   int64_t start_real = -1;
   double duration_s = -1;
   std::istringstream raw_lines(raw.out);
+  std::string line;
   while (std::getline(raw_lines, line)) {
     if (line.rfind("Time: ", 0) == 0) start_real = parse_go_time(line.substr(6));
     if (line.rfind("Duration: ", 0) == 0) duration_s = std::stod(line.substr(10));
@@ -544,16 +566,12 @@ TEST_P(RecordFromTrace, CalleeNestsUnderTheTracedFunction) {
   const std::string traced = "function <" + std::string(LJPROF_WORKLOADS) + "/" + c.workload + ":" +
                              std::to_string(std::stoi(fields[1])) + ">";
   double total = 0, with_context = 0, inside = 0, nested = 0, rooted = 0;
-  std::istringstream in(slurp(folded));
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t space = line.rfind(' ');
-    ASSERT_NE(space, std::string::npos) << line;
-    const double n = std::stod(line.substr(space + 1));
-    const auto frames = split(line.substr(0, space), ';');
+  for (const FoldedStack& stack : read_folded(folded)) {
+    const std::vector<std::string>& frames = stack.frames;
+    const double n = stack.count;
     total += n;
-    if (line.find("published after the sample") == std::string::npos) with_context += n;
-    if (!frames.empty() && frames.front().find("[root]") != std::string::npos) rooted += n;
+    if (stack.had_context()) with_context += n;
+    if (stack.rooted()) rooted += n;
     for (size_t i = 0; i < frames.size(); ++i) {
       if (frames[i] != c.native) continue;
       inside += n;
@@ -563,7 +581,7 @@ TEST_P(RecordFromTrace, CalleeNestsUnderTheTracedFunction) {
       while (caller > 0 && frames[caller - 1].rfind("[trace ", 0) == 0) --caller;
       if (caller > 0 && frames[caller - 1].rfind(traced, 0) == 0) nested += n;
       for (size_t k = i + 1; k < frames.size(); ++k) {
-        EXPECT_EQ(frames[k].find("function <"), std::string::npos) << line;
+        EXPECT_EQ(frames[k].find("function <"), std::string::npos) << stack.line;
       }
       break;
     }
