@@ -236,16 +236,31 @@ struct Finder {
     bool inside = s != nullptr && s->value <= pc && pc < s->value + std::max<uint64_t>(s->size, 1);
     return inside ? "symbol" : "pattern";
   }
-  // A sub-range found so far contains pc.
+  // A sub-range found so far contains pc. The patterns ask this for every instruction they
+  // look at, so it is a lookup in the union of the ranges (disjoint, keyed by begin), not a
+  // scan of `out`: a VM-sized input with thousands of ranges stays near-linear.
   bool covers(uint64_t pc) const {
-    for (const VmSubRange& r : out)
-      if (r.begin <= pc && pc < r.end) return true;
-    return false;
+    auto it = covered.upper_bound(pc);
+    return it != covered.begin() && pc < std::prev(it)->second;
   }
   void add(uint64_t b, uint64_t e, std::string what, std::string how, lj_cfi_row row) {
-    if (b >= e) return;
-    out.push_back({b, e, std::move(what), std::move(how), row});
+    add(VmSubRange{b, e, std::move(what), std::move(how), row});
   }
+  void add(VmSubRange r) {
+    if (r.begin >= r.end) return;
+    uint64_t b = r.begin, e = r.end;
+    // Merge with every union range that overlaps or touches [b, e).
+    auto it = covered.upper_bound(b);
+    if (it != covered.begin() && std::prev(it)->second >= b) --it;
+    while (it != covered.end() && it->first <= e) {
+      b = std::min(b, it->first);
+      e = std::max(e, it->second);
+      it = covered.erase(it);
+    }
+    covered.emplace(b, e);
+    out.push_back(std::move(r));
+  }
+  std::map<uint64_t, uint64_t> covered;  // union of out's ranges (begin -> end), kept by add()
 };
 
 // Right after an entry links its C frame into L->cframe, and before it pushes the first Lua
@@ -671,11 +686,16 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
 void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
                              const std::map<uint64_t, size_t>& index) {
   constexpr size_t kMaxHelperInsns = 512;
+  // Real VMs call a handful of such helpers (5 distinct targets in Debian's libluajit); more
+  // than this means the bytes are not a LuaJIT VM, and following each target would cost
+  // targets x kMaxHelperInsns. Over the cap no helper gets a row (they keep the blanket rule).
+  constexpr size_t kMaxHelperTargets = 64;
   std::set<uint64_t> targets;
   for (const Insn& insn : code) {
     if (insn.id != X86_INS_CALL || !is_imm(insn, 0)) continue;
     const auto target = static_cast<uint64_t>(insn.ops[0].value);
     if (target >= f.vm.begin && target < f.vm.end && !f.covers(target)) targets.insert(target);
+    if (targets.size() > kMaxHelperTargets) return;
   }
   for (uint64_t target : targets) {
     std::set<size_t> reached;
@@ -729,13 +749,13 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
         rows.push_back({code[i].addr, code[i].end(), what, "pattern", leaf});
       }
     }
-    f.out.insert(f.out.end(), rows.begin(), rows.end());
+    for (VmSubRange& r : rows) f.add(std::move(r));
   }
 }
 
 std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,
                                             const lj_cfi_row& blanket) {
-  Finder f{file, vm, {}};
+  Finder f{file, vm, {}, {}};
   if (vm.end <= vm.begin || vm.end - vm.begin > (64u << 20)) return {};
   std::vector<Insn> code = disassemble(file, vm.begin, vm.end);
   if (file.arch() == elf::Arch::X86_64) {
@@ -791,7 +811,7 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
               invalid());
         continue;
       }
-      f.out.insert(f.out.end(), rows.begin(), rows.end());
+      for (VmSubRange& r : rows) f.add(std::move(r));
     }
     add_called_leaf_helpers(f, code, index);
     // A named entry symbol whose prologue did not match gets no rule at all.
