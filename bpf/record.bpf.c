@@ -71,6 +71,15 @@ struct {
   __type(value, struct lj_rec_sample);
 } sample_scratch SEC(".maps");
 
+/* The walk's step-to-step state: in a map value, not on the BPF stack, so the verifier checks
+ * the step callback about once (walker.h struct lj_walk_ctx). */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct lj_walk_state);
+} walk_state SEC(".maps");
+
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
   __uint(max_entries, 8 << 20); /* the loader may resize it (--ringbuf-mb) */
@@ -304,7 +313,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   struct task_struct* task;
   struct pt_regs regs;
   struct lj_walk_env env;
-  struct lj_walk_state st;
+  struct lj_walk_state* st;
+  struct lj_walk_ctx wc;
   struct convert_ctx cc;
   const struct lj_luajit_info* lj;
   uint64_t size;
@@ -322,7 +332,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   proc = bpf_map_lookup_elem(&procs, &slot);
   out = bpf_map_lookup_elem(&walk_scratch, &zero);
   sample = bpf_map_lookup_elem(&sample_scratch, &zero);
-  if (!proc || !out || !sample) return 0;
+  st = bpf_map_lookup_elem(&walk_state, &zero);
+  if (!proc || !out || !sample || !st) return 0;
 
   /* The user registers saved at kernel entry: the sample's own registers when the tick hit
    * user code, the syscall/fault entry registers when it hit the kernel on the thread's
@@ -338,15 +349,16 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   /* Keep `lj` a real pointer-or-NULL: without the barrier clang may fold the test into the
    * address arithmetic, which the verifier rejects as a scalar dereference. */
   asm volatile("" : "+r"(lj));
-  __builtin_memset(&st, 0, sizeof(st));
+  __builtin_memset(st, 0, sizeof(*st));
   env.proc = proc;
-  st.env = &env;
-  st.out = out;
-  st.lj = lj;
-  st.g = proc->g_hint;
-  st.vm_bias = proc->vm_bias;
-  load_regs(&regs, lj, &st.regs);
-  lj_walk(&st);
+  wc.env = &env;
+  wc.lj = lj;
+  wc.out = out;
+  wc.st = st;
+  st->g = proc->g_hint;
+  st->vm_bias = proc->vm_bias;
+  load_regs(&regs, lj, &st->regs);
+  lj_walk(&wc);
   /* Keep a G this walk proved: the next sample in a trace can use it (a hint, re-proved before
    * every use, so a racy write is harmless). */
   if (out->g != 0 && out->g != proc->g_hint) proc->g_hint = out->g;

@@ -60,20 +60,29 @@ struct {
   __type(value, struct lj_luajit_info);
 } layouts SEC(".maps");
 
+/* The walk state lives in a map value, as in the recorder (walker.h struct lj_walk_ctx). */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct lj_walk_state);
+} walk_state SEC(".maps");
+
 SEC("perf_event")
 int walk_check(void* ctx) {
   (void)ctx;
   uint32_t zero = 0;
   struct lj_walk_result* out = bpf_map_lookup_elem(&scratch, &zero);
   if (!out) return 0;
+  struct lj_walk_state* st = bpf_map_lookup_elem(&walk_state, &zero);
+  if (!st) return 0;
   struct lj_walk_env env = {0};
-  struct lj_walk_state st = {0};
-  st.env = &env;
-  st.out = out;
-  st.lj = bpf_map_lookup_elem(&layouts, &zero);
-  st.regs.lr_valid = 1;
-  st.regs.fp_valid = 1;
-  lj_walk(&st);
+  struct lj_walk_ctx c = {&env, bpf_map_lookup_elem(&layouts, &zero), out, st};
+  st->g = 0;
+  st->vm_bias = 0;
+  st->regs.lr_valid = 1;
+  st->regs.fp_valid = 1;
+  lj_walk(&c);
   return 0;
 }
 

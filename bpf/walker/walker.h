@@ -264,11 +264,9 @@ LJ_INLINE int lj_trace_holds(struct lj_walk_env* env, const struct lj_luajit_inf
   return pc >= mcode && pc - mcode < szmcode;
 }
 
-/* Everything one walk carries from step to step (bpf_loop passes it to the step callback). */
+/* Everything one walk carries from step to step. Plain values only: the kernel build keeps it
+ * in a per-CPU map value (see struct lj_walk_ctx). */
 struct lj_walk_state {
-  struct lj_walk_env* env;
-  const struct lj_luajit_info* lj;
-  struct lj_walk_result* out;
   struct lj_native_regs regs;
   struct lj_lua_cursor cursor;
   struct lj_cfi_row vm_row; /* the VM row to step over its C frame with when Lua hands back */
@@ -288,25 +286,40 @@ struct lj_walk_state {
   uint32_t enter_empty;
 };
 
+/* What bpf_loop hands the step callback: pointers only, the same in every iteration. The
+ * verifier checks a bpf_loop callback again for each distinct state it can start from until the
+ * states converge; with the walk state on the BPF stack every combination of its small fields
+ * (mode, leaf, vm_regs_live, enter_empty, ...) was a state of its own, and Linux 6.18.44's
+ * verifier gave up at its 1M instruction limit on that. Values in a map value are not tracked,
+ * so there the callback is checked about once. `lj` may be NULL (no LuaJIT in the process). */
+struct lj_walk_ctx {
+  struct lj_walk_env* env;
+  const struct lj_luajit_info* lj;
+  struct lj_walk_result* out;
+  struct lj_walk_state* st;
+};
+
 /* The walk's global_State, proven (lj_proven_g) before use: the includer's hint st->g, the G
  * this walk already proved, or the sampled DISPATCH/GL register. 0 when none proves itself. */
-LJ_INLINE uint64_t lj_walk_g(struct lj_walk_state* st) {
-  const struct lj_luajit_info* lj = st->lj;
+LJ_INLINE uint64_t lj_walk_g(struct lj_walk_ctx* c) {
+  struct lj_walk_state* st = c->st;
+  const struct lj_luajit_info* lj = c->lj;
   const struct lj_native_regs* regs = &st->regs;
   uint64_t g = 0;
-  if (lj_proven_g(st->env, lj, st->g)) return st->g;
-  if (lj_proven_g(st->env, lj, st->out->g)) return st->out->g;
+  if (lj_proven_g(c->env, lj, st->g)) return st->g;
+  if (lj_proven_g(c->env, lj, c->out->g)) return c->out->g;
   if (!regs->dispatch_valid) return 0;
   g = lj->dispatch_is_g ? regs->dispatch : regs->dispatch - (int64_t)lj->g_to_dispatch;
-  return lj_proven_g(st->env, lj, g) ? g : 0;
+  return lj_proven_g(c->env, lj, g) ? g : 0;
 }
 
 /* The pc (no module covers it) may be JIT machine code: prove the running trace and move to
  * the VM C frame it runs on, to be entered by the next step. Returns -1 when the walk
  * continues, else LJ_END_*. */
-LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
-  const struct lj_luajit_info* lj = st->lj;
-  struct lj_walk_env* env = st->env;
+LJ_INLINE int lj_enter_trace(struct lj_walk_ctx* c) {
+  struct lj_walk_state* st = c->st;
+  const struct lj_luajit_info* lj = c->lj;
+  struct lj_walk_env* env = c->env;
   struct lj_native_regs* regs = &st->regs;
   struct lj_cfi_row row;
   uint64_t g = 0, traces = 0, t = 0, base = 0, pc = st->leaf ? regs->pc : regs->pc - 1;
@@ -316,7 +329,7 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
 
   if (lj == 0 || lj->g_jit_trace == 0 || lj->tr_mcode == 0 || lj->tr_traceno < 2)
     return LJ_END_NO_MODULE;
-  g = lj_walk_g(st);
+  g = lj_walk_g(c);
   if (g == 0) return LJ_END_TRACE_NO_G;
   if (lj_walk_read(env, &vmstate, 4, g + lj->g_vmstate) != 0) return LJ_END_READ_FAULT;
   /* lj_jit.h jit_State: GCRef *trace; TraceNo freetrace; TraceNo sizetrace. */
@@ -367,7 +380,7 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
   regs->sp = regs->sp + 16 + spadjust;
   regs->vm_base = base;
   regs->vm_pc = 0;
-  if (st->out->g == 0) st->out->g = g;
+  if (c->out->g == 0) c->out->g = g;
   st->vm_row = row;
   st->enter_trace = t;
   st->enter_empty = 0;
@@ -379,12 +392,13 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_state* st) {
  * walk already handed back from an inner VM frame of that L, the cframe that link named), not
  * at sp. Moves regs->sp there and loads the interpreter's blanket row into *row for stepping
  * over the frame. Returns -1, or LJ_END_* when G cannot be proven or the frame is unreadable. */
-LJ_INLINE int lj_locate_cur_l_cframe(struct lj_walk_state* st, struct lj_cfi_row* row) {
-  const struct lj_luajit_info* lj = st->lj;
-  struct lj_walk_env* env = st->env;
+LJ_INLINE int lj_locate_cur_l_cframe(struct lj_walk_ctx* c, struct lj_cfi_row* row) {
+  struct lj_walk_state* st = c->st;
+  const struct lj_luajit_info* lj = c->lj;
+  struct lj_walk_env* env = c->env;
   struct lj_native_regs* regs = &st->regs;
   uint64_t g = 0, L = 0, cframe = 0;
-  g = lj_walk_g(st);
+  g = lj_walk_g(c);
   if (g == 0) return LJ_END_TRACE_NO_G;
   if (lj_read_ref(env, lj, g + lj->g_cur_L, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
   if (L == st->cursor.L && st->cursor.expect_cframe != 0) {
@@ -399,19 +413,20 @@ LJ_INLINE int lj_locate_cur_l_cframe(struct lj_walk_state* st, struct lj_cfi_row
   if (lj_walk_lookup(env, lj->vm_begin + st->vm_bias, row) != 0 || row->hint != LJ_CFI_KEEP)
     return LJ_END_NO_LUAJIT;
   regs->sp = cframe;
-  if (st->out->g == 0) st->out->g = g;
+  if (c->out->g == 0) c->out->g = g;
   return -1;
 }
 
-LJ_INLINE long lj_finish(struct lj_walk_state* st, uint32_t end) {
-  st->out->end = end;
+LJ_INLINE long lj_finish(struct lj_walk_ctx* c, uint32_t end) {
+  c->out->end = end;
   return 1;
 }
 
 /* One step of the walk: one native frame, one Lua frame, or one hand-over between them.
  * Returns 0 to continue, 1 when the walk has ended (out->end says how). */
 static long lj_walk_step(uint64_t index, void* ctx) {
-  struct lj_walk_state* st = (struct lj_walk_state*)ctx;
+  struct lj_walk_ctx* c = (struct lj_walk_ctx*)ctx;
+  struct lj_walk_state* st = c->st;
   struct lj_native_regs* regs = &st->regs;
   struct lj_cfi_row row;
   int rc;
@@ -420,20 +435,20 @@ static long lj_walk_step(uint64_t index, void* ctx) {
   if (st->mode == LJ_MODE_LUA) {
     /* Lua mode is entered only with a layout; the kernel verifier, which checks this callback
      * once for every iteration, needs to see that. */
-    if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
-    rc = lj_lua_step(st->env, st->lj, &st->cursor, st->vm_sp, st->out);
+    if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
+    rc = lj_lua_step(c->env, c->lj, &st->cursor, st->vm_sp, c->out);
     if (rc == -1) return 0;
-    if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+    if (rc >= 0) return lj_finish(c, (uint32_t)rc);
     /* Hand back to native: step over the VM's C frame with the VM's own rule. */
     st->mode = LJ_MODE_NATIVE;
     row = st->vm_row;
     row.hint = LJ_CFI_OK;
   } else if (st->mode == LJ_MODE_LOCATE) {
-    if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
-    rc = lj_locate_cur_l_cframe(st, &st->vm_row);
-    if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+    if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
+    rc = lj_locate_cur_l_cframe(c, &st->vm_row);
+    if (rc >= 0) return lj_finish(c, (uint32_t)rc);
     /* x86-64: rbp is not the VM frame's here (the exit handler, a trace's register) */
-    if (st->lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
+    if (c->lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
     st->enter_trace = 0;
     st->enter_empty = 0;
     st->mode = LJ_MODE_ENTER;
@@ -442,17 +457,17 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     /* The VM C frame at sp (vm_row is its rule): a Keep/VM_EMPTY row, a located VM_CUR_L
      * frame, or the frame a proven trace runs on. */
     const int in_trace = st->enter_trace != 0;
-    if (st->lj == 0) return lj_finish(st, LJ_END_NO_LUAJIT);
-    rc = lj_enter_vm(st->env, st->lj, &st->cursor, regs,
-                     (int)(in_trace | st->leaf | st->vm_regs_live), in_trace, st->enter_empty,
-                     st->out);
-    if (rc >= 0) return lj_finish(st, (uint32_t)rc);
+    if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
+    rc =
+        lj_enter_vm(c->env, c->lj, &st->cursor, regs, (int)(in_trace | st->leaf | st->vm_regs_live),
+                    in_trace, st->enter_empty, c->out);
+    if (rc >= 0) return lj_finish(c, (uint32_t)rc);
     if (in_trace) {
-      if (lj_emit(st->out, LJ_FRAME_TRACE, regs->pc, st->enter_trace, st->cursor.segment) != 0)
-        return lj_finish(st, LJ_END_TRUNCATED);
+      if (lj_emit(c->out, LJ_FRAME_TRACE, regs->pc, st->enter_trace, st->cursor.segment) != 0)
+        return lj_finish(c, LJ_END_TRUNCATED);
       /* x86-64 traces allocate rbp like any register; AArch64 traces never touch x29
        * (lj_target_arm64.h RSET_FIXED), so it is still the VM frame's. */
-      if (st->lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
+      if (c->lj->arch != LJ_INFO_ARCH_ARM64) regs->fp_valid = 0;
       st->leaf = 0;
     }
     st->vm_sp = regs->sp;
@@ -465,17 +480,17 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     row = st->vm_row;
     row.hint = LJ_CFI_OK;
   } else {
-    st->out->end_pc = regs->pc;
-    if (lj_walk_lookup(st->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0) {
-      rc = lj_enter_trace(st);
-      return rc >= 0 ? lj_finish(st, (uint32_t)rc) : 0;
+    c->out->end_pc = regs->pc;
+    if (lj_walk_lookup(c->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0) {
+      rc = lj_enter_trace(c);
+      return rc >= 0 ? lj_finish(c, (uint32_t)rc) : 0;
     }
     if (row.hint == LJ_CFI_VM_EMPTY) {
       regs->vm_base = 0; /* not BASE here: the entry takes L->base */
     } else if (row.hint == LJ_CFI_VM_RETURNED) {
       /* Only a sampled pc can be here (no calls in that code); the caller's base is in the
        * PC register (vm_x64.dasc vm_return: `neg PC`). */
-      if (!st->leaf) return lj_finish(st, LJ_END_NO_CFI);
+      if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = regs->vm_pc;
       regs->vm_pc = 0;
     }
@@ -492,40 +507,40 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       return 0;
     } else if (row.hint == LJ_CFI_VM_EXIT) {
       /* Only sampled pcs (the rows end one byte into the call of lj_trace_exit). */
-      if (!st->leaf) return lj_finish(st, LJ_END_NO_CFI);
+      if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = 0;           /* taken from G->jit_base once G is found */
       regs->vm_pc = LJ_PC_UNKNOWN; /* the exit's pc is known only to lj_trace_exit */
       st->vm_regs_live = 1;
       st->mode = LJ_MODE_LOCATE;
       return 0;
     } else if (row.hint == LJ_CFI_STOP) {
-      lj_emit(st->out, LJ_FRAME_ROOT, regs->pc, 0, 0);
-      return lj_finish(st, LJ_END_ROOT);
-    } else if (lj_emit(st->out, LJ_FRAME_NATIVE, regs->pc, 0, 0) != 0) {
-      return lj_finish(st, LJ_END_TRUNCATED);
+      lj_emit(c->out, LJ_FRAME_ROOT, regs->pc, 0, 0);
+      return lj_finish(c, LJ_END_ROOT);
+    } else if (lj_emit(c->out, LJ_FRAME_NATIVE, regs->pc, 0, 0) != 0) {
+      return lj_finish(c, LJ_END_TRUNCATED);
     }
   }
 
   st->vm_regs_live = st->leaf && row.hint == LJ_CFI_VM_LEAF;
-  rc = lj_native_step(st->env, &row, regs);
+  rc = lj_native_step(c->env, &row, regs);
   st->leaf = 0;
   switch (rc) {
     case LJ_STEP_OK:
       return 0;
     case LJ_STEP_ROOT:
-      return lj_finish(st, LJ_END_ROOT);
+      return lj_finish(c, LJ_END_ROOT);
     case LJ_STEP_RA_ZERO:
-      return lj_finish(st, LJ_END_RA_ZERO);
+      return lj_finish(c, LJ_END_RA_ZERO);
     case LJ_STEP_NO_CFI:
-      return lj_finish(st, LJ_END_NO_CFI);
+      return lj_finish(c, LJ_END_NO_CFI);
     case LJ_STEP_READ_FAULT:
-      return lj_finish(st, LJ_END_READ_FAULT);
+      return lj_finish(c, LJ_END_READ_FAULT);
     case LJ_STEP_FP_UNKNOWN:
-      return lj_finish(st, LJ_END_FP_UNKNOWN);
+      return lj_finish(c, LJ_END_FP_UNKNOWN);
     case LJ_STEP_RA_UNKNOWN:
-      return lj_finish(st, LJ_END_RA_UNKNOWN);
+      return lj_finish(c, LJ_END_RA_UNKNOWN);
     default:
-      return lj_finish(st, LJ_END_BAD_FRAME);
+      return lj_finish(c, LJ_END_BAD_FRAME);
   }
 }
 
@@ -540,22 +555,27 @@ static long lj_walk_step(uint64_t index, void* ctx) {
   } while (0)
 #endif
 
-/* Walks the stack starting at `st->regs` (the sampled or dumped thread's registers; set
- * lr_valid/fp_valid for what the leaf really has). `st->lj` may be NULL for a process without
- * LuaJIT. The result is in st->out. */
-LJ_INLINE void lj_walk(struct lj_walk_state* st) {
-  st->out->nframes = 0;
-  st->out->lua_states = 0;
-  st->out->g = 0;
-  st->out->end = LJ_END_TRUNCATED;
-  st->out->end_pc = st->regs.pc;
+/* Walks the stack starting at `c->st->regs` (the sampled or dumped thread's registers; set
+ * lr_valid/fp_valid for what the leaf really has) and the inputs st->g and st->vm_bias; the
+ * rest of *c->st is set here. The result is in c->out. */
+LJ_INLINE void lj_walk(struct lj_walk_ctx* c) {
+  struct lj_walk_state* st = c->st;
+  const struct lj_lua_cursor no_cursor = {0};
+  const struct lj_cfi_row no_row = {0};
+  c->out->nframes = 0;
+  c->out->lua_states = 0;
+  c->out->g = 0;
+  c->out->end = LJ_END_TRUNCATED;
+  c->out->end_pc = st->regs.pc;
   st->mode = LJ_MODE_NATIVE;
   st->leaf = 1;
   st->vm_regs_live = 0;
   st->enter_trace = 0;
   st->enter_empty = 0;
   st->vm_sp = 0;
-  LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_step, st);
+  st->cursor = no_cursor;
+  st->vm_row = no_row;
+  LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_step, c);
 }
 
 #endif /* LJPROF_BPF_WALKER_WALKER_H */

@@ -23,11 +23,9 @@ void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                     const struct lj_native_regs* regs, uint64_t g_hint, uint64_t vm_bias,
                     struct lj_walk_result* out) {
   struct lj_walk_state st = {0};
-  st.env = env;
-  st.lj = lj;
+  struct lj_walk_ctx c = {env, lj, out, &st};
   st.g = g_hint;
   st.vm_bias = vm_bias;
-  st.out = out;
   st.regs = *regs;
-  lj_walk(&st);
+  lj_walk(&c);
 }
