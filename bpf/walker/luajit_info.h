@@ -73,6 +73,13 @@ struct lj_luajit_info {
   uint16_t pt_numline;
   uint16_t pt_lineinfo;
   uint16_t pt_size; /* sizeof(GCproto): bytecode starts here */
+  /* GCproto fields read only when naming functions (symbolize/call_site), not by the walker:
+   * the GC constants (MRef k; GCRefs at negative indexes), their count, and the debug info
+   * streams of upvalue and local variable names (MRef uvinfo, varinfo; NULL when stripped). */
+  uint16_t pt_k;
+  uint16_t pt_sizekgc;
+  uint16_t pt_uvinfo;
+  uint16_t pt_varinfo;
   /* GCtrace */
   uint16_t tr_szmcode;
   uint16_t tr_mcode;

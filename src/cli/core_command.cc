@@ -31,6 +31,13 @@ std::string basename_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The call-site name of a Lua or C function frame, as JSON fields.
+void add_call_name(Json& j, const core::StackFrame& f) {
+  j["name"] = f.call_name ? Json(f.call_name->name) : Json(nullptr);
+  j["namewhat"] = f.call_name ? Json(f.call_name->what) : Json(nullptr);
+  if (!f.name_error.empty()) j["name_error"] = f.name_error;
+}
+
 Json frame_json(const core::StackFrame& f) {
   Json j;
   j["kind"] = core::frame_kind_name(f.kind);
@@ -44,6 +51,7 @@ Json frame_json(const core::StackFrame& f) {
         j["line"] = f.lua->line >= 0 ? Json(f.lua->line) : Json(nullptr);
         j["firstline"] = f.lua->firstline;
         j["main_chunk"] = f.lua->main_chunk;
+        add_call_name(j, f);
       } else {
         j["error"] = f.reason;
       }
@@ -70,6 +78,7 @@ Json frame_json(const core::StackFrame& f) {
       if (f.kind == core::FrameKind::CFunc) {
         j["function"] = hex(f.gcfunc);
         j["lua_state"] = f.lua_state;
+        add_call_name(j, f);
       }
       j["pc"] = hex(f.pc);
       j["module"] = f.module.empty() ? Json(nullptr) : Json(f.module);
@@ -95,12 +104,17 @@ std::string frame_text(const core::StackFrame& f) {
     case core::FrameKind::Lua: {
       if (!f.lua) return fmt::format("lua     [unknown: {}]", f.reason);
       std::string line = f.lua->line >= 0 ? std::to_string(f.lua->line) : "?";
-      std::string what = f.lua->main_chunk
+      // As luaL_traceback words it: a call-site name first, then the main chunk.
+      std::string what = f.call_name ? fmt::format("function '{}'", f.call_name->name)
+                         : f.lua->main_chunk
                              ? std::string("main chunk")
                              : fmt::format("function <{}:{}>", f.lua->short_src, f.lua->firstline);
       return fmt::format("lua     {}:{} in {}", f.lua->short_src, line, what);
     }
     case core::FrameKind::CFunc:
+      if (f.call_name) {
+        return fmt::format("cfunc   {} as '{}'", native_text(f), f.call_name->name);
+      }
       return "cfunc   " + native_text(f);
     case core::FrameKind::Root:
       return "root    " + native_text(f);

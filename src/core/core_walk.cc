@@ -219,6 +219,23 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
     }
     out.frames.push_back(std::move(f));
   }
+  // Names from call sites (lj_debug.c lj_debug_funcname): only when the next frame out is the
+  // Lua function that made the call, in the same lua_State; a function called from C, by
+  // pcall or by the VM entry has a C frame (or none) there and gets no name, as in the VM's
+  // own traceback.
+  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
+    StackFrame& f = out.frames[i];
+    const StackFrame& caller = out.frames[i + 1];
+    if (f.kind != FrameKind::Lua && f.kind != FrameKind::CFunc) continue;
+    if (caller.kind != FrameKind::Lua || caller.lua_state != f.lua_state || caller.bcpc == 0)
+      continue;
+    auto name = symbolize::call_site_name(env.mem, info_, caller.gcfunc, caller.bcpc);
+    if (name.ok()) {
+      f.call_name = std::move(*name);
+    } else {
+      f.name_error = name.message();
+    }
+  }
   out.reached_root = result->end == LJ_END_ROOT;
   out.end = symbolize::walk_end_name(result->end);
   if (result->end != LJ_END_ROOT && result->end != LJ_END_RA_ZERO) {

@@ -13,6 +13,7 @@
 #include "common/result.h"
 #include "core/core_file.h"
 #include "luajit/proc_info.h"
+#include "symbolize/call_site.h"
 #include "symbolize/symbolize.h"
 #include "symbolize/trace.h"
 
@@ -32,6 +33,10 @@ struct StackFrame {
   uint64_t gcfunc = 0;  // lua/cfunc: the GCfunc object
   uint64_t bcpc = 0;    // lua: bytecode pc (0 = unknown)
   std::optional<symbolize::LuaLocation> lua;
+  // lua/cfunc: the name the calling Lua frame gave this function (symbolize/call_site), when
+  // the next frame out is that caller; name_error says why reading it failed, if it did.
+  std::optional<symbolize::CallSiteName> call_name;
+  std::string name_error;
   uint32_t lua_state = 0;  // which lua_State segment (lua/cfunc/trace)
   uint64_t gctrace = 0;    // trace: the GCtrace object (pc is the machine-code pc)
   std::optional<symbolize::TraceInfo> trace;

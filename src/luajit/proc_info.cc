@@ -62,6 +62,10 @@ constexpr LayoutRule kLayoutRules[] = {
     {field::kPtNumline, 76, 48, "layout rule lj_obj.h GCproto"},
     {field::kPtLineinfo, 80, 52, "layout rule lj_obj.h GCproto"},
     {field::kPtSize, 104, 64, "layout rule lj_obj.h sizeof(GCproto) (bytecode follows)"},
+    {field::kPtK, 32, 16, "layout rule lj_obj.h GCproto"},
+    {field::kPtSizekgc, 48, 24, "layout rule lj_obj.h GCproto"},
+    {field::kPtUvinfo, 88, 56, "layout rule lj_obj.h GCproto"},
+    {field::kPtVarinfo, 96, 60, "layout rule lj_obj.h GCproto"},
     {field::kTrStartpt, 64, 48, "layout rule lj_jit.h GCtrace"},
     {field::kTrSzmcode, 84, 60, "layout rule lj_jit.h GCtrace"},
     {field::kTrTraceno, 104, 80, "layout rule lj_jit.h GCtrace"},
@@ -476,7 +480,8 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
       field::kLStack,      field::kLCframe,     field::kStrLen,     field::kStrData,
       field::kFnFfid,      field::kFnPc,        field::kFnCfunc,    field::kPtSizebc,
       field::kPtChunkname, field::kPtFirstline, field::kPtNumline,  field::kPtLineinfo,
-      field::kPtSize,      field::kTrSzmcode,   field::kTrMcode,    field::kTrTraceno,
+      field::kPtSize,      field::kPtK,         field::kPtSizekgc,  field::kPtUvinfo,
+      field::kPtVarinfo,   field::kTrSzmcode,   field::kTrMcode,    field::kTrTraceno,
       field::kTrStartpt};
   auto rank = [&](const Field& f) {
     for (size_t i = 0; i < std::size(kOrder); ++i)
@@ -534,6 +539,10 @@ lj_luajit_info to_walker_info(const LuaJITProcInfo& info) {
   w.pt_firstline = u16(field::kPtFirstline);
   w.pt_numline = u16(field::kPtNumline);
   w.pt_lineinfo = u16(field::kPtLineinfo);
+  w.pt_k = u16(field::kPtK);
+  w.pt_sizekgc = u16(field::kPtSizekgc);
+  w.pt_uvinfo = u16(field::kPtUvinfo);
+  w.pt_varinfo = u16(field::kPtVarinfo);
   w.pt_size = u16(field::kPtSize);
   w.tr_szmcode = u16(field::kTrSzmcode);
   w.tr_mcode = u16(field::kTrMcode);

@@ -34,7 +34,11 @@ struct ExpectedFrame {
   std::optional<int> firstline;  // "in function <src:N>"
   bool main_chunk = false;
   std::optional<uint64_t> c_entry;  // "[C]: at 0x..."
-  std::string text;                 // the traceback line, for messages
+  // "in function 'NAME'": the call-site name (lj_debug_funcname); none for "<src:N>", "main
+  // chunk", "?" and "at 0x...". Unset for the synthetic resume entries, which are not checked.
+  std::optional<std::string> name;
+  bool check_name = true;
+  std::string text;  // the traceback line, for messages
 };
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -46,11 +50,11 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 // The traceback blocks the workload printed, in print order.
 std::vector<std::vector<ExpectedFrame>> parse_tracebacks(const std::string& out) {
-  static const std::regex c_named(R"(^\t\[C\]: in (function '.*'|\?)$)");
+  static const std::regex c_named(R"(^\t\[C\]: in (function '(.*)'|\?)$)");
   static const std::regex c_at(R"(^\t\[C\]: at 0x([0-9a-f]+)$)");
   static const std::regex lua_main(R"(^\t(.+):(\d+): in main chunk$)");
   static const std::regex lua_anon(R"(^\t(.+):(\d+): in function <(.+):(\d+)>$)");
-  static const std::regex lua_named(R"(^\t(.+):(\d+): in function '.*'$)");
+  static const std::regex lua_named(R"(^\t(.+):(\d+): in function '(.*)'$)");
   std::vector<std::vector<ExpectedFrame>> blocks;
   bool inside = false;
   for (const std::string& line : lines_of(out)) {
@@ -74,6 +78,7 @@ std::vector<std::vector<ExpectedFrame>> parse_tracebacks(const std::string& out)
       f.c_entry = std::stoull(m[1], nullptr, 16);
     } else if (std::regex_match(line, m, c_named)) {
       f.is_c = true;
+      if (m[2].matched) f.name = m[2];
     } else if (std::regex_match(line, m, lua_main)) {
       f.source = m[1];
       f.line = std::stoi(m[2]);
@@ -85,6 +90,7 @@ std::vector<std::vector<ExpectedFrame>> parse_tracebacks(const std::string& out)
     } else if (std::regex_match(line, m, lua_named)) {
       f.source = m[1];
       f.line = std::stoi(m[2]);
+      f.name = m[3];
     } else {
       ADD_FAILURE() << "unparsed traceback line: " << line;
       continue;
@@ -263,6 +269,7 @@ void expect_lua_frames_match(const Json& frames, std::vector<std::vector<Expecte
       for (size_t i = 0; i < c_frames_between_blocks; ++i) {
         ExpectedFrame c;
         c.is_c = true;
+        c.check_name = false;
         c.text = "[C] (the resume call, after the outer traceback was printed)";
         expected.push_back(c);
       }
@@ -294,6 +301,10 @@ void expect_lua_frames_match(const Json& frames, std::vector<std::vector<Expecte
     const ExpectedFrame& e = expected[i];
     const Json& f = i < gap ? ours[i] : ours[ours.size() - (expected.size() - i)];
     SCOPED_TRACE("frame " + std::to_string(i) + ": expected " + e.text + ", got " + f.dump());
+    if (e.check_name) {
+      EXPECT_EQ(f["name"], e.name ? Json(*e.name) : Json(nullptr));
+      EXPECT_FALSE(f.contains("name_error"));
+    }
     if (e.is_c) {
       EXPECT_EQ(f["kind"], "cfunc");
       if (e.c_entry) {
@@ -422,7 +433,8 @@ INSTANTIATE_TEST_SUITE_P(
     Interpreter, CoreGolden,
     ::testing::Combine(::testing::Values(kLuajitAmd64, kLuajitArm64, kTarantoolAmd64),
                        ::testing::Values("gsub_callback.lua", "sort_pcall.lua",
-                                         "coroutine_abort.lua", "deep_recursion.lua")),
+                                         "coroutine_abort.lua", "deep_recursion.lua",
+                                         "call_names.lua")),
     golden_name);
 
 // qemu-user runs the guest inside a host process: gcore would dump the host, so arm64 cores come
