@@ -164,7 +164,10 @@ void expect_profile_matches_vm(const std::string& folded, const VmReport& vm, do
   }
   measured << ", cmp under table.sort in " << 100 * nested / in_c << "% of in_c";
   std::cout << measured.str() << "\n";
-  EXPECT_GT(nested, 0.2 * in_c) << "Lua -> C -> Lua nesting under in_c: " << nested << " of "
+  // How much of table.sort's time its Lua comparator takes depends on the build and the CPU
+  // (19-25% of in_c measured here for the nginx-lua worker, more for luajit/tarantool); a broken
+  // Lua -> C -> Lua hand-over puts cmp under table.sort in next to no samples.
+  EXPECT_GT(nested, 0.1 * in_c) << "Lua -> C -> Lua nesting under in_c: " << nested << " of "
                                 << in_c;
 }
 
