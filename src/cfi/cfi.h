@@ -188,6 +188,8 @@ class UnwindTable {
   // The link-time start of the FDE covering `pc` (the function it describes, for naming code in
   // stripped files that have no symbol for it), or nullopt when no placed FDE covers pc.
   std::optional<uint64_t> function_start(uint64_t pc) const;
+  // The end of that FDE's range, likewise.
+  std::optional<uint64_t> function_end(uint64_t pc) const;
 
  private:
   friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, const std::optional<VmHints>&);
@@ -204,6 +206,7 @@ class UnwindTable {
     uint64_t end = 0;
   };
   std::vector<FunctionRange> functions_;  // placed FDEs, sorted, not overlapping
+  const FunctionRange* function_at(uint64_t pc) const;
 };
 
 // Builds the walker table from .eh_frame (from .debug_frame when the file has no .eh_frame).

@@ -332,13 +332,22 @@ Status expand_plt_rows(const elf::ElfFile& file, const CfiRow& r, uint64_t fde_o
   return Ok{};
 }
 
-std::optional<uint64_t> UnwindTable::function_start(uint64_t pc) const {
+const UnwindTable::FunctionRange* UnwindTable::function_at(uint64_t pc) const {
   auto it = std::upper_bound(functions_.begin(), functions_.end(), pc,
                              [](uint64_t v, const FunctionRange& r) { return v < r.begin; });
-  if (it == functions_.begin()) return std::nullopt;
+  if (it == functions_.begin()) return nullptr;
   --it;
-  if (pc >= it->end) return std::nullopt;
-  return it->begin;
+  return pc < it->end ? &*it : nullptr;
+}
+
+std::optional<uint64_t> UnwindTable::function_start(uint64_t pc) const {
+  const FunctionRange* f = function_at(pc);
+  return f ? std::optional<uint64_t>(f->begin) : std::nullopt;
+}
+
+std::optional<uint64_t> UnwindTable::function_end(uint64_t pc) const {
+  const FunctionRange* f = function_at(pc);
+  return f ? std::optional<uint64_t>(f->end) : std::nullopt;
 }
 
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::optional<VmHints>& vm) {

@@ -118,6 +118,8 @@ std::string frame_text(const core::StackFrame& f) {
       return "cfunc   " + native_text(f);
     case core::FrameKind::Root:
       return "root    " + native_text(f);
+    case core::FrameKind::Ffi:
+      return "ffi     " + native_text(f);
     case core::FrameKind::Unknown:
       return fmt::format("[unknown: {}]", f.reason);
     case core::FrameKind::Trace:

@@ -31,6 +31,8 @@ const char* frame_kind_name(FrameKind kind) {
       return "root";
     case FrameKind::Trace:
       return "trace";
+    case FrameKind::Ffi:
+      return "ffi";
     case FrameKind::Unknown:
       break;
   }
@@ -134,6 +136,20 @@ void CoreWalker::symbolize_native(StackFrame& frame, bool exact_pc) const {
   frame.symbol_offset = sym.name.empty() ? 0 : sym.offset + back;
 }
 
+// lj_vm_ffi_call (vm_x64.dasc / vm_arm64.dasc), the VM's trampoline for FFI calls from the
+// interpreter (lj_ccall_func -> lj_vm_ffi_call -> the C function). buildvm emits its FDE right
+// after the interpreter's, starting where that one ends (readelf: tarantool 0x5eec52, luajit
+// 0x74525, arm64 luajit 0x6ecdc, OpenResty libluajit 0xde92), so it is found without a symbol.
+bool CoreWalker::in_ffi_call_trampoline(const StackFrame& frame) const {
+  if (frame.kind != FrameKind::Native || !luajit_ || frame.module != luajit_file_) return false;
+  const Module* mod = module_at(frame.pc);
+  if (mod == nullptr || !mod->table) return false;
+  const uint64_t call = frame.module_offset - 1;  // a return address: the call's last byte
+  std::optional<uint64_t> start = mod->table->function_start(call);
+  std::optional<uint64_t> interpreter_end = mod->table->function_end(luajit_->vm.begin);
+  return start && interpreter_end && *start == *interpreter_end;
+}
+
 ThreadStack CoreWalker::walk(const Thread& thread) const {
   ThreadStack out;
   out.tid = thread.tid;
@@ -218,6 +234,11 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
         break;
     }
     out.frames.push_back(std::move(f));
+  }
+  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
+    if (out.frames[i].kind == FrameKind::Native && in_ffi_call_trampoline(out.frames[i + 1])) {
+      out.frames[i].kind = FrameKind::Ffi;
+    }
   }
   // Names from call sites (lj_debug.c lj_debug_funcname): only when the next frame out is the
   // Lua function that made the call, in the same lua_State; a function called from C, by

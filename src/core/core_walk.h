@@ -19,8 +19,10 @@
 
 namespace ljprof::core {
 
-enum class FrameKind { Native, Lua, CFunc, Root, Trace, Unknown };
-// "native", "lua", "cfunc", "root", "trace", "unknown"
+// Ffi: the C function an FFI call from the interpreter entered (the native frame that
+// lj_vm_ffi_call called); otherwise a native frame.
+enum class FrameKind { Native, Lua, CFunc, Root, Trace, Ffi, Unknown };
+// "native", "lua", "cfunc", "root", "trace", "ffi", "unknown"
 const char* frame_kind_name(FrameKind kind);
 
 struct StackFrame {
@@ -79,6 +81,7 @@ class CoreWalker {
   };
   const Module* module_at(uint64_t pc) const;
   void symbolize_native(StackFrame& frame, bool exact_pc) const;
+  bool in_ffi_call_trampoline(const StackFrame& frame) const;
   void find_global_state();
 
   const CoreFile& core_;

@@ -336,7 +336,9 @@ void expect_native_frames_match_gdb(const std::string& exe, const std::string& v
   }
   std::vector<uint64_t> got;
   for (const Json& f : frames) {
-    if (f["kind"] == "native" || f["kind"] == "root") got.push_back(hex(f["pc"]));
+    if (f["kind"] == "native" || f["kind"] == "ffi" || f["kind"] == "root") {
+      got.push_back(hex(f["pc"]));
+    }
   }
   EXPECT_EQ(got, want) << describe(frames);
 }
@@ -359,6 +361,15 @@ TEST_P(CoreGolden, MatchesTracebackAndGdb) {
   EXPECT_EQ(frames.back()["kind"], "root");
   expect_lua_frames_match(frames, blocks, 1, !is_live(workload));
   if (!target.arm64) expect_native_frames_match_gdb(target.exe, target.exe, d, frames);
+  // The crashing workloads end in common.crash's ffi.C.abort() from the interpreter: exactly one
+  // frame is the C function that FFI call entered, and it is libc's abort.
+  std::vector<std::string> ffi;
+  for (const Json& f : frames) {
+    if (f["kind"] == "ffi")
+      ffi.push_back(f["symbol"].is_null() ? "?" : f["symbol"].get<std::string>());
+  }
+  EXPECT_EQ(ffi, is_live(workload) ? std::vector<std::string>{} : std::vector<std::string>{"abort"})
+      << describe(frames);
   fs::remove_all(d.dir);
 }
 
