@@ -85,6 +85,8 @@ Json frame_json(const core::StackFrame& f) {
       j["module_offset"] = f.module.empty() ? Json(nullptr) : Json(hex(f.module_offset));
       j["symbol"] = f.symbol.empty() ? Json(nullptr) : Json(f.symbol);
       j["symbol_offset"] = f.symbol_offset;
+      j["file"] = f.source ? Json(f.source->file) : Json(nullptr);
+      j["line"] = f.source ? Json(f.source->line) : Json(nullptr);
       break;
   }
   return j;
@@ -96,7 +98,8 @@ std::string native_text(const core::StackFrame& f) {
   std::string module = f.module.empty()
                            ? std::string("?")
                            : fmt::format("{}+{:#x}", basename_of(f.module), f.module_offset);
-  return fmt::format("{:#018x} in {} ({})", f.pc, where, module);
+  std::string at = f.source ? fmt::format(" at {}:{}", f.source->file, f.source->line) : "";
+  return fmt::format("{:#018x} in {} ({}){}", f.pc, where, module, at);
 }
 
 std::string frame_text(const core::StackFrame& f) {

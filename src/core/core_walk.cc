@@ -102,6 +102,7 @@ const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
     mod.bias = *bias;
     std::optional<cfi::VmHints> hints;
     if (luajit_ && f.path == luajit_file_) hints = cfi::VmHints{luajit_->vm.begin, luajit_->vm.end};
+    mod.lines = symbolize::SourceLines::open(*f.elf);
     auto table = cfi::build_unwind_table(*f.elf, hints);
     if (table.ok()) {
       mod.table = std::move(*table);
@@ -134,6 +135,7 @@ void CoreWalker::symbolize_native(StackFrame& frame, bool exact_pc) const {
       symbolize::native_symbol(*mod->file->elf, frame.module_offset - back);
   frame.symbol = sym.name;
   frame.symbol_offset = sym.name.empty() ? 0 : sym.offset + back;
+  if (mod->lines) frame.source = mod->lines->at(frame.module_offset - back);
 }
 
 // lj_vm_ffi_call (vm_x64.dasc / vm_arm64.dasc), the VM's trampoline for FFI calls from the

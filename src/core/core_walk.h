@@ -14,6 +14,7 @@
 #include "core/core_file.h"
 #include "luajit/proc_info.h"
 #include "symbolize/call_site.h"
+#include "symbolize/source_line.h"
 #include "symbolize/symbolize.h"
 #include "symbolize/trace.h"
 
@@ -32,8 +33,9 @@ struct StackFrame {
   uint64_t module_offset = 0;  // pc - load bias (the link-time address)
   std::string symbol;          // ELF symbol containing the pc, "" if none
   uint64_t symbol_offset = 0;
-  uint64_t gcfunc = 0;  // lua/cfunc: the GCfunc object
-  uint64_t bcpc = 0;    // lua: bytecode pc (0 = unknown)
+  std::optional<symbolize::SourceLine> source;  // native/ffi/root/cfunc: DWARF file:line
+  uint64_t gcfunc = 0;                          // lua/cfunc: the GCfunc object
+  uint64_t bcpc = 0;                            // lua: bytecode pc (0 = unknown)
   std::optional<symbolize::LuaLocation> lua;
   // lua/cfunc: the name the calling Lua frame gave this function (symbolize/call_site), when
   // the next frame out is that caller; name_error says why reading it failed, if it did.
@@ -78,6 +80,7 @@ class CoreWalker {
     uint64_t bias = 0;
     std::optional<cfi::UnwindTable> table;
     std::string table_error;
+    std::shared_ptr<symbolize::SourceLines> lines;  // null: the file has no DWARF line table
   };
   const Module* module_at(uint64_t pc) const;
   void symbolize_native(StackFrame& frame, bool exact_pc) const;

@@ -10,8 +10,11 @@
 //  - every stack must end at a proven root.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -343,6 +346,50 @@ void expect_native_frames_match_gdb(const std::string& exe, const std::string& v
   EXPECT_EQ(got, want) << describe(frames);
 }
 
+// Native source lines (libdw over .debug_line) against LLVM's own DWARF reader
+// (llvm-addr2line, which also finds Debian's separate debug files by build-id): the same line,
+// and its path ends with ours (it prefixes the compilation directory to relative names).
+// binutils' addr2line is not used: it names the enclosing function's file for code inlined
+// from a header (libc's __libc_start_call_main), where gdb's `info line` and LLVM agree with
+// the line table. A return address is looked up at its call (pc - 1), as the symbol column
+// is; a C function's entry and the leaf pc are exact.
+void expect_source_lines_match_addr2line(const Json& frames) {
+  std::map<std::string, std::vector<std::pair<uint64_t, const Json*>>> by_module;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const Json& f = frames[i];
+    if (!f.contains("file") || f["module"].is_null()) continue;
+    const bool exact = i == 0 || f["kind"] == "cfunc";
+    by_module[f["module"].get<std::string>()].emplace_back(
+        hex(f["module_offset"]) - (exact ? 0 : 1), &f);
+  }
+  for (const auto& [module, lookups] : by_module) {
+    std::vector<std::string> argv = {"llvm-addr2line", "-e", module};
+    for (const auto& l : lookups) argv.push_back(fmt::format("{:#x}", l.first));
+    test::CommandResult r = test::run(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), lookups.size()) << r.out;
+    for (size_t i = 0; i < lookups.size(); ++i) {
+      const Json& f = *lookups[i].second;
+      SCOPED_TRACE(module + fmt::format(" {:#x}: llvm-addr2line says ", lookups[i].first) +
+                   lines[i] + ", got " + f.dump());
+      const size_t colon = lines[i].rfind(':');
+      const std::string file = lines[i].substr(0, colon);
+      const std::string line = lines[i].substr(colon + 1, lines[i].find(' ', colon) - colon - 1);
+      if (file == "??" || line == "?" || line == "0") {
+        EXPECT_TRUE(f["file"].is_null());
+        continue;
+      }
+      ASSERT_FALSE(f["file"].is_null());
+      EXPECT_EQ(f["line"], std::stoi(line));
+      const std::string ours = f["file"].get<std::string>();
+      EXPECT_TRUE(file.size() >= ours.size() &&
+                  file.compare(file.size() - ours.size(), ours.size(), ours) == 0)
+          << file << " does not end with " << ours;
+    }
+  }
+}
+
 class CoreGolden : public ::testing::TestWithParam<std::tuple<Target, std::string>> {};
 
 TEST_P(CoreGolden, MatchesTracebackAndGdb) {
@@ -361,6 +408,7 @@ TEST_P(CoreGolden, MatchesTracebackAndGdb) {
   EXPECT_EQ(frames.back()["kind"], "root");
   expect_lua_frames_match(frames, blocks, 1, !is_live(workload));
   if (!target.arm64) expect_native_frames_match_gdb(target.exe, target.exe, d, frames);
+  expect_source_lines_match_addr2line(frames);
   // The crashing workloads end in common.crash's ffi.C.abort() from the interpreter: exactly one
   // frame is the C function that FFI call entered, and it is libc's abort.
   std::vector<std::string> ffi;
