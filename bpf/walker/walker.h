@@ -95,7 +95,8 @@ LJ_INLINE uint64_t lj_cframe_prev(const struct lj_luajit_info* lj) {
  * emitted at that outer VM frame, below the native frames in between. */
 LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                           struct lj_lua_cursor* c, const struct lj_native_regs* regs, int leaf,
-                          int in_trace, int empty, struct lj_walk_result* out) {
+                          int in_trace, int empty, int base_from_jit_base,
+                          struct lj_walk_result* out) {
   uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, maxstack = 0, cframe = 0, pc = 0;
   const uint64_t sp = regs->sp;
   if (lj_read_ref(env, lj, sp + lj->cframe_ofs_L, &L) != 0 || L == 0) return LJ_END_BAD_LUA_STATE;
@@ -109,7 +110,7 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
     if (lj_read_ref(env, lj, L + lj->L_stack, &stack) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_read_ref(env, lj, L + lj->L_maxstack, &maxstack) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_walk_read(env, &cframe, 8, L + lj->L_cframe) != 0) return LJ_END_BAD_LUA_STATE;
-    if (leaf && regs->vm_base == 0 && regs->vm_pc == LJ_PC_UNKNOWN) {
+    if (leaf && base_from_jit_base) {
       /* LJ_CFI_VM_EXIT: the exiting trace's BASE is G->jit_base (vm_x64.dasc
        * vm_exit_handler clears it just before calling lj_trace_exit; those few instructions
        * stop here). */
@@ -284,6 +285,8 @@ struct lj_walk_state {
    * holds no Lua frame (LJ_CFI_VM_EMPTY). */
   uint64_t enter_trace;
   uint32_t enter_empty;
+  /* LJ_CFI_VM_EXIT: the VM frame entered next takes BASE from G->jit_base (set until then). */
+  uint32_t base_from_jit_base;
 };
 
 /* What bpf_loop hands the step callback: pointers only, the same in every iteration. The
@@ -460,7 +463,8 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
     rc =
         lj_enter_vm(c->env, c->lj, &st->cursor, regs, (int)(in_trace | st->leaf | st->vm_regs_live),
-                    in_trace, st->enter_empty, c->out);
+                    in_trace, st->enter_empty, (int)st->base_from_jit_base, c->out);
+    st->base_from_jit_base = 0;
     if (rc >= 0) return lj_finish(c, (uint32_t)rc);
     if (in_trace) {
       if (lj_emit(c->out, LJ_FRAME_TRACE, regs->pc, st->enter_trace, st->cursor.segment) != 0)
@@ -510,6 +514,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = 0;           /* taken from G->jit_base once G is found */
       regs->vm_pc = LJ_PC_UNKNOWN; /* the exit's pc is known only to lj_trace_exit */
+      st->base_from_jit_base = 1;
       st->vm_regs_live = 1;
       st->mode = LJ_MODE_LOCATE;
       return 0;
@@ -572,6 +577,7 @@ LJ_INLINE void lj_walk(struct lj_walk_ctx* c) {
   st->vm_regs_live = 0;
   st->enter_trace = 0;
   st->enter_empty = 0;
+  st->base_from_jit_base = 0;
   st->vm_sp = 0;
   st->cursor = no_cursor;
   st->vm_row = no_row;
