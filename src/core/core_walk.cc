@@ -66,12 +66,56 @@ Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
     w->luajit_file_index_ = i;
     break;
   }
+  w->load_vdso();
   if (w->luajit_file_index_) {
     auto bias = core.load_bias(*w->luajit_file_index_);
     if (bias.ok()) w->vm_bias_ = *bias;
     w->find_global_state();
   }
   return w;
+}
+
+// The vDSO is in the core's memory (the kernel and gcore dump it) but in no NT_FILE entry.
+// Its image runs from the ELF header at AT_SYSINFO_EHDR to the end of its section headers,
+// which the kernel's vDSO build places last; the CFI then comes from its own .eh_frame, as
+// for any library. A core without AT_SYSINFO_EHDR, or whose bytes there are not a small ELF,
+// simply has no vDSO module (pcs there stop the walk as "in no mapped file").
+void CoreWalker::load_vdso() {
+  constexpr uint64_t kMaxVdsoBytes = 1u << 20;
+  std::optional<uint64_t> at = core_.auxv_value(AT_SYSINFO_EHDR);
+  if (!at || *at == 0) return;
+  auto mem = core_.mem_reader();
+  Elf64_Ehdr eh{};
+  if (mem.read_mem(mem.ctx, *at, &eh, sizeof eh) != 0) return;
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) return;
+  const uint64_t size = eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize;
+  if (eh.e_shoff == 0 || size <= sizeof eh || size > kMaxVdsoBytes) return;
+  vdso_image_.resize(size);
+  if (mem.read_mem(mem.ctx, *at, vdso_image_.data(), static_cast<uint32_t>(size)) != 0) return;
+  auto elf = elf::ElfFile::from_memory(vdso_image_, "[vdso]");
+  if (!elf.ok()) return;
+  vdso_elf_ = std::move(*elf);
+  Module mod;
+  mod.path = "[vdso]";
+  mod.elf = vdso_elf_.get();
+  bool placed = false;
+  for (const elf::Segment& seg : vdso_elf_->segments()) {
+    if (seg.type == PT_LOAD && seg.offset == 0) {
+      mod.bias = *at - seg.vaddr;
+      placed = true;
+      break;
+    }
+  }
+  if (!placed) return;
+  auto table = cfi::build_unwind_table(*vdso_elf_, std::nullopt);
+  if (table.ok()) {
+    mod.table = std::move(*table);
+  } else {
+    mod.table_error = table.message();
+  }
+  vdso_start_ = *at;
+  vdso_end_ = *at + size;
+  vdso_ = std::move(mod);
 }
 
 void CoreWalker::find_global_state() {
@@ -89,6 +133,7 @@ void CoreWalker::find_global_state() {
 }
 
 const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
+  if (vdso_ && pc >= vdso_start_ && pc < vdso_end_) return &*vdso_;
   const Mapping* m = core_.mapping_at(pc);
   if (m == nullptr) return nullptr;
   const MappedFile& f = core_.file_of(*m);
@@ -96,7 +141,8 @@ const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
   auto it = modules_.find(m->file_index);
   if (it == modules_.end()) {
     Module mod;
-    mod.file = &f;
+    mod.path = f.path;
+    mod.elf = f.elf.get();
     auto bias = core_.load_bias(m->file_index);
     if (!bias.ok()) return nullptr;
     mod.bias = *bias;
@@ -126,13 +172,12 @@ int CoreWalker::lookup(uint64_t pc, lj_cfi_row* row) const {
 void CoreWalker::symbolize_native(StackFrame& frame, bool exact_pc) const {
   const Module* mod = module_at(frame.pc);
   if (mod == nullptr) return;
-  frame.module = mod->file->path;
+  frame.module = mod->path;
   frame.module_offset = frame.pc - mod->bias;
   // A return address points after the call: symbolize the call instruction's last byte, so a
   // call at the end of a function is not attributed to the next one.
   const uint64_t back = exact_pc ? 0 : 1;
-  symbolize::NativeSymbol sym =
-      symbolize::native_symbol(*mod->file->elf, frame.module_offset - back);
+  symbolize::NativeSymbol sym = symbolize::native_symbol(*mod->elf, frame.module_offset - back);
   frame.symbol = sym.name;
   frame.symbol_offset = sym.name.empty() ? 0 : sym.offset + back;
   if (mod->lines) frame.source = mod->lines->at(frame.module_offset - back);

@@ -76,7 +76,8 @@ class CoreWalker {
  private:
   explicit CoreWalker(const CoreFile& core) : core_(core) {}
   struct Module {
-    const MappedFile* file = nullptr;
+    std::string path;  // the mapped file's recorded path, or "[vdso]"
+    const elf::ElfFile* elf = nullptr;
     uint64_t bias = 0;
     std::optional<cfi::UnwindTable> table;
     std::string table_error;
@@ -86,9 +87,15 @@ class CoreWalker {
   void symbolize_native(StackFrame& frame, bool exact_pc) const;
   bool in_ffi_call_trampoline(const StackFrame& frame) const;
   void find_global_state();
+  void load_vdso();
 
   const CoreFile& core_;
   mutable std::map<uint32_t, Module> modules_;  // by MappedFile index, built on first use
+  // The kernel's vDSO, read from the core's memory at AT_SYSINFO_EHDR (no NT_FILE names it).
+  std::vector<uint8_t> vdso_image_;
+  std::unique_ptr<elf::ElfFile> vdso_elf_;
+  std::optional<Module> vdso_;
+  uint64_t vdso_start_ = 0, vdso_end_ = 0;
   std::optional<luajit::LuaJITProcInfo> luajit_;
   std::string luajit_file_;
   std::string luajit_error_;

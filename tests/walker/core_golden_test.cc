@@ -422,6 +422,41 @@ TEST_P(CoreGolden, MatchesTracebackAndGdb) {
 }
 
 const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
+
+// A thread stopped inside the kernel's vDSO (spin_vdso.lua: an FFI clock_gettime loop, gcore'd
+// until the leaf is there; about one dump in three is). The vDSO comes from the core's memory
+// at AT_SYSINFO_EHDR: native frames must equal gdb's (which reads it the same way), the Lua
+// frames the traceback, and the stack must reach the root.
+TEST(CoreGoldenVdso, LeafInsideTheVdso) {
+  char tmpl[] = "/tmp/ljprof-golden-XXXXXX";
+  Dump d;
+  d.dir = mkdtemp(tmpl);
+  d.core = d.dir + "/core";
+  fs::copy_file(fs::path(LJPROF_SOURCE_DIR) / "tests/walker/workloads/spin_vdso.lua",
+                fs::path(d.dir) / "spin_vdso.lua");
+  test::CommandResult r = test::run(
+      {"env", "-C", d.dir, "bash", "-c",
+       "\"$0\" spin_vdso.lua >out 2>&1 & pid=$!; "
+       "for i in $(seq 100); do grep -q ljprof-traceback-end out && break; sleep 0.1; done; "
+       "for i in $(seq 60); do gcore -o c $pid >/dev/null 2>&1; "
+       "if \"$1\" core c.$pid | sed -n 2p | grep -q '(\\[vdso\\]+'; then mv c.$pid core; break; "
+       "fi; "
+       "rm -f c.$pid; done; kill -9 $pid; cat out",
+       "/usr/bin/luajit", LJPROF_BIN});
+  d.out = r.out;
+  ASSERT_TRUE(fs::exists(d.core)) << "60 dumps, none with the leaf in the vDSO\n" << r.out << r.err;
+  auto blocks = parse_tracebacks(d.out);
+  ASSERT_FALSE(blocks.empty()) << d.out;
+  Json j = ljprof_core(kLuajitAmd64, d);
+  const Json& thread = j["threads"][0];
+  const Json& frames = thread["frames"];
+  ASSERT_EQ(frames[0]["module"], "[vdso]") << describe(frames);
+  EXPECT_TRUE(thread["reached_root"].get<bool>()) << thread["end"] << "\n" << describe(frames);
+  // The C function in progress is the FFI call of clock_gettime, made after the traceback.
+  expect_lua_frames_match(frames, blocks, 0, true);
+  expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
+  fs::remove_all(d.dir);
+}
 const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
 const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
 
