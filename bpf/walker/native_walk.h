@@ -34,6 +34,10 @@ void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                     const struct lj_native_regs* regs, uint64_t g_hint, uint64_t vm_bias,
                     struct lj_walk_result* out);
 
+/* The Lua frames of lua_State `L` alone (walker.h lj_walk_lua_state). */
+void lj_walk_native_lua_state(struct lj_walk_env* env, const struct lj_luajit_info* lj, uint64_t L,
+                              struct lj_walk_result* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,6 +47,7 @@ struct lj_native_regs {
 #define LJ_FRAME_CFUNC 2  /* a: GCfunc of a C/fast function called from Lua, b: its C entry */
 #define LJ_FRAME_ROOT 3   /* pc: the proven root frame's pc (Stop row / RA undefined) */
 #define LJ_FRAME_TRACE 4  /* pc: machine-code pc in a JIT trace, b: its GCtrace */
+#define LJ_FRAME_C_GAP 5  /* Lua-only walks: native frames between two Lua segments, not walked */
 
 /* How a walk ended (lj_walk_result.end). */
 #define LJ_END_ROOT 0             /* reached a proven root */

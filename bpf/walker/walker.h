@@ -165,6 +165,7 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   if (frame <= c->stack_bottom) {
     /* The bottom of this lua_State's stack: the C code that entered the VM is next. */
     c->done = 1;
+    if (vm_sp == 0) return -2; /* a Lua-only walk of a coroutine without C frames */
     if (lj_walk_read(env, &prev, 8, vm_sp + lj_cframe_prev(lj)) != 0) return LJ_END_READ_FAULT;
     c->expect_cframe = prev & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
     return -2;
@@ -224,6 +225,13 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   if (typep == 1 /* FRAME_C */ || typep == 5 /* FRAME_CP */) {
     /* Lua was entered from C here (lua_call / lua_pcall / lua_cpcall): hand back to native;
      * the C caller's own VM frame is the next cframe of the chain. */
+    if (vm_sp == 0) {
+      /* A Lua-only walk of a coroutine without C frames: its first frame (entered by
+       * lua_resume) is the only C boundary it can have, at the bottom of its stack. */
+      if (next > c->stack_bottom) return LJ_END_BAD_LUA_FRAME;
+      c->done = 1;
+      return -2;
+    }
     if (lj_walk_read(env, &prev, 8, vm_sp + lj_cframe_prev(lj)) != 0) return LJ_END_READ_FAULT;
     c->expect_cframe = prev & ~(uint64_t)3;
     return -2;
@@ -582,6 +590,75 @@ LJ_INLINE void lj_walk(struct lj_walk_ctx* c) {
   st->cursor = no_cursor;
   st->vm_row = no_row;
   LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_step, c);
+}
+
+/* One step of a Lua-only walk (lj_walk_lua_state): one Lua frame, or a C boundary passed by
+ * the cframe chain. Returns 0 to continue, 1 when the walk has ended. */
+static long lj_walk_lua_state_step(uint64_t index, void* ctx) {
+  struct lj_walk_ctx* c = (struct lj_walk_ctx*)ctx;
+  struct lj_walk_state* st = c->st;
+  uint64_t pc = 0;
+  int rc;
+  (void)index;
+  if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
+  rc = lj_lua_step(c->env, c->lj, &st->cursor, st->vm_sp, c->out);
+  if (rc == -1) return 0;
+  if (rc >= 0) return lj_finish(c, (uint32_t)rc);
+  /* The bottom of its stack, or a C boundary right above it (a Tarantool fiber's function,
+   * called by lua_pcall from the fiber's C entry). */
+  if (st->cursor.done || st->cursor.frame <= st->cursor.stack_bottom)
+    return lj_finish(c, LJ_END_ROOT);
+  /* A C boundary: the native frames of the C code in between are not walked; the next Lua
+   * segment runs on the next C frame of the chain, whose SAVE_PC is its innermost pc. */
+  st->vm_sp = st->cursor.expect_cframe;
+  if (st->vm_sp == 0) return lj_finish(c, LJ_END_BAD_LUA_FRAME);
+  if (lj_emit(c->out, LJ_FRAME_C_GAP, st->vm_sp, 0, st->cursor.segment) != 0)
+    return lj_finish(c, LJ_END_TRUNCATED);
+  if (lj_read_ref(c->env, c->lj, st->vm_sp + c->lj->cframe_ofs_pc, &pc) != 0)
+    return lj_finish(c, LJ_END_READ_FAULT);
+  st->cursor.pending_pc = pc;
+  st->cursor.segment_frames = 0;
+  return 0;
+}
+
+/* The Lua frames of lua_State `L` alone, for a state no walked thread is running: a suspended
+ * coroutine (no C frame: lua_yield unwinds them) or one that is inside a C call, such as a
+ * Tarantool fiber switched out in fiber.sleep. Starts at L->base; C boundaries are passed by
+ * the cframe chain from L->cframe without stepping native frames (only the owner's saved
+ * registers could) and leave an LJ_FRAME_C_GAP marker. Ends with LJ_END_ROOT at the bottom of
+ * L's stack. Core mode's --all-fibers; the kernel never calls it. */
+LJ_INLINE void lj_walk_lua_state(struct lj_walk_ctx* c, uint64_t L) {
+  struct lj_walk_state* st = c->st;
+  const struct lj_lua_cursor no_cursor = {0};
+  const struct lj_luajit_info* lj = c->lj;
+  uint64_t g = 0, base = 0, top = 0, stack = 0, maxstack = 0, cframe = 0;
+  c->out->nframes = 0;
+  c->out->lua_states = 1;
+  c->out->g = 0;
+  c->out->end = LJ_END_TRUNCATED;
+  c->out->end_pc = 0;
+  st->cursor = no_cursor;
+  if (lj == 0) {
+    c->out->end = LJ_END_NO_LUAJIT;
+    return;
+  }
+  if (lj_read_ref(c->env, lj, L + lj->L_glref, &g) != 0 || g == 0 ||
+      lj_walk_read(c->env, &base, 8, L + lj->L_base) != 0 ||
+      lj_walk_read(c->env, &top, 8, L + lj->L_top) != 0 ||
+      lj_read_ref(c->env, lj, L + lj->L_stack, &stack) != 0 ||
+      lj_read_ref(c->env, lj, L + lj->L_maxstack, &maxstack) != 0 ||
+      lj_walk_read(c->env, &cframe, 8, L + lj->L_cframe) != 0 ||
+      !(stack < base && base <= top && top <= maxstack)) {
+    c->out->end = LJ_END_BAD_LUA_STATE;
+    return;
+  }
+  st->cursor.L = L;
+  st->cursor.frame = base - 8;
+  st->cursor.stack_bottom = stack + (lj->gc64 ? 8 : 0);
+  st->cursor.stack_top = top;
+  st->vm_sp = cframe & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK; 0: no C frame */
+  c->out->g = g;
+  LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_lua_state_step, c);
 }
 
 #endif /* LJPROF_BPF_WALKER_WALKER_H */

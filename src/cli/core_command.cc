@@ -1,5 +1,6 @@
-// `ljprof core CORE [--exe PATH] [--sysroot DIR] [--json]`: mixed native + Lua backtraces of
-// every thread of a core file.
+// `ljprof core CORE [--exe PATH] [--sysroot DIR] [--json] [--all-fibers]`: mixed native + Lua
+// backtraces of every thread of a core file (and, with --all-fibers, the Lua frames of every
+// other coroutine).
 #include <fmt/format.h>
 
 #include <csignal>
@@ -143,6 +144,7 @@ void add_core_command(CLI::App& app, int* exit_code) {
     std::string exe;
     std::string sysroot;
     bool json = false;
+    bool all_fibers = false;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -154,6 +156,9 @@ void add_core_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--sysroot", opts->sysroot,
                   "Prefix for the recorded paths of mapped files (e.g. an extracted arm64 tree)");
   cmd->add_flag("--json", opts->json, "Print one JSON object (the golden format) instead of text");
+  cmd->add_flag("--all-fibers,--all-coroutines", opts->all_fibers,
+                "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
+                "state) found on the LuaJIT GC list: suspended ones and those inside a C call");
   cmd->callback([opts, exit_code]() {
     core::CoreOptions options;
     options.exe = opts->exe;
@@ -177,25 +182,56 @@ void add_core_command(CLI::App& app, int* exit_code) {
     if (!(*walker)->luajit_error().empty()) out["luajit_error"] = (*walker)->luajit_error();
     Json threads = Json::array();
     std::string text;
-    for (const core::Thread& thread : core->threads()) {
-      core::ThreadStack stack = (*walker)->walk(thread);
-      Json t;
-      t["tid"] = stack.tid;
-      t["signal"] = stack.signal;
+    // The frames of one stack, as JSON fields and as text lines under `title`.
+    auto add_stack = [&text](Json& j, const core::ThreadStack& stack, const std::string& title) {
       Json frames = Json::array();
-      text += fmt::format("Thread {}{}:\n", stack.tid,
-                          stack.signal ? " (" + signal_name(stack.signal) + ")" : "");
+      text += title + ":\n";
       for (size_t i = 0; i < stack.frames.size(); ++i) {
         frames.push_back(frame_json(stack.frames[i]));
         text += fmt::format("  #{:<3} {}\n", i, frame_text(stack.frames[i]));
       }
-      t["frames"] = frames;
-      t["end"] = stack.end;
-      t["reached_root"] = stack.reached_root;
-      threads.push_back(t);
+      j["frames"] = frames;
+      j["end"] = stack.end;
+      j["reached_root"] = stack.reached_root;
       text += "\n";
+    };
+    uint64_t g = (*walker)->global_state();
+    for (const core::Thread& thread : core->threads()) {
+      core::ThreadStack stack = (*walker)->walk(thread);
+      if (g == 0) g = stack.g;
+      Json t;
+      t["tid"] = stack.tid;
+      t["signal"] = stack.signal;
+      add_stack(t, stack,
+                fmt::format("Thread {}{}", stack.tid,
+                            stack.signal ? " (" + signal_name(stack.signal) + ")" : ""));
+      threads.push_back(t);
     }
     out["threads"] = threads;
+    if (opts->all_fibers) {
+      auto list = (*walker)->walk_coroutines(g);
+      if (!list.ok()) {
+        out["coroutines_error"] = list.message();
+        text += fmt::format("Coroutines: not walked: {}\n\n", list.message());
+      } else {
+        Json coroutines = Json::array();
+        for (const core::CoroutineStack& co : list->coroutines) {
+          Json c;
+          c["lua_state"] = hex(co.lua_state);
+          c["status"] = co.status;
+          add_stack(c, co.stack,
+                    fmt::format("Coroutine {:#x} ({}, Lua frames only)", co.lua_state, co.status));
+          coroutines.push_back(c);
+        }
+        out["coroutines"] = coroutines;
+        out["coroutines_not_started"] = list->not_started;
+        out["coroutines_dead"] = list->dead;
+        text += fmt::format(
+            "{} coroutines walked; {} not started and {} dead have no frames ({} GC "
+            "objects visited)\n",
+            list->coroutines.size(), list->not_started, list->dead, list->objects);
+      }
+    }
     for (const std::string& d : core->diagnostics()) out["diagnostics"].push_back(d);
     if (opts->json) {
       std::cout << out.dump(2) << "\n";

@@ -197,6 +197,100 @@ bool CoreWalker::in_ffi_call_trampoline(const StackFrame& frame) const {
   return start && interpreter_end && *start == *interpreter_end;
 }
 
+// Symbolizes a walk's frames into `out` (the same for thread stacks and Lua-only walks).
+void CoreWalker::add_frames(const lj_walk_result& result, const lj_walk_env& env,
+                            ThreadStack& out) const {
+  for (uint32_t i = 0; i < result.nframes; ++i) {
+    const lj_walk_frame& wf = result.frames[i];
+    StackFrame f;
+    f.lua_state = wf.lua_state;
+    switch (wf.kind) {
+      case LJ_FRAME_LUA: {
+        f.kind = FrameKind::Lua;
+        f.gcfunc = wf.pc;
+        f.bcpc = wf.b;
+        auto loc = symbolize::lua_location(env.mem, info_, wf.pc, wf.b);
+        if (loc.ok()) {
+          f.lua = std::move(*loc);
+        } else {
+          f.reason = loc.message();
+        }
+        break;
+      }
+      case LJ_FRAME_CFUNC:
+        f.kind = FrameKind::CFunc;
+        f.gcfunc = wf.pc;
+        f.pc = wf.b;
+        symbolize_native(f, true);
+        break;
+      case LJ_FRAME_TRACE: {
+        f.kind = FrameKind::Trace;
+        f.pc = wf.pc;
+        f.gctrace = wf.b;
+        auto trace = symbolize::trace_info(env.mem, info_, wf.b);
+        if (trace.ok()) {
+          f.trace = std::move(*trace);
+        } else {
+          f.reason = trace.message();
+        }
+        break;
+      }
+      case LJ_FRAME_C_GAP:
+        f.kind = FrameKind::Unknown;
+        f.pc = wf.pc;
+        f.reason = "C code called from Lua here (a Lua-only walk does not step its native frames)";
+        break;
+      case LJ_FRAME_ROOT:
+        f.kind = FrameKind::Root;
+        f.pc = wf.pc;
+        symbolize_native(f, i == 0);
+        break;
+      default:
+        f.kind = FrameKind::Native;
+        f.pc = wf.pc;
+        symbolize_native(f, i == 0);
+        break;
+    }
+    out.frames.push_back(std::move(f));
+  }
+  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
+    if (out.frames[i].kind == FrameKind::Native && in_ffi_call_trampoline(out.frames[i + 1])) {
+      out.frames[i].kind = FrameKind::Ffi;
+    }
+  }
+  // Names from call sites (lj_debug.c lj_debug_funcname): only when the next frame out is the
+  // Lua function that made the call, in the same lua_State; a function called from C, by
+  // pcall or by the VM entry has a C frame (or none) there and gets no name, as in the VM's
+  // own traceback.
+  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
+    StackFrame& f = out.frames[i];
+    const StackFrame& caller = out.frames[i + 1];
+    if (f.kind != FrameKind::Lua && f.kind != FrameKind::CFunc) continue;
+    if (caller.kind != FrameKind::Lua || caller.lua_state != f.lua_state || caller.bcpc == 0)
+      continue;
+    auto name = symbolize::call_site_name(env.mem, info_, caller.gcfunc, caller.bcpc);
+    if (name.ok()) {
+      f.call_name = std::move(*name);
+    } else {
+      f.name_error = name.message();
+    }
+  }
+  out.reached_root = result.end == LJ_END_ROOT;
+  out.g = result.g;
+  out.end = symbolize::walk_end_name(result.end);
+  if (result.end != LJ_END_ROOT && result.end != LJ_END_RA_ZERO) {
+    StackFrame unknown;
+    unknown.kind = FrameKind::Unknown;
+    unknown.pc = result.end_pc;
+    unknown.reason =
+        fmt::format("{} at {:#x}", symbolize::walk_end_name(result.end), result.end_pc);
+    if (result.end == LJ_END_NO_LUAJIT && !luajit_error_.empty()) {
+      unknown.reason += ": " + luajit_error_;
+    }
+    out.frames.push_back(std::move(unknown));
+  }
+}
+
 ThreadStack CoreWalker::walk(const Thread& thread) const {
   ThreadStack out;
   out.tid = thread.tid;
@@ -234,90 +328,87 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
   auto result = std::make_unique<lj_walk_result>();
   lj_walk_native(&env, luajit_ ? &info_ : nullptr, &regs, g_hint_, vm_bias_, result.get());
 
-  for (uint32_t i = 0; i < result->nframes; ++i) {
-    const lj_walk_frame& wf = result->frames[i];
-    StackFrame f;
-    f.lua_state = wf.lua_state;
-    switch (wf.kind) {
-      case LJ_FRAME_LUA: {
-        f.kind = FrameKind::Lua;
-        f.gcfunc = wf.pc;
-        f.bcpc = wf.b;
-        auto loc = symbolize::lua_location(env.mem, info_, wf.pc, wf.b);
-        if (loc.ok()) {
-          f.lua = std::move(*loc);
-        } else {
-          f.reason = loc.message();
-        }
-        break;
-      }
-      case LJ_FRAME_CFUNC:
-        f.kind = FrameKind::CFunc;
-        f.gcfunc = wf.pc;
-        f.pc = wf.b;
-        symbolize_native(f, true);
-        break;
-      case LJ_FRAME_TRACE: {
-        f.kind = FrameKind::Trace;
-        f.pc = wf.pc;
-        f.gctrace = wf.b;
-        auto trace = symbolize::trace_info(env.mem, info_, wf.b);
-        if (trace.ok()) {
-          f.trace = std::move(*trace);
-        } else {
-          f.reason = trace.message();
-        }
-        break;
-      }
-      case LJ_FRAME_ROOT:
-        f.kind = FrameKind::Root;
-        f.pc = wf.pc;
-        symbolize_native(f, i == 0);
-        break;
-      default:
-        f.kind = FrameKind::Native;
-        f.pc = wf.pc;
-        symbolize_native(f, i == 0);
-        break;
-    }
-    out.frames.push_back(std::move(f));
-  }
-  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
-    if (out.frames[i].kind == FrameKind::Native && in_ffi_call_trampoline(out.frames[i + 1])) {
-      out.frames[i].kind = FrameKind::Ffi;
-    }
-  }
-  // Names from call sites (lj_debug.c lj_debug_funcname): only when the next frame out is the
-  // Lua function that made the call, in the same lua_State; a function called from C, by
-  // pcall or by the VM entry has a C frame (or none) there and gets no name, as in the VM's
-  // own traceback.
-  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
-    StackFrame& f = out.frames[i];
-    const StackFrame& caller = out.frames[i + 1];
-    if (f.kind != FrameKind::Lua && f.kind != FrameKind::CFunc) continue;
-    if (caller.kind != FrameKind::Lua || caller.lua_state != f.lua_state || caller.bcpc == 0)
-      continue;
-    auto name = symbolize::call_site_name(env.mem, info_, caller.gcfunc, caller.bcpc);
-    if (name.ok()) {
-      f.call_name = std::move(*name);
-    } else {
-      f.name_error = name.message();
-    }
-  }
-  out.reached_root = result->end == LJ_END_ROOT;
-  out.end = symbolize::walk_end_name(result->end);
-  if (result->end != LJ_END_ROOT && result->end != LJ_END_RA_ZERO) {
-    StackFrame unknown;
-    unknown.kind = FrameKind::Unknown;
-    unknown.pc = result->end_pc;
-    unknown.reason =
-        fmt::format("{} at {:#x}", symbolize::walk_end_name(result->end), result->end_pc);
-    if (result->end == LJ_END_NO_LUAJIT && !luajit_error_.empty()) {
-      unknown.reason += ": " + luajit_error_;
-    }
-    out.frames.push_back(std::move(unknown));
-  }
+  add_frames(*result, env, out);
   return out;
+}
+
+Result<CoroutineList> CoreWalker::walk_coroutines(uint64_t g) const {
+  // A GC list holds every object but strings; a heap of 16M objects is a big one.
+  constexpr uint64_t kMaxObjects = 1u << 24;
+  constexpr uint8_t kThreadGct = 6;  // lj_obj.h LJ_TTHREAD is ~6u; GCHeader.gct holds ~itype
+  if (!luajit_) return make_error("no LuaJIT layout for this core: {}", luajit_error_);
+  const luajit::Field* root_field = luajit_->field(luajit::field::kGGcRoot);
+  const luajit::Field* status_field = luajit_->field(luajit::field::kLStatus);
+  if (root_field == nullptr || status_field == nullptr) {
+    return make_error(
+        "{}: global_State.gc.root was not found in the code (lj_mem_newgco via "
+        "lua_newthread), so the GC list cannot be walked",
+        luajit_file_);
+  }
+  if (g == 0) return make_error("no global_State was proven from any thread's stack");
+  lj_walk_env env{};
+  env.mem = core_.mem_reader();
+  env.lookup = &lookup_callback;
+  env.lookup_ctx = const_cast<CoreWalker*>(this);
+  const uint32_t ref = info_.ref_size;
+  auto read_ref = [&](uint64_t addr, uint64_t* v) {
+    *v = 0;
+    return env.mem.read_mem(env.mem.ctx, addr, v, ref) == 0;
+  };
+  uint64_t cur_L = 0, obj = 0;
+  if (!read_ref(g + info_.g_cur_L, &cur_L)) {
+    return make_error("cannot read G->cur_L at {:#x}", g + info_.g_cur_L);
+  }
+  if (!read_ref(g + static_cast<uint64_t>(root_field->value), &obj)) {
+    return make_error("cannot read G->gc.root at {:#x}", g + root_field->value);
+  }
+  CoroutineList list;
+  auto result = std::make_unique<lj_walk_result>();
+  for (; obj != 0; ++list.objects) {
+    if (list.objects >= kMaxObjects) {
+      return make_error("the GC list of G {:#x} is longer than {} objects (cap)", g, kMaxObjects);
+    }
+    uint8_t gct = 0;
+    if (env.mem.read_mem(env.mem.ctx, obj + ref + 1, &gct, 1) != 0) {
+      return make_error("GC object {:#x} (number {} on the list) is unreadable", obj, list.objects);
+    }
+    if (gct == kThreadGct && obj != cur_L) {
+      // lib_base.c lj_cf_coroutine_status, in its order.
+      uint8_t status = 0;
+      uint64_t base = 0, top = 0, stack = 0;
+      if (env.mem.read_mem(env.mem.ctx, obj + status_field->value, &status, 1) != 0 ||
+          env.mem.read_mem(env.mem.ctx, obj + info_.L_base, &base, 8) != 0 ||
+          env.mem.read_mem(env.mem.ctx, obj + info_.L_top, &top, 8) != 0 ||
+          !read_ref(obj + info_.L_stack, &stack)) {
+        return make_error("lua_State {:#x} on the GC list is unreadable", obj);
+      }
+      const uint64_t first_base = stack + 8 * (1 + (info_.gc64 ? 1 : 0));
+      std::string what;
+      if (status == 1) {  // LUA_YIELD
+        what = "suspended";
+      } else if (status != 0) {
+        ++list.dead;
+      } else if (base > first_base) {
+        what = "normal";
+      } else if (top == base) {
+        ++list.dead;
+      } else {
+        ++list.not_started;
+      }
+      if (!what.empty()) {
+        lj_walk_native_lua_state(&env, &info_, obj, result.get());
+        CoroutineStack co;
+        co.lua_state = obj;
+        co.status = what;
+        add_frames(*result, env, co.stack);
+        list.coroutines.push_back(std::move(co));
+      }
+    }
+    if (!read_ref(obj, &obj)) {
+      return make_error("GCHeader.nextgc of object number {} is unreadable", list.objects);
+    }
+  }
+  return list;
 }
 
 }  // namespace ljprof::core

@@ -18,6 +18,9 @@
 #include "symbolize/symbolize.h"
 #include "symbolize/trace.h"
 
+struct lj_walk_result;
+struct lj_walk_env;
+
 namespace ljprof::core {
 
 // Ffi: the C function an FFI call from the interpreter entered (the native frame that
@@ -53,6 +56,22 @@ struct ThreadStack {
   std::vector<StackFrame> frames;
   std::string end;  // how the walk ended: "root", "no CFI at 0x…", ...
   bool reached_root = false;
+  uint64_t g = 0;  // the global_State the walk proved (0: none)
+};
+
+// A lua_State on G's GC list that is not the running one: a coroutine, or a Tarantool fiber's
+// state (ljprof core --all-fibers).
+struct CoroutineStack {
+  uint64_t lua_state = 0;
+  std::string status;  // as coroutine.status() words it: "suspended" or "normal"
+  ThreadStack stack;   // Lua and C-function frames only; reached_root: its stack's bottom
+};
+
+struct CoroutineList {
+  std::vector<CoroutineStack> coroutines;
+  uint64_t objects = 0;      // GC objects visited
+  uint64_t not_started = 0;  // created, never resumed (no frames)
+  uint64_t dead = 0;         // finished or died with an error (no frames)
 };
 
 class CoreWalker {
@@ -62,6 +81,10 @@ class CoreWalker {
   static Result<std::unique_ptr<CoreWalker>> create(const CoreFile& core);
 
   ThreadStack walk(const Thread& thread) const;
+  // Every lua_State on the GC list of `g` (global_State.gc.root, then GCHeader.nextgc) except
+  // G->cur_L, with its Lua frames (walker.h lj_walk_lua_state). An error when the layout has no
+  // gc.root, or the list is unreadable or longer than the cap.
+  Result<CoroutineList> walk_coroutines(uint64_t g) const;
 
   const std::optional<luajit::LuaJITProcInfo>& luajit() const { return luajit_; }
   const std::string& luajit_file() const { return luajit_file_; }
@@ -86,6 +109,7 @@ class CoreWalker {
   const Module* module_at(uint64_t pc) const;
   void symbolize_native(StackFrame& frame, bool exact_pc) const;
   bool in_ffi_call_trampoline(const StackFrame& frame) const;
+  void add_frames(const ::lj_walk_result& result, const ::lj_walk_env& env, ThreadStack& out) const;
   void find_global_state();
   void load_vdso();
 

@@ -29,3 +29,10 @@ void lj_walk_native(struct lj_walk_env* env, const struct lj_luajit_info* lj,
   st.regs = *regs;
   lj_walk(&c);
 }
+
+void lj_walk_native_lua_state(struct lj_walk_env* env, const struct lj_luajit_info* lj, uint64_t L,
+                              struct lj_walk_result* out) {
+  struct lj_walk_state st = {0};
+  struct lj_walk_ctx c = {env, lj, out, &st};
+  lj_walk_lua_state(&c, L);
+}

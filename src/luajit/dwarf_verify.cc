@@ -15,9 +15,9 @@ namespace ljprof::luajit {
 
 namespace {
 
-constexpr std::array<const char*, 9> kStructs = {"global_State", "lua_State", "GG_State",
-                                                 "jit_State",    "GCproto",   "GCtrace",
-                                                 "GCstr",        "GCfuncL",   "GCfuncC"};
+constexpr std::array<const char*, 10> kStructs = {
+    "global_State", "lua_State", "GG_State", "jit_State", "GCproto",
+    "GCtrace",      "GCstr",     "GCfuncL",  "GCfuncC",   "GCState"};
 // Bound on the CUs scanned (a C++ binary with thousands of CUs still has LuaJIT's few).
 constexpr size_t kMaxCus = 1u << 16;
 
@@ -173,6 +173,10 @@ std::vector<DwarfCheck> verify_against_dwarf(const LuaJITProcInfo& info, const D
       auto j = d.get("GG_State.J"), g = d.get("GG_State.g"), t = d.get("jit_State.trace");
       ref = {j && g && t ? std::optional<int64_t>(*j - *g + *t) : std::nullopt,
              "GG_State.J - GG_State.g + jit_State.trace"};
+    } else if (n == field::kGGcRoot) {
+      auto gc = d.get("global_State.gc"), root = d.get("GCState.root");
+      ref = {gc && root ? std::optional<int64_t>(*gc + *root) : std::nullopt,
+             "global_State.gc + GCState.root"};
     } else if (n == field::kVmstInterp) {
       ref = state({"LJ_VMST_INTERP"});
     } else if (n == field::kVmstLfunc) {

@@ -922,4 +922,37 @@ Result<GettopMatch> match_gettop(const Code& c) {
       c.function, register_name(c.arch, l));
 }
 
+Result<GcRootMatch> match_gc_root(const Code& c, uint8_t ref_width) {
+  constexpr size_t kWindow = 6;  // instructions between the three accesses (allocf's result, ...)
+  const size_t n = std::min<size_t>(c.insns.size(), 96);
+  for (size_t k = 0; k < n; ++k) {
+    auto head = as_load(c, c.insns[k]);
+    if (!head || head->size != ref_width || head->disp <= 0 || head->disp >= 512) continue;
+    for (size_t j = k + 1; j < std::min(n, k + 1 + kWindow); ++j) {
+      auto link = as_store(c, c.insns[j]);
+      if (!link || link->is_imm || link->src != head->dst || link->disp != 0 ||
+          link->size != ref_width || link->base == head->base) {
+        continue;
+      }
+      for (size_t m = j + 1; m < std::min(n, j + 1 + kWindow); ++m) {
+        auto set = as_store(c, c.insns[m]);
+        if (!set || set->is_imm || set->base != head->base || set->disp != head->disp ||
+            set->src != link->base || set->size != ref_width) {
+          continue;
+        }
+        GcRootMatch r;
+        r.root_offset = head->disp;
+        r.evidence = {evidence_of(c, c.insns[k], "load g->gc.root"),
+                      evidence_of(c, c.insns[j], "o->nextgc = root"),
+                      evidence_of(c, c.insns[m], "g->gc.root = o")};
+        return r;
+      }
+    }
+  }
+  return make_error(
+      "{}: no `load [G+D]; store it to [o]; store o to [G+D]` sequence (lj_mem_newgco "
+      "linking a new object into g->gc.root) in the first {} instructions",
+      c.function, n);
+}
+
 }  // namespace ljprof::luajit

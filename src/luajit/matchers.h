@@ -147,4 +147,13 @@ struct GettopMatch {
 };
 Result<GettopMatch> match_gettop(const Code& code);
 
+// lj_gc.c lj_mem_newgco: `setgcrefr(o->gch.nextgc, g->gc.root); setgcref(g->gc.root, o)` —
+// a ref-width load of [G + D], its store to [o + 0] (GCHeader.nextgc), then o stored back to
+// [G + D]. D is global_State.gc.root, the head of the list of every GC object but strings.
+struct GcRootMatch {
+  int64_t root_offset = 0;
+  std::vector<Evidence> evidence;
+};
+Result<GcRootMatch> match_gc_root(const Code& code, uint8_t ref_width);
+
 }  // namespace ljprof::luajit

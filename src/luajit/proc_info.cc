@@ -51,6 +51,7 @@ struct LayoutRule {
   const char* rule;
 };
 constexpr LayoutRule kLayoutRules[] = {
+    {field::kLStatus, 11, 7, "layout rule lj_obj.h lua_State (status after dummy_ffid)"},
     {field::kLMaxstack, 48, 32, "layout rule lj_obj.h lua_State (maxstack after top)"},
     {field::kLStack, 56, 36, "layout rule lj_obj.h lua_State (stack after maxstack)"},
     {field::kFnFfid, 10, 6, "layout rule lj_obj.h GCfuncHeader (ffid after GCHeader)"},
@@ -158,6 +159,38 @@ Result<Field> add_offset(std::string_view name, int64_t dispatch_relative,
                       setup.dispatch_distance);
   }
   return make_field(name, g_rel, std::move(source), std::move(evidence));
+}
+
+// global_State.gc.root, from the lj_mem_newgco that lua_newthread allocates its lua_State
+// with: called directly where lj_state_new is inlined (Debian's luajit), one call deeper
+// through lj_state_new (Tarantool). At most 8 functions, 2 calls deep.
+std::optional<GcRootMatch> find_gc_root(const elf::ElfFile& file, uint8_t ref_width) {
+  auto entry = decode_symbol(file, "lua_newthread");
+  if (!entry.ok()) return std::nullopt;
+  std::vector<DecodedFunction> todo;
+  todo.push_back(std::move(*entry));
+  for (size_t i = 0; i < todo.size() && i < 8; ++i) {
+    auto m = match_gc_root(todo[i].code(), ref_width);
+    if (m.ok()) return std::move(*m);
+    if (i >= 3) continue;  // callees of lua_newthread and of its first callees only
+    std::vector<uint64_t> targets;
+    for (const Insn& insn : todo[i].insns) {
+      if (insn.kind == InsnKind::CallDirect && insn.ops[0].kind == Operand::Kind::Imm)
+        targets.push_back(static_cast<uint64_t>(insn.ops[0].imm));
+    }
+    for (uint64_t target : targets) {
+      if (todo.size() >= 8) break;
+      auto callee = disassemble_range(file, target, 256);
+      if (!callee.ok()) callee = disassemble_range(file, target, 64);
+      if (!callee.ok()) continue;
+      DecodedFunction f;
+      f.arch = file.arch();
+      f.name = fmt::format("{:#x} (called from {})", target, todo[i].name);
+      f.insns = std::move(*callee);
+      todo.push_back(std::move(f));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -445,6 +478,13 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   info.fields.push_back(make_field(field::kLCframe, eh.L_cframe, "exit-handler",
                                    pick(eh.evidence, {"L->cframe", "& CFRAME"})));
 
+  // global_State.gc.root: only `ljprof core --all-fibers` walks the GC list, so a build where
+  // the allocation does not match has no such field (and that option says so).
+  if (auto root = find_gc_root(file, info.ref_size)) {
+    info.fields.push_back(
+        make_field(field::kGGcRoot, root->root_offset, "lj_mem_newgco", root->evidence));
+  }
+
   // GCstr.
   LJ_ASSIGN_OR_RETURN(DecodedFunction tolstring_fn, decode_symbol(file, "lua_tolstring"));
   auto tolstring = match_tolstring(tolstring_fn.code());
@@ -472,17 +512,17 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   }
   // Order the fields as documented (field:: namespace order) for stable output.
   static constexpr std::string_view kOrder[] = {
-      field::kGc64,        field::kGVmstate,    field::kGCurL,      field::kGJitBase,
-      field::kGDispatch,   field::kGJitTrace,   field::kCframePrev, field::kCframeSize,
-      field::kCframeL,     field::kCframePc,    field::kVmstInterp, field::kVmstLfunc,
-      field::kVmstFfunc,   field::kVmstC,       field::kVmstGc,     field::kVmstExit,
-      field::kLGlref,      field::kLBase,       field::kLTop,       field::kLMaxstack,
-      field::kLStack,      field::kLCframe,     field::kStrLen,     field::kStrData,
-      field::kFnFfid,      field::kFnPc,        field::kFnCfunc,    field::kPtSizebc,
-      field::kPtChunkname, field::kPtFirstline, field::kPtNumline,  field::kPtLineinfo,
-      field::kPtSize,      field::kPtK,         field::kPtSizekgc,  field::kPtUvinfo,
-      field::kPtVarinfo,   field::kTrSzmcode,   field::kTrMcode,    field::kTrTraceno,
-      field::kTrStartpt};
+      field::kGc64,       field::kGVmstate,   field::kGCurL,       field::kGJitBase,
+      field::kGDispatch,  field::kGJitTrace,  field::kGGcRoot,     field::kCframePrev,
+      field::kCframeSize, field::kCframeL,    field::kCframePc,    field::kVmstInterp,
+      field::kVmstLfunc,  field::kVmstFfunc,  field::kVmstC,       field::kVmstGc,
+      field::kVmstExit,   field::kLGlref,     field::kLBase,       field::kLTop,
+      field::kLStatus,    field::kLMaxstack,  field::kLStack,      field::kLCframe,
+      field::kStrLen,     field::kStrData,    field::kFnFfid,      field::kFnPc,
+      field::kFnCfunc,    field::kPtSizebc,   field::kPtChunkname, field::kPtFirstline,
+      field::kPtNumline,  field::kPtLineinfo, field::kPtSize,      field::kPtK,
+      field::kPtSizekgc,  field::kPtUvinfo,   field::kPtVarinfo,   field::kTrSzmcode,
+      field::kTrMcode,    field::kTrTraceno,  field::kTrStartpt};
   auto rank = [&](const Field& f) {
     for (size_t i = 0; i < std::size(kOrder); ++i)
       if (kOrder[i] == f.name) return i;

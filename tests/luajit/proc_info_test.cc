@@ -127,7 +127,8 @@ TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
   LuaJITProcInfo info = extract(bin);
   ASSERT_FALSE(info.fields.empty());
   auto dw = pahole(
-      bin, "global_State,lua_State,GG_State,jit_State,GCproto,GCtrace,GCstr,GCfuncL,GCfuncC");
+      bin,
+      "global_State,lua_State,GG_State,jit_State,GCproto,GCtrace,GCstr,GCfuncL,GCfuncC,GCState");
   auto &g = dw["global_State"], &L = dw["lua_State"], &gg = dw["GG_State"], &J = dw["jit_State"];
   auto &pt = dw["GCproto"], &tr = dw["GCtrace"], &str = dw["GCstr"];
   auto &fnl = dw["GCfuncL"], &fnc = dw["GCfuncC"];
@@ -142,6 +143,7 @@ TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
       {std::string(fld::kGJitBase), g["jit_base"]},
       {std::string(fld::kGDispatch), gg["dispatch"] - gg["g"]},
       {std::string(fld::kGJitTrace), gg["J"] - gg["g"] + J["trace"]},
+      {std::string(fld::kGGcRoot), g["gc"] + dw["GCState"]["root"]},
       {std::string(fld::kVmstInterp), ~gdb[1]},
       {std::string(fld::kVmstC), ~gdb[2]},
       {std::string(fld::kVmstGc), ~gdb[3]},
@@ -150,6 +152,7 @@ TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
       {std::string(fld::kLBase), L["base"]},
       {std::string(fld::kLTop), L["top"]},
       {std::string(fld::kLMaxstack), L["maxstack"]},
+      {std::string(fld::kLStatus), L["status"]},
       {std::string(fld::kLStack), L["stack"]},
       {std::string(fld::kLCframe), L["cframe"]},
       {std::string(fld::kStrLen), str["len"]},

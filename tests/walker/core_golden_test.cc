@@ -515,6 +515,81 @@ TEST(CoreGoldenNginx, WorkerBlockedInCFromAHandler) {
   fs::remove_all(d.dir);
 }
 
+// --all-fibers: the coroutines suspended_coroutines.lua leaves suspended (found on the GC list
+// through global_State.gc.root, which is extracted from lj_mem_newgco) must each equal their own
+// debug.traceback(co), frame for frame, and end at the bottom of their stack.
+class CoreAllFibers : public ::testing::TestWithParam<Target> {};
+
+TEST_P(CoreAllFibers, SuspendedCoroutinesMatchTheirTracebacks) {
+  const Target& target = GetParam();
+  ASSERT_TRUE(test::file_exists(target.exe)) << target.exe << ": run scripts/bootstrap";
+  Dump d = dump_core(target, "suspended_coroutines.lua");
+  ASSERT_TRUE(fs::exists(d.core));
+  auto blocks = parse_tracebacks(d.out);
+  ASSERT_EQ(blocks.size(), 3u) << d.out;  // two coroutines, then the crash
+  std::vector<std::string> argv = {LJPROF_BIN, "core", "--json", "--all-fibers", d.core};
+  if (target.arm64) {
+    argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", target.exe});
+  }
+  test::CommandResult r = test::run(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  ASSERT_TRUE(j.contains("coroutines")) << j.value("coroutines_error", std::string("?"));
+  EXPECT_GE(j["coroutines_not_started"].get<int>(), 1);  // `fresh`
+  for (size_t b = 0; b < 2; ++b) {
+    // The coroutine whose innermost Lua frame is on the line this traceback names.
+    const ExpectedFrame& top = blocks[b].at(1);
+    const Json* found = nullptr;
+    for (const Json& co : j["coroutines"]) {
+      for (const Json& f : co["frames"]) {
+        if (f["kind"] != "lua") continue;
+        if (f["line"] == top.line && f["source"] == top.source) found = &co;
+        break;
+      }
+    }
+    ASSERT_NE(found, nullptr) << "no coroutine for " << top.text << "\n" << j["coroutines"].dump(1);
+    SCOPED_TRACE("coroutine " + (*found)["lua_state"].get<std::string>());
+    EXPECT_EQ((*found)["status"], "suspended");
+    EXPECT_TRUE((*found)["reached_root"].get<bool>()) << (*found)["end"];
+    expect_lua_frames_match((*found)["frames"], {blocks[b]}, 0, false);
+  }
+  fs::remove_all(d.dir);
+}
+
+// A Tarantool fiber switched out in fiber.sleep: its lua_State is inside a C call, so the Lua-only
+// walk starts at the C function (the leading `sleep`, called after the traceback was printed)
+// and ends at the lua_pcall boundary the fiber's C entry made, the bottom of its stack.
+TEST(CoreAllFibersTarantool, SleepingFiberMatchesItsTraceback) {
+  Dump d = dump_core(kTarantoolAmd64, "sleeping_fibers.lua");
+  ASSERT_TRUE(fs::exists(d.core));
+  auto blocks = parse_tracebacks(d.out);
+  ASSERT_EQ(blocks.size(), 2u) << d.out;  // the fiber's, then the crash
+  test::CommandResult r = test::run({LJPROF_BIN, "core", "--json", "--all-fibers", d.core});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  ASSERT_TRUE(j.contains("coroutines")) << j.value("coroutines_error", std::string("?"));
+  const ExpectedFrame& top = blocks[0].at(0);
+  const Json* found = nullptr;
+  for (const Json& co : j["coroutines"]) {
+    for (const Json& f : co["frames"]) {
+      if (f["kind"] != "lua") continue;
+      if (f["line"] == top.line && f["source"] == top.source) found = &co;
+      break;
+    }
+  }
+  ASSERT_NE(found, nullptr) << "no fiber for " << top.text << "\n" << j["coroutines"].dump(1);
+  EXPECT_EQ((*found)["status"], "normal");
+  EXPECT_TRUE((*found)["reached_root"].get<bool>()) << (*found)["end"];
+  expect_lua_frames_match((*found)["frames"], {blocks[0]}, 0, true);
+  fs::remove_all(d.dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreter, CoreAllFibers,
+                         ::testing::Values(kLuajitAmd64, kLuajitArm64, kTarantoolAmd64),
+                         [](const ::testing::TestParamInfo<Target>& info) {
+                           return info.param.label;
+                         });
+
 std::string golden_name(const ::testing::TestParamInfo<CoreGolden::ParamType>& info) {
   std::string name = std::get<0>(info.param).label + "_" + std::get<1>(info.param);
   for (char& c : name) {
