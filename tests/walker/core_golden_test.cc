@@ -518,6 +518,18 @@ TEST(CoreGoldenNginx, WorkerBlockedInCFromAHandler) {
 // --all-fibers: the coroutines suspended_coroutines.lua leaves suspended (found on the GC list
 // through global_State.gc.root, which is extracted from lj_mem_newgco) must each equal their own
 // debug.traceback(co), frame for frame, and end at the bottom of their stack.
+// The --all-fibers entry whose innermost Lua frame is at `top`'s source and line, or nullptr.
+const Json* coroutine_at(const Json& j, const ExpectedFrame& top) {
+  for (const Json& co : j["coroutines"]) {
+    for (const Json& f : co["frames"]) {
+      if (f["kind"] != "lua") continue;
+      if (f["line"] == top.line && f["source"] == top.source) return &co;
+      break;
+    }
+  }
+  return nullptr;
+}
+
 class CoreAllFibers : public ::testing::TestWithParam<Target> {};
 
 TEST_P(CoreAllFibers, SuspendedCoroutinesMatchTheirTracebacks) {
@@ -539,14 +551,7 @@ TEST_P(CoreAllFibers, SuspendedCoroutinesMatchTheirTracebacks) {
   for (size_t b = 0; b < 2; ++b) {
     // The coroutine whose innermost Lua frame is on the line this traceback names.
     const ExpectedFrame& top = blocks[b].at(1);
-    const Json* found = nullptr;
-    for (const Json& co : j["coroutines"]) {
-      for (const Json& f : co["frames"]) {
-        if (f["kind"] != "lua") continue;
-        if (f["line"] == top.line && f["source"] == top.source) found = &co;
-        break;
-      }
-    }
+    const Json* found = coroutine_at(j, top);
     ASSERT_NE(found, nullptr) << "no coroutine for " << top.text << "\n" << j["coroutines"].dump(1);
     SCOPED_TRACE("coroutine " + (*found)["lua_state"].get<std::string>());
     EXPECT_EQ((*found)["status"], "suspended");
@@ -569,14 +574,7 @@ TEST(CoreAllFibersTarantool, SleepingFiberMatchesItsTraceback) {
   Json j = Json::parse(r.out);
   ASSERT_TRUE(j.contains("coroutines")) << j.value("coroutines_error", std::string("?"));
   const ExpectedFrame& top = blocks[0].at(0);
-  const Json* found = nullptr;
-  for (const Json& co : j["coroutines"]) {
-    for (const Json& f : co["frames"]) {
-      if (f["kind"] != "lua") continue;
-      if (f["line"] == top.line && f["source"] == top.source) found = &co;
-      break;
-    }
-  }
+  const Json* found = coroutine_at(j, top);
   ASSERT_NE(found, nullptr) << "no fiber for " << top.text << "\n" << j["coroutines"].dump(1);
   EXPECT_EQ((*found)["status"], "normal");
   EXPECT_TRUE((*found)["reached_root"].get<bool>()) << (*found)["end"];
