@@ -1,39 +1,50 @@
 # The two commands of the README: `make demo` and `make test`. Both run scripts/bootstrap
-# first, which installs missing Debian packages and extracts the fixture trees.
+# first, which installs missing Debian packages (ccache among them) and extracts the fixture
+# trees. Two compilations of the tree: release (g++) and check (clang: ASan+UBSan, libFuzzer).
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 BUILD ?= build
 FUZZ_SECONDS ?= 30
 
-.PHONY: all bootstrap build asan fuzz test demo format check-format clean
+RELEASE_CONFIGURE = cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+CHECK_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(BUILD)/check -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DLJPROF_SANITIZE=ON
+
+.PHONY: all bootstrap build check release-build check-build ljprof test demo format \
+  check-format clean
 
 all: build
 
 bootstrap:
 	scripts/bootstrap $(BUILD)/fixtures
 
+# Everything of the release build: ljprof, tests, benchmarks.
 build: bootstrap
-	cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	$(MAKE) --no-print-directory release-build
+
+# The clang check build: the tests and the fuzz targets under ASan+UBSan.
+check: bootstrap
+	$(MAKE) --no-print-directory check-build
+
+release-build:
+	$(RELEASE_CONFIGURE)
 	cmake --build $(BUILD)/release -j$(JOBS)
 
-asan: bootstrap
-	cmake -S . -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DLJPROF_SANITIZE=ON
-	cmake --build $(BUILD)/asan -j$(JOBS)
+check-build:
+	$(CHECK_CONFIGURE)
+	cmake --build $(BUILD)/check -j$(JOBS)
 
-fuzz: bootstrap
-	CC=clang CXX=clang++ cmake -S . -B $(BUILD)/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLJPROF_FUZZ=ON
-	cmake --build $(BUILD)/fuzz -j$(JOBS)
+# Only the ljprof executable (what `make demo` needs).
+ljprof: bootstrap
+	$(RELEASE_CONFIGURE)
+	cmake --build $(BUILD)/release -j$(JOBS) --target ljprof
 
-# Normal build + tests, the same tests under ASan+UBSan, the fuzzers for a bounded time,
-# and the formatting check.
-test: build asan fuzz
-	ctest --test-dir $(BUILD)/release --output-on-failure -j$(JOBS)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir $(BUILD)/asan --output-on-failure -j$(JOBS)
-	scripts/run-fuzzers $(BUILD)/fuzz $(FUZZ_SECONDS)
-	scripts/check-format
+# Bootstrap, both builds, the release tests, the tests under ASan+UBSan, the fuzzers for a bounded
+# time and the formatting check, ending with a table of each step's wall seconds.
+test:
+	scripts/test-suite $(BUILD) $(JOBS) $(FUZZ_SECONDS)
 
-demo: build
+demo: ljprof
 	scripts/demo $(BUILD)/release/src/cli/ljprof
 
 format:
@@ -43,4 +54,4 @@ check-format:
 	scripts/check-format
 
 clean:
-	rm -rf $(BUILD)/release $(BUILD)/asan $(BUILD)/fuzz
+	rm -rf $(BUILD)/release $(BUILD)/check

@@ -11,7 +11,7 @@ namespace ljprof {
 namespace {
 
 test::CommandResult cfi(std::vector<std::string> args) {
-  args.insert(args.begin(), {LJPROF_BIN, "cfi"});
+  args.insert(args.begin(), {test::ljprof_bin(), "cfi"});
   return test::run(args);
 }
 

@@ -18,7 +18,7 @@ using Json = nlohmann::json;
 using test::run;
 
 test::CommandResult inspect(std::vector<std::string> args) {
-  args.insert(args.begin(), {LJPROF_BIN, "inspect"});
+  args.insert(args.begin(), {test::ljprof_bin(), "inspect"});
   return run(args);
 }
 
@@ -190,7 +190,7 @@ TEST(Inspect, UsageErrorsAndHelp) {
   test::CommandResult help = inspect({"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--json"), std::string::npos) << help.out;
-  test::CommandResult top = run({LJPROF_BIN, "--help"});
+  test::CommandResult top = run({test::ljprof_bin(), "--help"});
   EXPECT_EQ(top.exit_code, 0);
   EXPECT_NE(top.out.find("inspect"), std::string::npos) << top.out;
 }

@@ -24,7 +24,7 @@ using test::Background;
 
 nlohmann::json verify_live(pid_t pid) {
   test::CommandResult r =
-      test::run({LJPROF_BIN, "inspect", "--verify-live", std::to_string(pid), "--json"});
+      test::run({test::ljprof_bin(), "inspect", "--verify-live", std::to_string(pid), "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   if (r.out.empty()) return {};
   return nlohmann::json::parse(r.out);
@@ -117,7 +117,7 @@ TEST(VerifyLive, RejectsANonLuaProcess) {
   ASSERT_GT(sleeper.pid(), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   test::CommandResult r =
-      test::run({LJPROF_BIN, "inspect", "--verify-live", std::to_string(sleeper.pid())});
+      test::run({test::ljprof_bin(), "inspect", "--verify-live", std::to_string(sleeper.pid())});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("lua_close"), std::string::npos) << r.err;
   EXPECT_TRUE(sleeper.running());

@@ -209,7 +209,7 @@ TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
 
 TEST(ProcInfoTarantool, VerifyDwarfCommandPrintsAllPass) {
   test::CommandResult r =
-      test::run({LJPROF_BIN, "inspect", "--verify-dwarf", "/usr/bin/tarantool"});
+      test::run({test::ljprof_bin(), "inspect", "--verify-dwarf", "/usr/bin/tarantool"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("verify-dwarf: all PASS"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
@@ -221,7 +221,7 @@ TEST(ProcInfoTarantool, VerifyDwarfCommandPrintsAllPass) {
   EXPECT_GE(passes, 30u) << r.out;
   // A stripped binary has no DWARF: a clear error, exit 2.
   test::CommandResult stripped =
-      test::run({LJPROF_BIN, "inspect", "--verify-dwarf", "/usr/bin/luajit"});
+      test::run({test::ljprof_bin(), "inspect", "--verify-dwarf", "/usr/bin/luajit"});
   EXPECT_EQ(stripped.exit_code, 2);
   EXPECT_NE(stripped.err.find("DWARF"), std::string::npos) << stripped.err;
 }
@@ -308,7 +308,7 @@ TEST(ProcInfoStripped, Arm64LuajitAndLibluajit) {
 }
 
 TEST(ProcInfoInspect, JsonCarriesProcInfoAndVmCframe) {
-  test::CommandResult r = test::run({LJPROF_BIN, "inspect", "--json", "/usr/bin/luajit"});
+  test::CommandResult r = test::run({test::ljprof_bin(), "inspect", "--json", "/usr/bin/luajit"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   const auto& pi = j["luajit_proc_info"];
@@ -319,10 +319,10 @@ TEST(ProcInfoInspect, JsonCarriesProcInfoAndVmCframe) {
   EXPECT_FALSE(pi["fields"]["global_State.cur_L"]["evidence"].empty());
   EXPECT_TRUE(j["vm_cframe"].is_object());
   // nginx itself links no LuaJIT: no proc info (the module's libluajit is inspected instead).
-  test::CommandResult n = test::run({LJPROF_BIN, "inspect", "--json", "/usr/sbin/nginx"});
+  test::CommandResult n = test::run({test::ljprof_bin(), "inspect", "--json", "/usr/sbin/nginx"});
   ASSERT_EQ(n.exit_code, 0) << n.err;
   EXPECT_TRUE(nlohmann::json::parse(n.out)["luajit_proc_info"].is_null());
-  test::CommandResult t = test::run({LJPROF_BIN, "inspect", "/usr/bin/tarantool"});
+  test::CommandResult t = test::run({test::ljprof_bin(), "inspect", "/usr/bin/tarantool"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_NE(t.out.find("global_State.jit_base"), std::string::npos);
   EXPECT_NE(t.out.find("exit-handler"), std::string::npos);

@@ -69,7 +69,7 @@ struct VmReport {
   // What the profile calls the part's Lua function: "function <CHUNK:LINEDEFINED>".
   std::string label(const std::string& name) const {
     auto it = parts.find(name);
-    return "function <" + std::string(LJPROF_WORKLOADS) +
+    return "function <" + test::record_workloads_dir() +
            "/split.lua:" + std::to_string(it == parts.end() ? -1 : it->second.first) + ">";
   }
 
@@ -192,7 +192,7 @@ TEST_P(RecordSplit, SharesMatchTheVmsOwnClock) {
   const std::string dir = testing::TempDir() + "/ljprof-record-" + c.label;
   test::run({"mkdir", "-p", dir});
   const std::string report = dir + "/vm-report.txt", folded = dir + "/stacks.folded";
-  std::vector<std::string> argv = {LJPROF_BIN,
+  std::vector<std::string> argv = {test::ljprof_bin(),
                                    "record",
                                    "-F",
                                    "999",
@@ -203,7 +203,7 @@ TEST_P(RecordSplit, SharesMatchTheVmsOwnClock) {
                                    folded,
                                    "--",
                                    c.runtime,
-                                   std::string(LJPROF_WORKLOADS) + "/run_split.lua",
+                                   test::record_workloads_dir() + "/run_split.lua",
                                    "4",
                                    report};
   if (c.jit_off) argv.push_back("jit_off");
@@ -256,7 +256,7 @@ TEST_P(RecordNginxLua, WorkerSharesMatchItsOwnClock) {
          << "daemon off;\nmaster_process on;\nworker_processes 1;\n"
          << "error_log " << dir << "/error.log;\npid " << dir << "/nginx.pid;\n"
          << "events { worker_connections 16; }\nhttp {\n  access_log off;\n"
-         << "  lua_package_path \"" << LJPROF_WORKLOADS << "/?.lua;" << tree
+         << "  lua_package_path \"" << test::record_workloads_dir() << "/?.lua;" << tree
          << "/usr/share/lua/5.1/?.lua;;\";\n";
     for (const char* temp : {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"}) {
       conf << "  " << temp << "_temp_path " << dir << "/" << temp << ";\n";
@@ -264,7 +264,8 @@ TEST_P(RecordNginxLua, WorkerSharesMatchItsOwnClock) {
     // The master runs init_by_lua before it forks the worker, which inherits the VM's mode.
     if (c.jit_off) conf << "  init_by_lua_block { jit.off() }\n";
     conf << "  server {\n    listen 127.0.0.1:" << port << ";\n"
-         << "    location / { content_by_lua_file " << LJPROF_WORKLOADS << "/nginx_split.lua; }\n"
+         << "    location / { content_by_lua_file " << test::record_workloads_dir()
+         << "/nginx_split.lua; }\n"
          << "  }\n}\n";
   }
   test::Background nginx({"env", "LD_LIBRARY_PATH=" + tree + "/usr/lib/x86_64-linux-gnu",
@@ -307,8 +308,8 @@ TEST_P(RecordNginxLua, WorkerSharesMatchItsOwnClock) {
   });
   const std::string folded = dir + "/stacks.folded";
   test::CommandResult r =
-      test::run({LJPROF_BIN, "record", "-p", std::to_string(worker), "-F", "999", "-d", "4", "-q",
-                 "-o", dir + "/p.pb.gz", "--folded", folded});
+      test::run({test::ljprof_bin(), "record", "-p", std::to_string(worker), "-F", "999", "-d", "4",
+                 "-q", "-o", dir + "/p.pb.gz", "--folded", folded});
   stop = true;
   load.join();
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -378,8 +379,8 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   const std::string report = dir + "/vm-report.txt", profile = dir + "/p.pb.gz",
                     folded = dir + "/stacks.folded", stop_file = dir + "/stop";
   // At most 60 s; the test ends it through the stop file 2 s after ljprof exits.
-  test::Background target({"/usr/bin/luajit", std::string(LJPROF_WORKLOADS) + "/run_split.lua",
-                           "60", report, "jit_on", stop_file},
+  test::Background target({"/usr/bin/luajit", test::record_workloads_dir() + "/run_split.lua", "60",
+                           report, "jit_on", stop_file},
                           dir + "/target.out");
   ASSERT_GT(target.pid(), 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -403,8 +404,9 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   const uint64_t t0 = test::monotonic_ns();
   const int64_t real_minus_mono =
       static_cast<int64_t>(real.tv_sec) * 1000000000 + real.tv_nsec - static_cast<int64_t>(t0);
-  test::CommandResult r = test::run({LJPROF_BIN, "record", "-p", std::to_string(target.pid()), "-F",
-                                     "999", "-d", "2.5", "-q", "-o", profile, "--folded", folded});
+  test::CommandResult r =
+      test::run({test::ljprof_bin(), "record", "-p", std::to_string(target.pid()), "-F", "999",
+                 "-d", "2.5", "-q", "-o", profile, "--folded", folded});
   const uint64_t t1 = test::monotonic_ns();
   stop = true;
   poller.join();
@@ -497,8 +499,8 @@ TEST(RecordPprof, GoToolPprofTopListsTheWorkloadsLuaFunctions) {
   test::run({"mkdir", "-p", dir});
   const std::string report = dir + "/vm-report.txt", profile = dir + "/cpu.pb.gz";
   test::CommandResult r =
-      test::run({LJPROF_BIN, "record", "-F", "999", "-q", "-o", profile, "--", "/usr/bin/luajit",
-                 std::string(LJPROF_WORKLOADS) + "/run_split.lua", "3", report});
+      test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "-o", profile, "--",
+                 "/usr/bin/luajit", test::record_workloads_dir() + "/run_split.lua", "3", report});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const VmReport vm = VmReport::parse(slurp(report));
   ASSERT_EQ(vm.parts.size(), 5u) << "the workload did not finish: " << r.err;
@@ -542,7 +544,7 @@ namespace {
 // frame when one is shown) must be that function at the linedefined the VM reports, and no Lua
 // frame may appear inside it (nothing in these workloads runs Lua there).
 struct FromTraceCase {
-  std::string workload;   // in LJPROF_WORKLOADS; reports "NAME LINEDEFINED"
+  std::string workload;   // in test::record_workloads_dir(); reports "NAME LINEDEFINED"
   std::string native;     // the C function the trace calls
   double min_root_share;  // of the samples that had an unwind context
   std::string label;
@@ -560,13 +562,13 @@ TEST_P(RecordFromTrace, CalleeNestsUnderTheTracedFunction) {
   const std::string dir = testing::TempDir() + "/ljprof-record-" + c.label;
   test::run({"mkdir", "-p", dir});
   const std::string report = dir + "/vm-report.txt", folded = dir + "/stacks.folded";
-  test::CommandResult r = test::run(
-      {LJPROF_BIN, "record", "-F", "999", "-q", "--folded", folded, "--", "/usr/bin/tarantool",
-       std::string(LJPROF_WORKLOADS) + "/" + c.workload, "3", report});
+  test::CommandResult r = test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "--folded",
+                                     folded, "--", "/usr/bin/tarantool",
+                                     test::record_workloads_dir() + "/" + c.workload, "3", report});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto fields = split(slurp(report), ' ');
   ASSERT_EQ(fields.size(), 2u) << slurp(report);
-  const std::string traced = "function <" + std::string(LJPROF_WORKLOADS) + "/" + c.workload + ":" +
+  const std::string traced = "function <" + test::record_workloads_dir() + "/" + c.workload + ":" +
                              std::to_string(std::stoi(fields[1])) + ">";
   double total = 0, with_context = 0, inside = 0, nested = 0, rooted = 0;
   for (const FoldedStack& stack : read_folded(folded)) {

@@ -633,34 +633,34 @@ TEST(ReportCommand, DefaultTopAndOutputs) {
   std::string path = dir.file("p.pb.gz");
   ASSERT_TRUE(write_pprof(make_profile(), path).ok());
 
-  auto def = run({LJPROF_BIN, "report", path});
+  auto def = run({test::ljprof_bin(), "report", path});
   ASSERT_EQ(def.exit_code, 0) << def.err;
   EXPECT_NE(def.out.find("Showing top 10 of 10 functions, 19 samples total"), std::string::npos)
       << def.out;
   EXPECT_NE(def.out.find("callback (app.lua:28)"), std::string::npos) << def.out;
 
-  auto top = run({LJPROF_BIN, "report", "--top=2", path});
+  auto top = run({test::ljprof_bin(), "report", "--top=2", path});
   ASSERT_EQ(top.exit_code, 0) << top.err;
   EXPECT_NE(top.out.find("Showing top 2 of 10"), std::string::npos) << top.out;
 
-  auto bare_top = run({LJPROF_BIN, "report", "--top", path});  // FILE is not taken as N
+  auto bare_top = run({test::ljprof_bin(), "report", "--top", path});  // FILE is not taken as N
   ASSERT_EQ(bare_top.exit_code, 0) << bare_top.err;
 
-  auto folded = run({LJPROF_BIN, "report", path, "--folded", "-"});
+  auto folded = run({test::ljprof_bin(), "report", path, "--folded", "-"});
   ASSERT_EQ(folded.exit_code, 0) << folded.err;
   EXPECT_EQ(folded.out, folded_text(make_profile()));
 
   std::string html = dir.file("f.html"), svg = dir.file("f.svg");
-  auto fg = run({LJPROF_BIN, "report", path, "--flamegraph", html});
+  auto fg = run({test::ljprof_bin(), "report", path, "--flamegraph", html});
   ASSERT_EQ(fg.exit_code, 0) << fg.err;
   EXPECT_TRUE(fg.out.empty()) << fg.out;  // an output option replaces the default table
   EXPECT_NE(slurp(html).find("<script"), std::string::npos);
-  ASSERT_EQ(run({LJPROF_BIN, "report", path, "--flamegraph", svg}).exit_code, 0);
+  ASSERT_EQ(run({test::ljprof_bin(), "report", path, "--flamegraph", svg}).exit_code, 0);
   EXPECT_NE(slurp(svg).find("<svg"), std::string::npos);
 }
 
 TEST(ReportCommand, HelpAndBadInput) {
-  auto help = run({LJPROF_BIN, "report", "--help"});
+  auto help = run({test::ljprof_bin(), "report", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   for (const char* opt : {"--top", "--folded", "--flamegraph", "FILE"}) {
     EXPECT_NE(help.out.find(opt), std::string::npos) << opt << "\n" << help.out;
@@ -668,11 +668,11 @@ TEST(ReportCommand, HelpAndBadInput) {
   TempDir dir;
   std::string path = dir.file("bad.pb.gz");
   spit(path, "this is not a profile");
-  auto bad = run({LJPROF_BIN, "report", path});
+  auto bad = run({test::ljprof_bin(), "report", path});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find(path), std::string::npos) << bad.err;
-  EXPECT_EQ(run({LJPROF_BIN, "report", dir.file("missing.pb.gz")}).exit_code, 2);
-  EXPECT_EQ(run({LJPROF_BIN, "report"}).exit_code, 2);
+  EXPECT_EQ(run({test::ljprof_bin(), "report", dir.file("missing.pb.gz")}).exit_code, 2);
+  EXPECT_EQ(run({test::ljprof_bin(), "report"}).exit_code, 2);
 }
 
 }  // namespace

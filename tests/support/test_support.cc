@@ -74,7 +74,7 @@ CommandResult run(const std::vector<std::string>& argv) {
 }
 
 std::string fixture(const std::string& rel) {
-  return std::string(LJPROF_FIXTURES_DIR) + "/" + rel;
+  return fixtures_dir() + "/" + rel;
 }
 
 std::vector<RealBinary> real_binaries() {

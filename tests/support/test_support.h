@@ -21,7 +21,15 @@ struct CommandResult {
 // Runs `argv` (no shell) and captures stdout/stderr.
 CommandResult run(const std::vector<std::string>& argv);
 
-// `build/fixtures` (or the configured fixture dir) joined with `rel`.
+// Where this build's files are. Defined in a file CMake generates (test_paths.cc) so that only
+// that file names the clone's location: every other test source compiles the same in every
+// clone and hits the compiler cache.
+std::string ljprof_bin();            // the ljprof executable of this build
+std::string source_dir();            // the repository
+std::string fixtures_dir();          // what scripts/bootstrap extracted (build/fixtures)
+std::string record_workloads_dir();  // tests/record/workloads
+
+// `fixtures_dir()` joined with `rel`.
 std::string fixture(const std::string& rel);
 
 // The real binaries of the foundation matrix (absolute paths).

@@ -131,7 +131,7 @@ Dump dump_core(const Target& target, const std::string& workload) {
   char tmpl[] = "/tmp/ljprof-golden-XXXXXX";
   Dump d;
   d.dir = mkdtemp(tmpl);
-  const fs::path src = fs::path(LJPROF_SOURCE_DIR) / "tests/walker/workloads";
+  const fs::path src = fs::path(test::source_dir()) / "tests/walker/workloads";
   for (const char* name : {"common.lua", workload.c_str()}) {
     fs::copy_file(src / name, fs::path(d.dir) / name);
   }
@@ -242,7 +242,7 @@ GdbStack gdb_stack(const std::string& exe, const std::string& vm_file, const std
 }
 
 Json ljprof_core(const Target& target, const Dump& d) {
-  std::vector<std::string> argv = {LJPROF_BIN, "core", "--json", d.core};
+  std::vector<std::string> argv = {test::ljprof_bin(), "core", "--json", d.core};
   if (target.arm64) {
     argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", target.exe});
   }
@@ -432,7 +432,7 @@ TEST(CoreGoldenVdso, LeafInsideTheVdso) {
   Dump d;
   d.dir = mkdtemp(tmpl);
   d.core = d.dir + "/core";
-  fs::copy_file(fs::path(LJPROF_SOURCE_DIR) / "tests/walker/workloads/spin_vdso.lua",
+  fs::copy_file(fs::path(test::source_dir()) / "tests/walker/workloads/spin_vdso.lua",
                 fs::path(d.dir) / "spin_vdso.lua");
   test::CommandResult r = test::run(
       {"env", "-C", d.dir, "bash", "-c",
@@ -442,7 +442,7 @@ TEST(CoreGoldenVdso, LeafInsideTheVdso) {
        "if \"$1\" core c.$pid | sed -n 2p | grep -q '(\\[vdso\\]+'; then mv c.$pid core; break; "
        "fi; "
        "rm -f c.$pid; done; kill -9 $pid; cat out",
-       "/usr/bin/luajit", LJPROF_BIN});
+       "/usr/bin/luajit", test::ljprof_bin()});
   d.out = r.out;
   ASSERT_TRUE(fs::exists(d.core)) << "60 dumps, none with the leaf in the vDSO\n" << r.out << r.err;
   auto blocks = parse_tracebacks(d.out);
@@ -539,7 +539,7 @@ TEST_P(CoreAllFibers, SuspendedCoroutinesMatchTheirTracebacks) {
   ASSERT_TRUE(fs::exists(d.core));
   auto blocks = parse_tracebacks(d.out);
   ASSERT_EQ(blocks.size(), 3u) << d.out;  // two coroutines, then the crash
-  std::vector<std::string> argv = {LJPROF_BIN, "core", "--json", "--all-fibers", d.core};
+  std::vector<std::string> argv = {test::ljprof_bin(), "core", "--json", "--all-fibers", d.core};
   if (target.arm64) {
     argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", target.exe});
   }
@@ -569,7 +569,7 @@ TEST(CoreAllFibersTarantool, SleepingFiberMatchesItsTraceback) {
   ASSERT_TRUE(fs::exists(d.core));
   auto blocks = parse_tracebacks(d.out);
   ASSERT_EQ(blocks.size(), 2u) << d.out;  // the fiber's, then the crash
-  test::CommandResult r = test::run({LJPROF_BIN, "core", "--json", "--all-fibers", d.core});
+  test::CommandResult r = test::run({test::ljprof_bin(), "core", "--json", "--all-fibers", d.core});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Json j = Json::parse(r.out);
   ASSERT_TRUE(j.contains("coroutines")) << j.value("coroutines_error", std::string("?"));

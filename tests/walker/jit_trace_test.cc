@@ -82,7 +82,7 @@ struct Dump {
 void make_core(Dump& c) {
   char tmpl[] = "/tmp/ljprof-jit-XXXXXX";
   c.dir = mkdtemp(tmpl);
-  const fs::path src = fs::path(LJPROF_SOURCE_DIR) / "tests/walker/workloads";
+  const fs::path src = fs::path(test::source_dir()) / "tests/walker/workloads";
   for (const std::string& name : {std::string("jit_oracle.lua"), c.workload}) {
     fs::copy_file(src / name, fs::path(c.dir) / name);
   }
@@ -114,7 +114,7 @@ void make_core(Dump& c) {
 }
 
 Json ljprof_core(const Dump& c) {
-  std::vector<std::string> argv = {LJPROF_BIN, "core", "--json", c.core};
+  std::vector<std::string> argv = {test::ljprof_bin(), "core", "--json", c.core};
   if (c.target.arm64) {
     argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", c.target.exe});
   }
