@@ -92,6 +92,7 @@ Json proc_info_json(const luajit::LuaJITProcInfo& info) {
     Json ev = Json::array();
     for (const luajit::Evidence& e : f.evidence) ev.push_back(evidence_json(e));
     fields[f.name] = {{"value", f.value}, {"source", f.source}, {"evidence", ev}};
+    if (!f.not_cross_checked.empty()) fields[f.name]["not_cross_checked"] = f.not_cross_checked;
   }
   j["fields"] = fields;
   return j;
@@ -239,6 +240,10 @@ void print_text(const Json& j) {
     }
     fmt::print("  {:<24} {:>6}  {}{}\n", name, f["value"].get<int64_t>(),
                f["source"].get<std::string>(), where);
+    if (f.contains("not_cross_checked")) {
+      fmt::print("  {:<24} {:>6}  not cross-checked: {}\n", "", "",
+                 f["not_cross_checked"].get<std::string>());
+    }
   }
 }
 

@@ -756,7 +756,80 @@ Result<JloopMatch> match_jloop(const Code& c, int d) {
   return *out;
 }
 
+namespace {
+
+// `dst = src + imm` with an immediate (x86 `add r, imm` / `lea r, [src + disp]`, AArch64
+// `add xd, xn, #imm{, lsl #12}`), the way a compiler splits a large struct displacement
+// between an address computation and the load's own offset.
+struct AddImmView {
+  int dst = kNoReg;
+  int src = kNoReg;
+  int64_t imm = 0;
+};
+std::optional<AddImmView> as_add_imm(const Code& c, const Insn& i) {
+  if (is_x86(c)) {
+    if (i.kind == InsnKind::Add && i.op_count == 2 && i.ops[0].kind == Kind::Reg &&
+        i.ops[0].size == 8 && i.ops[1].kind == Kind::Imm) {
+      return AddImmView{i.ops[0].reg, i.ops[0].reg, i.ops[1].imm};
+    }
+    if (i.kind == InsnKind::Lea && i.op_count == 2 && i.ops[0].kind == Kind::Reg &&
+        i.ops[0].size == 8 && plain_mem(i.ops[1]) && i.ops[1].base != kX86Rip) {
+      return AddImmView{i.ops[0].reg, i.ops[1].base, i.ops[1].disp};
+    }
+    return std::nullopt;
+  }
+  if (i.kind == InsnKind::Add && i.op_count == 3 && i.ops[0].kind == Kind::Reg &&
+      i.ops[0].size == 8 && i.ops[1].kind == Kind::Reg && i.ops[2].kind == Kind::Imm &&
+      (i.ops[2].shift == 0 || i.ops[2].shift == 12)) {
+    return AddImmView{i.ops[0].reg, i.ops[1].reg, i.ops[2].imm << i.ops[2].shift};
+  }
+  return std::nullopt;
+}
+
+// The registers known to hold G + offset, in a short straight-line window.
+class GPointers {
+ public:
+  explicit GPointers(int reg) { regs_.push_back({reg, 0}); }
+  std::optional<int64_t> offset_of(int reg) const {
+    for (const auto& [r, off] : regs_)
+      if (r == reg) return off;
+    return std::nullopt;
+  }
+  void set(int reg, int64_t off) {
+    forget(reg);
+    regs_.push_back({reg, off});
+  }
+  void forget(int reg) {
+    std::erase_if(regs_, [&](const auto& e) { return e.first == reg; });
+  }
+  bool empty() const { return regs_.empty(); }
+  template <class Pred>
+  void forget_if(Pred written) {
+    std::erase_if(regs_, [&](const auto& e) { return written(e.first); });
+  }
+
+ private:
+  std::vector<std::pair<int, int64_t>> regs_;
+};
+
+// After `T = [G + disp]` at insns[j]: the `[T + index]` load within the next 3 instructions.
+const Insn* trace_index_load(const Code& c, size_t j, size_t n, int t_reg) {
+  for (size_t q = j + 1; q < std::min(n, j + 4); ++q) {
+    const Insn& el = c.insns[q];
+    const bool load = is_x86(c) ? el.kind == InsnKind::Mov : el.kind == InsnKind::Load;
+    if (load && el.op_count == 2 && el.ops[0].kind == Kind::Reg && el.ops[1].kind == Kind::Mem &&
+        el.ops[1].base == t_reg && el.ops[1].index != kNoReg) {
+      return &el;
+    }
+    if (writes_reg(c, el, t_reg)) return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 Result<TraceinfoMatch> match_traceinfo(const Code& c, int64_t glref_offset, uint8_t ref_width) {
+  constexpr size_t kWindow = 12;  // instructions from `G = G(L)` to `T = [G + disp]`
   std::vector<int> l_alias = {arg0_reg(c)};
   const size_t n = std::min<size_t>(c.insns.size(), 128);
   for (size_t k = 0; k < n; ++k) {
@@ -772,34 +845,38 @@ Result<TraceinfoMatch> match_traceinfo(const Code& c, int64_t glref_offset, uint
         std::find(l_alias.begin(), l_alias.end(), g->base) == l_alias.end()) {
       continue;
     }
-    for (size_t j = k + 1; j < std::min(n, k + 6); ++j) {
-      auto t = as_load(c, c.insns[j]);
-      if (!t || t->base != g->dst || t->size != 8) {
-        if (writes_reg(c, c.insns[j], g->dst)) break;
+    GPointers gp(g->dst);
+    std::vector<Evidence> adds;
+    for (size_t j = k + 1; j < std::min(n, k + 1 + kWindow) && !gp.empty(); ++j) {
+      const Insn& insn = c.insns[j];
+      if (auto add = as_add_imm(c, insn); add && gp.offset_of(add->src)) {
+        gp.set(add->dst, *gp.offset_of(add->src) + add->imm);
+        adds.push_back(evidence_of(c, insn, "G + part of the J->trace offset"));
         continue;
       }
-      for (size_t q = j + 1; q < std::min(n, j + 4); ++q) {
-        const Insn& el = c.insns[q];
-        const bool load = is_x86(c) ? el.kind == InsnKind::Mov : el.kind == InsnKind::Load;
-        if (load && el.op_count == 2 && el.ops[0].kind == Kind::Reg &&
-            el.ops[1].kind == Kind::Mem && el.ops[1].base == t->dst && el.ops[1].index != kNoReg) {
-          if (t->disp <= 0 || t->disp >= 0x10000 || t->disp % 8 != 0) {
+      auto t = as_load(c, insn);
+      if (t && t->size == 8 && gp.offset_of(t->base)) {
+        const int64_t disp = *gp.offset_of(t->base) + t->disp;
+        if (const Insn* el = trace_index_load(c, j, n, t->dst)) {
+          if (disp <= 0 || disp >= 0x10000 || disp % 8 != 0) {
             return make_error("{}: J->trace at G{:+#x} is out of range or misaligned",
-                              where(c, c.insns[j]), t->disp);
+                              where(c, insn), disp);
           }
           TraceinfoMatch m;
-          m.trace_array = t->disp;
-          m.evidence = {evidence_of(c, i, "G = G(L)"), evidence_of(c, c.insns[j], "J->trace"),
-                        evidence_of(c, el, "J->trace[traceno]")};
+          m.trace_array = disp;
+          m.evidence = {evidence_of(c, i, "G = G(L)")};
+          for (Evidence& e : adds) m.evidence.push_back(std::move(e));
+          m.evidence.push_back(evidence_of(c, insn, "J->trace"));
+          m.evidence.push_back(evidence_of(c, *el, "J->trace[traceno]"));
           return m;
         }
-        if (writes_reg(c, el, t->dst)) break;
       }
+      gp.forget_if([&](int reg) { return writes_reg(c, insn, reg); });
     }
   }
   return make_error(
       "{}: jit_checktrace pattern not matched: no `G = [L {:+#x}]`, `T = [G + "
-      "disp]`, `[T + index]` chain",
+      "disp]` (displacement possibly split by `add`), `[T + index]` chain",
       c.function, glref_offset);
 }
 

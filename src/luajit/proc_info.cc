@@ -146,7 +146,7 @@ std::vector<Evidence> pick(const std::vector<Evidence>& all,
 
 Field make_field(std::string_view name, int64_t value, std::string source,
                  std::vector<Evidence> evidence = {}) {
-  return Field{std::string(name), value, std::move(source), std::move(evidence)};
+  return Field{std::string(name), value, std::move(source), std::move(evidence), {}};
 }
 
 Result<Field> add_offset(std::string_view name, int64_t dispatch_relative,
@@ -191,6 +191,37 @@ std::optional<GcRootMatch> find_gc_root(const elf::ElfFile& file, uint8_t ref_wi
     }
   }
   return std::nullopt;
+}
+
+// jit_checktrace (inlined in lj_cf_jit_util_traceinfo) reads the J->trace array that BC_JLOOP
+// gave `jtrace` through G: an agreeing value adds its evidence, a disagreeing one is an error.
+// The function is optional evidence (stripped builds lack the symbol, and compilers shape it
+// differently): when it is absent or its pattern does not match, BC_JLOOP's value stands and
+// the field says why it was not cross-checked.
+Status cross_check_trace_array(const elf::ElfFile& file, int64_t glref_offset, uint8_t ref_width,
+                               Field& jtrace) {
+  constexpr const char* kName = "lj_cf_jit_util_traceinfo";
+  if (file.find_symbol(kName) == nullptr) {
+    jtrace.not_cross_checked = fmt::format("no {} symbol", kName);
+    return Ok{};
+  }
+  auto ti = decode_symbol(file, kName);
+  if (!ti.ok()) {
+    jtrace.not_cross_checked = ti.message();
+    return Ok{};
+  }
+  auto check = match_traceinfo(ti->code(), glref_offset, ref_width);
+  if (!check.ok()) {
+    jtrace.not_cross_checked = check.message();
+    return Ok{};
+  }
+  if (check->trace_array != jtrace.value) {
+    return make_error("BC_JLOOP reads G{:+#x}, jit_checktrace in {} reads G{:+#x}", jtrace.value,
+                      kName, check->trace_array);
+  }
+  jtrace.source += std::string(" + ") + kName;
+  for (const Evidence& e : check->evidence) jtrace.evidence.push_back(e);
+  return Ok{};
 }
 
 }  // namespace
@@ -388,18 +419,9 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   LJ_ASSIGN_OR_RETURN(Field jtrace,
                       add_offset(field::kGJitTrace, jloop->trace_array, *setup, "BC_JLOOP",
                                  pick(jloop->evidence, {"J->trace", "T = "})));
-  if (file.find_symbol("lj_cf_jit_util_traceinfo") != nullptr) {
-    // jit_checktrace (inlined in jit.util.traceinfo) reads the same array through G.
-    LJ_ASSIGN_OR_RETURN(DecodedFunction ti, decode_symbol(file, "lj_cf_jit_util_traceinfo"));
-    auto check = match_traceinfo(ti.code(), close->glref_offset, close->ref_width);
-    if (!check.ok()) return fail("lj_cf_jit_util_traceinfo", check.message());
-    if (check->trace_array != jtrace.value) {
-      return fail("J->trace", fmt::format("BC_JLOOP reads G{:+#x}, jit_checktrace in "
-                                          "lj_cf_jit_util_traceinfo reads G{:+#x}",
-                                          jtrace.value, check->trace_array));
-    }
-    jtrace.source = "BC_JLOOP + lj_cf_jit_util_traceinfo";
-    for (const Evidence& e : check->evidence) jtrace.evidence.push_back(e);
+  if (auto st = cross_check_trace_array(file, close->glref_offset, close->ref_width, jtrace);
+      !st.ok()) {
+    return fail("J->trace", st.message());
   }
   if (jtrace.value <= info.value(field::kGJitBase)) {
     return fail("J->trace", fmt::format("G{:+#x} is not after global_State.jit_base (jit_State "

@@ -32,6 +32,10 @@ struct Field {
   int64_t value = 0;
   std::string source;
   std::vector<Evidence> evidence;
+  // Why an optional second source for this value could not be compared (its symbol is absent
+  // or its pattern did not match); empty when it was compared or none exists. A second source
+  // that disagrees fails the extraction instead.
+  std::string not_cross_checked;
 };
 
 struct VmInterval {

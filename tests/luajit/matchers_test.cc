@@ -391,6 +391,33 @@ TEST(MatchTraceinfo, JitChecktraceThroughG) {
   EXPECT_EQ(am->trace_array, 1088);
 }
 
+// tarantool/luajit GC64 built for arm64 by aarch64-linux-gnu-gcc 12 -O2 (the any-build issue,
+// from aarch64-linux-gnu-objdump -d of lj_cf_jit_util_traceinfo after lj_lib_checkint): the
+// J->trace displacement is split between an `add` and the load's own offset, 0x348 + 360.
+TEST(MatchTraceinfo, Arm64DisplacementSplitByAdd) {
+  const std::string head = "mov x19, x0\n bl 1f\n mov w1, w0\n ldr x2, [x19, #16]\n";
+  const std::string tail =
+      "ldr w3, [x2, #372]\n cmp w1, w3\n b.cs 1f\n"
+      "ldr x2, [x2, #360]\n ldr x20, [x2, w1, uxtw #3]\n 1: ret\n";
+  auto a = assemble_code(Arch::AArch64, head + "add x2, x2, #0x348\n" + tail);
+  auto m = luajit::match_traceinfo(a.code("lj_cf_jit_util_traceinfo"), 16, 8);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->trace_array, 0x348 + 360);
+  EXPECT_EQ(m->evidence.size(), 4u);  // G load, the add, J->trace, J->trace[traceno]
+  // An offset added to a register that does not hold G says nothing about J->trace.
+  auto other = assemble_code(Arch::AArch64, head + "add x2, x3, #0x348\n" + tail);
+  EXPECT_FALSE(luajit::match_traceinfo(other.code(), 16, 8).ok());
+  // The same split on x86-64 (`lea` into another register, then the load).
+  auto x = assemble_code(Arch::X86_64,
+                         "mov rbx, rdi\n call 1f\n mov rcx, qword ptr [rbx + 0x10]\n"
+                         "lea rdx, [rcx + 0x348]\n cmp eax, dword ptr [rdx + 0x174]\n jae 1f\n"
+                         "mov rdx, qword ptr [rdx + 0x168]\n mov eax, eax\n"
+                         "mov r12, qword ptr [rdx + rax*8]\n 1: ret\n");
+  auto xm = luajit::match_traceinfo(x.code(), 16, 8);
+  ASSERT_TRUE(xm.ok()) << xm.message();
+  EXPECT_EQ(xm->trace_array, 0x348 + 0x168);
+}
+
 TEST(MatchTolstring, HeaderSizesOfBothLayouts) {
   auto gc64 = assemble_code(Arch::X86_64,
                             "test rbx, rbx\n je 1f\n mov ecx, dword ptr [rax + 0x14]\n"
