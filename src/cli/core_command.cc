@@ -1,4 +1,4 @@
-// `ljprof core CORE [--exe PATH] [--sysroot DIR] [--json] [--all-fibers]`: mixed native + Lua
+// `ljprof core CORE [--exe PATH] [--sysroot DIR]... [--json] [--all-fibers]`: mixed native + Lua
 // backtraces of every thread of a core file (and, with --all-fibers, the Lua frames of every
 // other coroutine).
 #include <fmt/format.h>
@@ -142,7 +142,7 @@ void add_core_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string core;
     std::string exe;
-    std::string sysroot;
+    std::vector<std::string> sysroots;
     bool json = false;
     bool all_fibers = false;
   };
@@ -153,8 +153,11 @@ void add_core_command(CLI::App& app, int* exit_code) {
       "qemu-user core of tarantool, luajit or nginx-lua; x86-64 and arm64).");
   cmd->add_option("CORE", opts->core, "The core file")->required();
   cmd->add_option("--exe", opts->exe, "The executable, when it is not at its recorded path");
-  cmd->add_option("--sysroot", opts->sysroot,
-                  "Prefix for the recorded paths of mapped files (e.g. an extracted arm64 tree)");
+  cmd->add_option("--sysroot", opts->sysroots,
+                  "A root to look for the core's mapped files in (repeatable): each file is "
+                  "looked for under every root in order, then at its recorded path, and used only "
+                  "if its build-id equals the core's (e.g. /usr/aarch64-linux-gnu for a "
+                  "qemu-aarch64 core); files not found are named in the output");
   cmd->add_flag("--json", opts->json, "Print one JSON object (the golden format) instead of text");
   cmd->add_flag("--all-fibers,--all-coroutines", opts->all_fibers,
                 "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
@@ -162,7 +165,7 @@ void add_core_command(CLI::App& app, int* exit_code) {
   cmd->callback([opts, exit_code]() {
     core::CoreOptions options;
     options.exe = opts->exe;
-    options.sysroot = opts->sysroot;
+    options.sysroots = opts->sysroots;
     auto core = core::CoreFile::open(opts->core, options);
     if (!core.ok()) {
       std::cerr << "ljprof core: " << core.message() << "\n";
@@ -233,12 +236,24 @@ void add_core_command(CLI::App& app, int* exit_code) {
       }
     }
     for (const std::string& d : core->diagnostics()) out["diagnostics"].push_back(d);
+    // Mapped files that could not be used: the frames in them have no CFI or symbols, so the
+    // user is told which file to provide (and where it was looked for).
+    std::string refused_text;
+    for (const core::MappedFile& f : core->files()) {
+      if (f.usable() || f.check == core::FileCheck::NotOpened) continue;
+      out["unusable_files"].push_back({{"path", f.path},
+                                       {"check", core::file_check_name(f.check)},
+                                       {"tried", f.tried},
+                                       {"error", f.error}});
+      refused_text += fmt::format("warning: mapped file {} not used: {}\n", f.path, f.error);
+    }
     if (opts->json) {
       std::cout << out.dump(2) << "\n";
     } else {
       if (!(*walker)->luajit_error().empty()) {
         text = fmt::format("warning: no LuaJIT layout: {}\n\n", (*walker)->luajit_error()) + text;
       }
+      if (!refused_text.empty()) text = refused_text + "\n" + text;
       std::cout << text;
     }
     *exit_code = 0;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 namespace ljprof::core {
@@ -160,7 +161,14 @@ struct CoreFile::State {
   Status parse_nt_file(std::span<const uint8_t> desc, uint64_t file_offset);
   Status build_nt_file_mappings();
   void build_link_map_mappings();
-  std::optional<uint32_t> add_file(const std::string& recorded, bool is_exe);
+  // Why `candidate` cannot be the file the core mapped (its build-id differs from the one the
+  // core holds, or it does not fit the loader's record of it); nothing when it fits.
+  using Fits = std::function<std::optional<std::string>(const std::string& path,
+                                                        const elf::ElfFile& candidate)>;
+  std::optional<uint32_t> add_file(const std::string& recorded, bool is_exe, const Fits& fits);
+  std::optional<std::string> build_id_differs(uint64_t header_addr, const std::string& path,
+                                              const elf::ElfFile& candidate) const;
+  std::vector<std::string> candidate_paths(const std::string& recorded, bool is_exe) const;
   void add_elf_mappings(uint32_t file_index, uint64_t bias);
   void check_build_ids();
   std::optional<uint64_t> aux(uint64_t type) const;
@@ -460,9 +468,39 @@ std::optional<uint64_t> CoreFile::State::aux(uint64_t type) const {
   return std::nullopt;
 }
 
-// Adds a MappedFile for `recorded` and opens it (sysroot / exe override applied). Returns its
-// index, or nothing when the cap on files is reached.
-std::optional<uint32_t> CoreFile::State::add_file(const std::string& recorded, bool is_exe) {
+// The paths a recorded file may be at, in the order a loader with these roots would look:
+// the executable override alone; else each sysroot + the recorded path, then the path itself.
+std::vector<std::string> CoreFile::State::candidate_paths(const std::string& recorded,
+                                                          bool is_exe) const {
+  if (is_exe && !options.exe.empty()) return {options.exe};
+  std::vector<std::string> out;
+  for (const std::string& root : options.sysroots) {
+    if (!root.empty()) out.push_back(root + recorded);
+  }
+  if (std::find(out.begin(), out.end(), recorded) == out.end()) out.push_back(recorded);
+  return out;
+}
+
+// The reason `candidate` is not the file whose first page the core holds at `header_addr`:
+// the core holds that page's build-id note and the candidate's differs. Nothing when they are
+// equal or the core does not hold the note (qemu-user cores dump no file-backed text).
+std::optional<std::string> CoreFile::State::build_id_differs(uint64_t header_addr,
+                                                             const std::string& path,
+                                                             const elf::ElfFile& candidate) const {
+  auto in_core = build_id_in_core(header_addr);
+  if (!in_core.ok() || !in_core->has_value() || candidate.build_id() == **in_core) {
+    return std::nullopt;
+  }
+  return fmt::format("{} has build-id {}, the core's mapping at {:#x} has {}", path,
+                     candidate.build_id().value_or("(none)"), header_addr, **in_core);
+}
+
+// Adds a MappedFile for `recorded` and opens the first candidate path (candidate_paths) that is
+// an ELF file of the core's architecture that `fits` the core's mapping. Returns its index, or
+// nothing when the cap on files is reached. A file no candidate gives is refused, and the
+// diagnostic names every path tried and why each was not used.
+std::optional<uint32_t> CoreFile::State::add_file(const std::string& recorded, bool is_exe,
+                                                  const Fits& fits) {
   if (files.size() >= Limits::kMaxMappedFiles) {
     diagnostics.push_back(fmt::format("{}: more than {} mapped files (cap); {} is ignored", path,
                                       Limits::kMaxMappedFiles, recorded));
@@ -471,20 +509,38 @@ std::optional<uint32_t> CoreFile::State::add_file(const std::string& recorded, b
   MappedFile f;
   f.path = recorded;
   f.is_executable = is_exe;
-  f.resolved = is_exe && !options.exe.empty() ? options.exe : options.sysroot + recorded;
+  f.tried = candidate_paths(recorded, is_exe);
+  f.resolved = f.tried.front();
   if (options.open_mapped_files) {
-    auto opened = elf::ElfFile::open(f.resolved);
-    if (opened.ok() && (*opened)->arch() != arch) {
-      f.check = FileCheck::OpenFailed;
-      f.error = fmt::format("{} is {} but the core is {}", f.resolved,
-                            elf::arch_name((*opened)->arch()), elf::arch_name(arch));
-      diagnostics.push_back(fmt::format("{}: mapped file {} refused: {}", path, recorded, f.error));
-    } else if (opened.ok()) {
+    std::vector<std::string> refused;
+    bool mismatch = false;
+    for (const std::string& candidate : f.tried) {
+      auto opened = elf::ElfFile::open(candidate);
+      if (!opened.ok()) {
+        refused.push_back(opened.message());
+        continue;
+      }
+      if ((*opened)->arch() != arch) {
+        refused.push_back(fmt::format("{} is {} but the core is {}", candidate,
+                                      elf::arch_name((*opened)->arch()), elf::arch_name(arch)));
+        continue;
+      }
+      if (auto why = fits ? fits(candidate, **opened) : std::nullopt) {
+        mismatch = true;
+        refused.push_back(*why);
+        continue;
+      }
+      f.resolved = candidate;
       f.elf = std::move(opened).value();
       f.check = FileCheck::Unverified;
-    } else {
-      f.check = FileCheck::OpenFailed;
-      f.error = opened.message();
+      break;
+    }
+    if (f.elf == nullptr) {
+      f.check = mismatch ? FileCheck::Mismatch : FileCheck::OpenFailed;
+      f.error = fmt::format(
+          "{} ({})",
+          mismatch ? "build-id mismatch: no candidate is the file the core mapped" : "not found",
+          fmt::join(refused, "; "));
       diagnostics.push_back(fmt::format("{}: mapped file {} refused: {}", path, recorded, f.error));
     }
   }
@@ -514,6 +570,11 @@ Status CoreFile::State::build_nt_file_mappings() {
         "of NT_AUXV",
         path, options.exe);
   }
+  // Where each file's first page (file offset 0) is mapped: its build-id note is there.
+  std::map<std::string, uint64_t> header_of;
+  for (size_t i = 0; i < mappings.size(); ++i) {
+    if (mappings[i].file_offset == 0) header_of.emplace(nt_file_paths[i], mappings[i].start);
+  }
   std::map<std::string, uint32_t> by_path;
   std::vector<Mapping> kept;
   kept.reserve(mappings.size());
@@ -521,7 +582,14 @@ Status CoreFile::State::build_nt_file_mappings() {
     const std::string& p = nt_file_paths[i];
     auto it = by_path.find(p);
     if (it == by_path.end()) {
-      auto index = add_file(p, exe_path && p == *exe_path);
+      auto header = header_of.find(p);
+      Fits fits;
+      if (header != header_of.end()) {
+        fits = [this, addr = header->second](const std::string& candidate, const elf::ElfFile& e) {
+          return build_id_differs(addr, candidate, e);
+        };
+      }
+      auto index = add_file(p, exe_path && p == *exe_path, fits);
       if (!index) continue;
       it = by_path.emplace(p, *index).first;
     }
@@ -609,7 +677,7 @@ void CoreFile::State::build_link_map_mappings() {
         "{}: no NT_FILE and no AT_PHDR/AT_ENTRY: the executable cannot be placed", path));
     return;
   }
-  auto exe_index_opt = add_file(recorded, true);
+  auto exe_index_opt = add_file(recorded, true, nullptr);
   if (!exe_index_opt) return;
   const uint32_t exe = *exe_index_opt;
   source = MappingSource::LinkMap;
@@ -691,7 +759,29 @@ void CoreFile::State::build_link_map_mappings() {
       continue;
     }
     if (name->empty()) continue;  // the executable itself
-    auto index = add_file(*name, false);
+    // The file the loader mapped: its first page (l_addr + the vaddr of its offset-0 PT_LOAD)
+    // holds its build-id when the core has that page, and its PT_DYNAMIC is where the loader
+    // recorded l_ld. qemu-user cores dump no file-backed text, so l_ld is what tells two builds
+    // of one library apart there (Debian's libc6:arm64 and libc6-arm64-cross differ in it).
+    auto fits = [this, l_addr, l_ld = fields[2]](
+                    const std::string& candidate,
+                    const elf::ElfFile& e) -> std::optional<std::string> {
+      std::optional<uint64_t> dynamic;
+      for (const elf::Segment& seg : e.segments()) {
+        if (seg.type == PT_LOAD && seg.offset == 0) {
+          if (auto why = build_id_differs(l_addr + seg.vaddr, candidate, e)) return why;
+        }
+        if (seg.type == PT_DYNAMIC) dynamic = seg.vaddr;
+      }
+      if (l_ld != 0 && (!dynamic || l_addr + *dynamic != l_ld)) {
+        return fmt::format(
+            "{} is not the file the loader mapped: its PT_DYNAMIC would be at {}, the "
+            "link_map's l_ld is {:#x}",
+            candidate, dynamic ? fmt::format("{:#x}", l_addr + *dynamic) : "(none)", l_ld);
+      }
+      return std::nullopt;
+    };
+    auto index = add_file(*name, false, fits);
     if (!index || !files[*index].usable()) continue;
     add_elf_mappings(*index, l_addr);
   }

@@ -45,9 +45,13 @@ struct Limits {
 };
 
 struct CoreOptions {
-  // Prefix joined to every recorded file path before it is opened ("" = the path as recorded).
-  // E.g. /usr/aarch64-linux-gnu for a qemu-aarch64 core whose libraries are /lib/libc.so.6.
-  std::string sysroot;
+  // Roots to look for each recorded file path in, like a loader with several library roots:
+  // each ROOT + recorded path in order, then the recorded path itself; the first candidate that
+  // is an ELF file of the core's architecture and whose build-id equals the one the core holds
+  // for that mapping (when it holds one) is used. E.g. /usr/aarch64-linux-gnu for a
+  // qemu-aarch64 core whose libraries are /lib/libc.so.6 — while a library qemu took from the
+  // host's multiarch tree (/lib/aarch64-linux-gnu/libc.so.6) is found at its own path.
+  std::vector<std::string> sysroots;
   // File to use for the executable's mappings instead of the recorded path (not prefixed by
   // `sysroot`).
   std::string exe;
@@ -124,8 +128,9 @@ enum class FileCheck {
 const char* file_check_name(FileCheck check);
 
 struct MappedFile {
-  std::string path;      // as recorded in the core (NT_FILE or link_map l_name)
-  std::string resolved;  // the path actually opened (sysroot / exe override applied)
+  std::string path;                // as recorded in the core (NT_FILE or link_map l_name)
+  std::string resolved;            // the path actually opened (sysroot / exe override applied)
+  std::vector<std::string> tried;  // every candidate path, in the order they were tried
   bool is_executable = false;
   FileCheck check = FileCheck::NotOpened;
   std::optional<std::string> core_build_id;  // hex, as found in the core's memory

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "core/core_file.h"
 #include "core/core_fixtures.h"
@@ -45,9 +46,21 @@ const char* kArm64Lua =
     "io.write(io.open('/proc/self/maps'):read('*a')) io.write('pid ', ffi.C.getpid(), '\\n') "
     "io.stdout:flush() ffi.C.raise(6)";
 
+// A path with its symbolic links resolved: qemu's emulated /proc/self/maps shows the file it
+// opened by its real path (/usr/lib/... on a merged-/usr system), the loader's link_map by the
+// name it looked up (/lib/...).
+std::string canonical(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+bool same_file(const std::string& a, const std::string& b) {
+  return canonical(a) == canonical(b);
+}
+
 CoreOptions options(const std::string& sysroot, const std::string& exe) {
   CoreOptions o;
-  o.sysroot = sysroot;
+  if (!sysroot.empty()) o.sysroots = {sysroot};
   o.exe = exe;
   return o;
 }
@@ -449,24 +462,37 @@ TEST(CoreFileAmd64, ExecutableOverrideIsCheckedByBuildId) {
   }
 }
 
-TEST(CoreFileAmd64, SysrootWithoutTheFilesLeavesOnlyCoreBytes) {
+// A sysroot that lacks the files: like a loader, each is then looked for at its recorded path,
+// where this host has it (same build-id: verified). An override executable whose file is
+// missing leaves only the core's own bytes for its mappings.
+TEST(CoreFileAmd64, SysrootWithoutTheFilesFallsBackToTheRecordedPaths) {
   ScratchDir dir;
   MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
   ASSERT_FALSE(made.core.empty()) << made.error;
-  auto core = CoreFile::open(made.core, options(dir.path() + "/empty-root", ""));
+  const std::string root = dir.path() + "/empty-root";
+  auto core = CoreFile::open(made.core, options(root, ""));
   ASSERT_TRUE(core.ok()) << core.message();
   for (const MappedFile& f : core->files()) {
-    EXPECT_EQ(f.check, FileCheck::OpenFailed) << f.path;
-    EXPECT_EQ(f.resolved, dir.path() + "/empty-root" + f.path);
+    SCOPED_TRACE(f.path);
+    EXPECT_EQ(f.tried, (std::vector<std::string>{root + f.path, f.path}));
+    EXPECT_EQ(f.resolved, f.path);
+    EXPECT_EQ(f.check, FileCheck::Verified);
   }
-  EXPECT_FALSE(core->diagnostics().empty());
-  const Thread& t = core->threads()[0];
+  auto missing = CoreFile::open(made.core, options("", dir.path() + "/no-such-luajit"));
+  ASSERT_TRUE(missing.ok()) << missing.message();
+  ASSERT_NE(missing->executable(), nullptr);
+  EXPECT_EQ(missing->executable()->check, FileCheck::OpenFailed);
+  EXPECT_NE(missing->executable()->error.find("not found"), std::string::npos);
+  EXPECT_FALSE(missing->diagnostics().empty());
   uint8_t b[16];
-  auto pc = core->read(t.pc, b, sizeof(b));  // libc text: only in the (missing) file
-  ASSERT_FALSE(pc.ok());
-  EXPECT_NE(pc.message().find("cannot open"), std::string::npos) << pc.message();
-  EXPECT_NE(pc.message().find(fmt::format("{:#x}", t.pc)), std::string::npos) << pc.message();
-  EXPECT_TRUE(core->read(t.sp, b, sizeof(b)).ok());  // the stack is in the core
+  for (const Mapping& m : missing->mappings()) {
+    if (!missing->file_of(m).is_executable || missing->core_has(m.start)) continue;
+    auto r = missing->read(m.start, b, sizeof(b));  // text: only in the (missing) file
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.message().find("cannot open"), std::string::npos) << r.message();
+    EXPECT_NE(r.message().find(fmt::format("{:#x}", m.start)), std::string::npos) << r.message();
+  }
+  EXPECT_TRUE(missing->read(missing->threads()[0].sp, b, sizeof(b)).ok());  // stack: in the core
 }
 
 TEST(CoreFileAmd64, CReaderInterfaceMatchesRead) {
@@ -539,7 +565,7 @@ TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
     for (uint64_t a = m.start; a < m.end; a = std::min(m.end, (a | 0xfff) + 1)) {
       bool found = false;
       for (const auto& g : guest) {
-        if (a >= g.start && a < g.end && g.path == f.resolved &&
+        if (a >= g.start && a < g.end && same_file(g.path, f.resolved) &&
             g.offset + (a - g.start) == m.file_offset + (a - m.start)) {
           found = true;
         }
@@ -554,12 +580,12 @@ TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
     const Mapping* m = core->mapping_at(g.start);
     ASSERT_NE(m, nullptr) << g.path;
     EXPECT_EQ(m->start, g.start) << g.path;
-    EXPECT_EQ(core->file_of(*m).resolved, g.path);
+    EXPECT_TRUE(same_file(core->file_of(*m).resolved, g.path)) << core->file_of(*m).resolved;
   }
   EXPECT_GE(code_lines, 4u);  // luajit, ld.so, libm, libgcc_s, libc
 
-  // $pc is in libc's text, which qemu does not dump: the bytes come from the sysroot's libc at
-  // the offset the guest's map gives.
+  // $pc is in libc's text, which qemu does not dump: the bytes come from the libc file at the
+  // offset the guest's map gives.
   const uint64_t pc = core->threads()[0].pc;
   EXPECT_FALSE(core->core_has(pc));
   const test::ProcMapping* line = nullptr;
@@ -567,7 +593,11 @@ TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
     if (pc >= g.start && pc < g.end) line = &g;
   }
   ASSERT_NE(line, nullptr);
-  EXPECT_EQ(line->path, std::string(kArm64Sysroot) + "/lib/libc.so.6");
+  // The libc qemu opened: the sysroot's, or the host's multiarch one when libc6:arm64 is
+  // installed (qemu prefers the host path the loader asked for when the prefix lacks it).
+  const Mapping* pc_mapping = core->mapping_at(pc);
+  ASSERT_NE(pc_mapping, nullptr);
+  EXPECT_TRUE(same_file(core->file_of(*pc_mapping).resolved, line->path)) << line->path;
   std::vector<uint8_t> file = test::read_file(line->path);
   const uint64_t off = line->offset + (pc - line->start);
   ASSERT_LE(off + 16, file.size());
@@ -578,30 +608,49 @@ TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
             std::vector<uint8_t>(file.begin() + off, file.begin() + off + 16));
 }
 
-TEST(CoreFileArm64, WithoutSysrootOnlyTheExecutableIsFound) {
+// Without a sysroot, every library is looked for at its recorded (guest) path on this host.
+// The guest's own /proc/self/maps says which host file qemu opened for each: one qemu took from
+// the -L prefix (/usr/aarch64-linux-gnu/...) is not at its recorded path — or a different build
+// is (Debian's multiarch libc6:arm64) — so it is refused and named; one qemu took from the
+// host's own tree (qemu falls back to the host path when the prefix lacks the file) is used.
+TEST(CoreFileArm64, WithoutSysrootLibrariesAreLookedForAtTheirRecordedPaths) {
   ScratchDir dir;
   MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
   ASSERT_FALSE(made.core.empty()) << made.error;
-  // AT_EXECFN names the host path qemu ran; the libraries' link_map names (/lib/libc.so.6) are
-  // guest paths that do not exist on this amd64 host.
   auto core = CoreFile::open(made.core);
   ASSERT_TRUE(core.ok()) << core.message();
   EXPECT_EQ(core->mapping_source(), MappingSource::LinkMap);
   ASSERT_NE(core->executable(), nullptr);
+  // AT_EXECFN names the host path qemu ran.
   EXPECT_EQ(core->executable()->path, test::fixture("arm64/usr/bin/luajit"));
   EXPECT_TRUE(core->executable()->usable());
-  bool libc_reported = false;
-  for (const std::string& d : core->diagnostics()) {
-    if (d.find("/lib/libc.so.6") != std::string::npos) libc_reported = true;
+  const std::string prefix = kArm64Sysroot;
+  std::set<std::string> opened;  // host files qemu opened, per the guest's maps (canonical)
+  for (const auto& g : test::parse_proc_maps(made.output)) {
+    if (!g.path.empty() && g.path[0] == '/') opened.insert(canonical(g.path));
   }
-  EXPECT_TRUE(libc_reported);
-  const Thread& t = core->threads()[0];
-  uint8_t b[16];
-  auto pc = core->read(t.pc, b, sizeof(b));
-  ASSERT_FALSE(pc.ok());
-  EXPECT_NE(pc.message().find("not in a file mapping"), std::string::npos) << pc.message();
-  EXPECT_TRUE(core->read(t.sp, b, sizeof(b)).ok());
+  uint32_t from_prefix = 0;
+  for (const MappedFile& f : core->files()) {
+    if (f.is_executable) continue;
+    SCOPED_TRACE(f.path);
+    EXPECT_EQ(f.tried, std::vector<std::string>{f.path});
+    if (opened.count(canonical(prefix + f.path))) {
+      ++from_prefix;
+      EXPECT_FALSE(f.usable());
+      bool named = false;
+      for (const std::string& d : core->diagnostics()) {
+        named = named || d.find("mapped file " + f.path + " refused") != std::string::npos;
+      }
+      EXPECT_TRUE(named);
+    } else {
+      ASSERT_TRUE(opened.count(canonical(f.path)))
+          << "qemu opened neither " << prefix + f.path << " nor it";
+      EXPECT_TRUE(f.usable()) << f.error;
+    }
+  }
+  EXPECT_GE(from_prefix, 1u) << "the dynamic linker always comes from the -L prefix";
   // The executable's text comes from the file, at the offset the guest's own map gives.
+  uint8_t b[16];
   const std::string exe = test::fixture("arm64/usr/bin/luajit");
   std::vector<uint8_t> file = test::read_file(exe);
   uint32_t compared = 0;
@@ -615,6 +664,75 @@ TEST(CoreFileArm64, WithoutSysrootOnlyTheExecutableIsFound) {
     ++compared;
   }
   EXPECT_EQ(compared, 1u) << made.output;
+}
+
+// A library the guest loaded from a directory of its own (LD_LIBRARY_PATH) that is in none of
+// the roots is named with every path tried; a second --sysroot that holds it finds it; another
+// file in its place is refused, never used.
+TEST(CoreFileArm64, SysrootsAreSearchedInOrderAndCheckedByBuildId) {
+  ScratchDir dir;
+  const std::string lib_dir = dir.path() + "/private";
+  std::filesystem::create_directories(lib_dir);
+  std::filesystem::copy_file(kArm64Sysroot + std::string("/lib/libm.so.6"), lib_dir + "/libm.so.6");
+  MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua, {"LD_LIBRARY_PATH=" + lib_dir});
+  ASSERT_FALSE(made.core.empty()) << made.error;
+  ASSERT_NE(made.output.find(lib_dir + "/libm.so.6"), std::string::npos)
+      << "the guest did not load libm from " << lib_dir << ":\n"
+      << made.output;
+  // Move the library into a root of its own: at its recorded path it is gone.
+  const std::string root = dir.path() + "/root";
+  std::filesystem::create_directories(root + lib_dir);
+  std::filesystem::rename(lib_dir + "/libm.so.6", root + lib_dir + "/libm.so.6");
+  const std::string exe = test::fixture("arm64/usr/bin/luajit");
+  auto libm = [&](const CoreFile& core) -> const MappedFile* {
+    for (const MappedFile& f : core.files())
+      if (f.path == lib_dir + "/libm.so.6") return &f;
+    return nullptr;
+  };
+
+  CoreOptions one = options(kArm64Sysroot, exe);
+  auto missing = CoreFile::open(made.core, one);
+  ASSERT_TRUE(missing.ok()) << missing.message();
+  const MappedFile* m = libm(*missing);
+  ASSERT_NE(m, nullptr);
+  EXPECT_FALSE(m->usable());
+  EXPECT_EQ(m->check, FileCheck::OpenFailed);
+  EXPECT_EQ(m->tried, (std::vector<std::string>{kArm64Sysroot + lib_dir + "/libm.so.6",
+                                                lib_dir + "/libm.so.6"}));
+  EXPECT_NE(m->error.find("not found"), std::string::npos) << m->error;
+
+  CoreOptions two = one;
+  two.sysroots.push_back(root);
+  auto found = CoreFile::open(made.core, two);
+  ASSERT_TRUE(found.ok()) << found.message();
+  m = libm(*found);
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->usable()) << m->error;
+  EXPECT_EQ(m->resolved, root + lib_dir + "/libm.so.6");
+
+  // Another arm64 library in its place: not the file the loader mapped (qemu dumps no
+  // file-backed text, so no build-id is in the core; the loader's l_ld tells them apart).
+  std::filesystem::copy_file(kArm64Sysroot + std::string("/lib/libgcc_s.so.1"),
+                             root + lib_dir + "/libm.so.6",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto other = CoreFile::open(made.core, two);
+  ASSERT_TRUE(other.ok()) << other.message();
+  m = libm(*other);
+  ASSERT_NE(m, nullptr);
+  EXPECT_FALSE(m->usable());
+  EXPECT_EQ(m->check, FileCheck::Mismatch);
+  EXPECT_NE(m->error.find("not the file the loader mapped"), std::string::npos) << m->error;
+
+  // The command names the file in its text and JSON output.
+  test::CommandResult text =
+      test::run({test::ljprof_bin(), "core", "--sysroot", kArm64Sysroot, "--exe", exe, made.core});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("warning: mapped file " + lib_dir + "/libm.so.6 not used"),
+            std::string::npos)
+      << text.out;
+  test::CommandResult json = test::run(
+      {test::ljprof_bin(), "core", "--json", "--sysroot", kArm64Sysroot, "--exe", exe, made.core});
+  EXPECT_NE(json.out.find("\"unusable_files\""), std::string::npos) << json.out;
 }
 
 TEST(CoreFileArm64, WrongExecutableIsRefused) {

@@ -137,13 +137,17 @@ MadeCore gcore_of(const std::string& dir, const std::vector<std::string>& argv) 
   return made;
 }
 
-MadeCore qemu_arm64_core(const std::string& dir, const std::string& lua) {
+MadeCore qemu_arm64_core(const std::string& dir, const std::string& lua,
+                         const std::vector<std::string>& guest_env) {
   MadeCore made;
   std::filesystem::create_directory(dir + "/core");
-  CommandResult r = run({"bash", "-c",
-                         "cd \"$1\" && ulimit -c unlimited && exec qemu-aarch64-static -L "
-                         "/usr/aarch64-linux-gnu \"$2\" -e \"$3\"",
-                         "bash", dir, fixture("arm64/usr/bin/luajit"), lua});
+  std::vector<std::string> argv = {"bash", "-c",
+                                   "cd \"$1\" && shift && ulimit -c unlimited && exec "
+                                   "qemu-aarch64-static -L /usr/aarch64-linux-gnu \"$@\"",
+                                   "bash", dir};
+  for (const std::string& e : guest_env) argv.insert(argv.end(), {"-E", e});
+  argv.insert(argv.end(), {fixture("arm64/usr/bin/luajit"), "-e", lua});
+  CommandResult r = run(argv);
   made.output = r.out;
   made.pid = pid_from_output(r.out);
   for (const std::string& name : list_dir(dir)) {

@@ -37,10 +37,12 @@ MadeCore kernel_core(const std::string& dir, const std::vector<std::string>& arg
 // Starts `argv`, waits until it prints a line starting with "ready", runs `gcore` on it and
 // kills it.
 MadeCore gcore_of(const std::string& dir, const std::vector<std::string>& argv);
-// Runs the arm64 fixture luajit under qemu-aarch64-static with `lua`; qemu writes the guest
-// core (qemu_<prog>_<time>_<pid>.core). A directory named `core` keeps the kernel from also
-// writing the host qemu's core.
-MadeCore qemu_arm64_core(const std::string& dir, const std::string& lua);
+// Runs the arm64 fixture luajit under qemu-aarch64-static with `lua` (and `guest_env`, VAR=VALUE
+// entries for the guest's environment); qemu writes the guest core
+// (qemu_<prog>_<time>_<pid>.core). A directory named `core` keeps the kernel from also writing
+// the host qemu's core.
+MadeCore qemu_arm64_core(const std::string& dir, const std::string& lua,
+                         const std::vector<std::string>& guest_env = {});
 
 // gdb -batch on `exe` + `core` with `commands` (each one -ex). `multiarch` selects
 // gdb-multiarch with the AArch64 sysroot.
