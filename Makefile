@@ -10,7 +10,7 @@ RELEASE_CONFIGURE = cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDeb
 CHECK_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(BUILD)/check -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DLJPROF_SANITIZE=ON
 
-.PHONY: all bootstrap build check release-build check-build ljprof test demo format \
+.PHONY: all bootstrap build check release-build check-build ljprof test demo matrix format \
   check-format clean
 
 all: build
@@ -43,6 +43,12 @@ ljprof: bootstrap
 # time and the formatting check, ending with a table of each step's wall seconds.
 test:
 	scripts/test-suite $(BUILD) $(JOBS) $(FUZZ_SECONDS)
+
+# Every LuaJIT variant of tests/matrix/variants.txt built from Debian's sources and checked;
+# the table goes to docs/compatibility.md (`make test` checks the `test` subset).
+matrix: build
+	scripts/luajit-matrix $(BUILD)/fixtures/matrix all $(JOBS)
+	scripts/matrix-report $(BUILD)/release docs/compatibility.md
 
 demo: ljprof
 	scripts/demo $(BUILD)/release/src/cli/ljprof

@@ -102,7 +102,9 @@ Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
   size_t hsize = 0;
   size_t cus = 0;
   bool have_enum = false;
-  while (cus++ < kMaxCus && found.size() < kStructs.size() &&
+  // Until every struct *and* the enumerators are found: in a build of one CU per source file
+  // the structs can all come before the first CU that uses the LJ_VMST_* enum.
+  while (cus++ < kMaxCus && (found.size() < kStructs.size() || !have_enum) &&
          dwarf_nextcu(dbg, off, &next, &hsize, nullptr, nullptr, nullptr) == 0) {
     Dwarf_Die cu;
     if (dwarf_offdie(dbg, off + hsize, &cu) != nullptr) {

@@ -5,13 +5,33 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace ljprof::symbolize {
+
+namespace {
+
+// One address range of a compilation unit, from the CU's own DW_AT_low_pc/high_pc/ranges.
+struct CuRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  Dwarf_Off cu_offset = 0;
+};
+// Bounds on the CU index (a C++ binary has thousands of CUs; each may list many ranges).
+constexpr size_t kMaxCus = 1u << 16;
+constexpr size_t kMaxCuRanges = 1u << 20;
+
+}  // namespace
 
 struct SourceLines::Handles {
   std::unique_ptr<elf::ElfFile> debug_file;  // the separate debug file, when that is used
   int fd = -1;
   Elf* elf = nullptr;
   Dwarf* dwarf = nullptr;
+  // Built on the first address .debug_aranges does not cover: clang emits no .debug_aranges,
+  // and libdw 0.188's dwarf_addrdie reads nothing else.
+  std::optional<std::vector<CuRange>> cu_ranges;
   ~Handles() {
     if (dwarf != nullptr) dwarf_end(dwarf);
     if (elf != nullptr) elf_end(elf);
@@ -26,6 +46,37 @@ namespace {
 
 bool has_line_table(const elf::ElfFile& file) {
   return file.section(".debug_info") != nullptr && file.section(".debug_line") != nullptr;
+}
+
+std::vector<CuRange> index_cu_ranges(Dwarf* dwarf) {
+  std::vector<CuRange> out;
+  Dwarf_Off off = 0, next = 0;
+  size_t header_size = 0;
+  for (size_t cus = 0;
+       cus < kMaxCus && out.size() < kMaxCuRanges &&
+       dwarf_nextcu(dwarf, off, &next, &header_size, nullptr, nullptr, nullptr) == 0;
+       ++cus, off = next) {
+    Dwarf_Die cu;
+    if (dwarf_offdie(dwarf, off + header_size, &cu) == nullptr) continue;
+    Dwarf_Addr base = 0, begin = 0, end = 0;
+    ptrdiff_t it = 0;
+    while (out.size() < kMaxCuRanges && (it = dwarf_ranges(&cu, it, &base, &begin, &end)) > 0) {
+      if (end > begin) out.push_back({begin, end, off + header_size});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CuRange& a, const CuRange& b) { return a.begin < b.begin; });
+  return out;
+}
+
+// The CU whose own ranges cover `address` (CU ranges do not overlap in a linked file).
+bool cu_by_ranges(Dwarf* dwarf, const std::vector<CuRange>& ranges, uint64_t address,
+                  Dwarf_Die* cu) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), address,
+                             [](uint64_t a, const CuRange& r) { return a < r.begin; });
+  if (it == ranges.begin()) return false;
+  --it;
+  return address < it->end && dwarf_offdie(dwarf, it->cu_offset, cu) != nullptr;
 }
 
 }  // namespace
@@ -58,7 +109,10 @@ std::unique_ptr<SourceLines> SourceLines::open(const elf::ElfFile& file,
 
 std::optional<SourceLine> SourceLines::at(uint64_t link_address) const {
   Dwarf_Die cu;
-  if (dwarf_addrdie(h_->dwarf, link_address, &cu) == nullptr) return std::nullopt;
+  if (dwarf_addrdie(h_->dwarf, link_address, &cu) == nullptr) {
+    if (!h_->cu_ranges) h_->cu_ranges = index_cu_ranges(h_->dwarf);
+    if (!cu_by_ranges(h_->dwarf, *h_->cu_ranges, link_address, &cu)) return std::nullopt;
+  }
   Dwarf_Line* row = dwarf_getsrc_die(&cu, link_address);
   if (row == nullptr) return std::nullopt;
   const char* file = dwarf_linesrc(row, nullptr, nullptr);

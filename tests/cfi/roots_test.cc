@@ -16,18 +16,7 @@
 namespace ljprof::cfi {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ljprof-cfi-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { test::run({"rm", "-rf", path_}); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 // Assembles `source` with the given toolchain prefix into an executable (or, with `shared`,
 // a stripped shared object that keeps only .dynsym).

@@ -1,13 +1,17 @@
 // extract_proc_info on the real binaries, against outside oracles read here at test time:
-// pahole (DWARF struct layouts) and gdb (LJ_VMST_* enumerators) for Debian's tarantool,
-// readelf (the interpreter FDE), objdump (the DISPATCH setup) and the Lua VM itself
+// gdb (DWARF struct layouts and LJ_VMST_* enumerators) for Debian's tarantool and the matrix
+// builds, readelf (the interpreter FDE), objdump (the DISPATCH setup) and the Lua VM itself
 // (ffi.abi("gc64")) for the stripped luajit/libluajit builds on both architectures.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include "luajit/proc_info.h"
@@ -33,35 +37,10 @@ LuaJITProcInfo extract(const std::string& path) {
   return info.ok() ? *info : LuaJITProcInfo{};
 }
 
-// pahole -C A,B,...: struct -> (member -> offset, plus "sizeof" -> struct size). One pahole
-// run for all structs: reading a large binary's DWARF is the slow part.
-std::map<std::string, std::map<std::string, int64_t>> pahole(const std::string& binary,
-                                                             const std::string& names) {
-  test::CommandResult r = test::run({"pahole", "-C", names, binary});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  std::map<std::string, std::map<std::string, int64_t>> out;
-  static const std::regex head(R"(^struct (\w+) \{)");
-  static const std::regex member(
-      R"((\w+)(\[\d+\])?\s*(__attribute__\S*)?\s*;\s*/\*\s*(\d+)\s+\d+\s*\*/)");
-  static const std::regex size(R"(/\* size: (\d+),)");
-  std::istringstream in(r.out);
-  std::string line, current;
-  int depth = 0;
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (depth == 0 && std::regex_search(line, m, head)) current = m[1];
-    // Only the struct's own members (depth 1), not those of nested anonymous structs.
-    if (depth == 1 && std::regex_search(line, m, member)) out[current][m[1]] = std::stoll(m[4]);
-    if (depth == 1 && std::regex_search(line, m, size)) out[current]["sizeof"] = std::stoll(m[1]);
-    for (char c : line) depth += c == '{' ? 1 : c == '}' ? -1 : 0;
-  }
-  EXPECT_FALSE(out.empty()) << "pahole -C " << names << " printed nothing usable:\n" << r.out;
-  return out;
-}
-
 // gdb evaluates each expression against the binary's DWARF (one gdb run).
-std::vector<int64_t> gdb_ints(const std::string& binary, const std::vector<std::string>& exprs) {
-  std::vector<std::string> argv = {"gdb", "-nx", "-batch"};
+std::vector<int64_t> gdb_ints(const std::string& binary, const std::vector<std::string>& exprs,
+                              const std::string& gdb = "gdb") {
+  std::vector<std::string> argv = {gdb, "-nx", "-batch"};
   for (const std::string& e : exprs) {
     argv.push_back("-ex");
     argv.push_back("p (long)(" + e + ")");
@@ -122,59 +101,65 @@ std::string lua_vm_output(const std::vector<std::string>& argv) {
   return r.out;
 }
 
-TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
-  const std::string bin = "/usr/bin/tarantool";
-  LuaJITProcInfo info = extract(bin);
-  ASSERT_FALSE(info.fields.empty());
-  auto dw = pahole(
-      bin,
-      "global_State,lua_State,GG_State,jit_State,GCproto,GCtrace,GCstr,GCfuncL,GCfuncC,GCState");
-  auto &g = dw["global_State"], &L = dw["lua_State"], &gg = dw["GG_State"], &J = dw["jit_State"];
-  auto &pt = dw["GCproto"], &tr = dw["GCtrace"], &str = dw["GCstr"];
-  auto &fnl = dw["GCfuncL"], &fnc = dw["GCfuncC"];
-  const std::vector<int64_t> gdb =
-      gdb_ints(bin, {"sizeof(((global_State*)0)->cur_L)", "LJ_VMST_INTERP", "LJ_VMST_C",
-                     "LJ_VMST_GC", "LJ_VMST_EXIT"});
-  ASSERT_EQ(gdb.size(), 5u);
-  std::map<std::string, int64_t> want = {
-      {std::string(fld::kGc64), gdb[0] == 8},
-      {std::string(fld::kGVmstate), g["vmstate"]},
-      {std::string(fld::kGCurL), g["cur_L"]},
-      {std::string(fld::kGJitBase), g["jit_base"]},
-      {std::string(fld::kGDispatch), gg["dispatch"] - gg["g"]},
-      {std::string(fld::kGJitTrace), gg["J"] - gg["g"] + J["trace"]},
-      {std::string(fld::kGGcRoot), g["gc"] + dw["GCState"]["root"]},
-      {std::string(fld::kVmstInterp), ~gdb[1]},
-      {std::string(fld::kVmstC), ~gdb[2]},
-      {std::string(fld::kVmstGc), ~gdb[3]},
-      {std::string(fld::kVmstExit), ~gdb[4]},
-      {std::string(fld::kLGlref), L["glref"]},
-      {std::string(fld::kLBase), L["base"]},
-      {std::string(fld::kLTop), L["top"]},
-      {std::string(fld::kLMaxstack), L["maxstack"]},
-      {std::string(fld::kLStatus), L["status"]},
-      {std::string(fld::kLStack), L["stack"]},
-      {std::string(fld::kLCframe), L["cframe"]},
-      {std::string(fld::kStrLen), str["len"]},
-      {std::string(fld::kStrData), str["sizeof"]},
-      {std::string(fld::kFnFfid), fnl["ffid"]},
-      {std::string(fld::kFnPc), fnl["pc"]},
-      {std::string(fld::kFnCfunc), fnc["f"]},
-      {std::string(fld::kPtSizebc), pt["sizebc"]},
-      {std::string(fld::kPtChunkname), pt["chunkname"]},
-      {std::string(fld::kPtFirstline), pt["firstline"]},
-      {std::string(fld::kPtNumline), pt["numline"]},
-      {std::string(fld::kPtLineinfo), pt["lineinfo"]},
-      {std::string(fld::kPtSize), pt["sizeof"]},
-      {std::string(fld::kPtK), pt["k"]},
-      {std::string(fld::kPtSizekgc), pt["sizekgc"]},
-      {std::string(fld::kPtUvinfo), pt["uvinfo"]},
-      {std::string(fld::kPtVarinfo), pt["varinfo"]},
-      {std::string(fld::kTrSzmcode), tr["szmcode"]},
-      {std::string(fld::kTrMcode), tr["mcode"]},
-      {std::string(fld::kTrTraceno), tr["traceno"]},
-      {std::string(fld::kTrStartpt), tr["startpt"]},
+// Every extracted field's value from the binary's own DWARF, as gdb evaluates it (one gdb run;
+// gdb-multiarch for arm64 builds). gdb resolves a struct across CUs; pahole 1.24 prints only
+// the `typedef struct X X` of the first CU when that CU declares X without defining it (any
+// build of one CU per source file, and every clang build here). The CFRAME_* fields are
+// lj_frame.h macros, which DWARF does not carry.
+std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::string& gdb) {
+  auto at = [](const char* type, const char* member) {
+    return fmt::format("&(({}*)0)->{}", type, member);
   };
+  const std::vector<std::pair<std::string_view, std::string>> rules = {
+      {fld::kGc64, "sizeof(((global_State*)0)->cur_L) == 8"},
+      {fld::kGVmstate, at("global_State", "vmstate")},
+      {fld::kGCurL, at("global_State", "cur_L")},
+      {fld::kGJitBase, at("global_State", "jit_base")},
+      {fld::kGDispatch, "(char*)&((GG_State*)0)->dispatch - (char*)&((GG_State*)0)->g"},
+      {fld::kGJitTrace, "(char*)&((GG_State*)0)->J.trace - (char*)&((GG_State*)0)->g"},
+      {fld::kGGcRoot, at("global_State", "gc.root")},
+      {fld::kVmstInterp, "~(int)LJ_VMST_INTERP"},
+      {fld::kVmstC, "~(int)LJ_VMST_C"},
+      {fld::kVmstGc, "~(int)LJ_VMST_GC"},
+      {fld::kVmstExit, "~(int)LJ_VMST_EXIT"},
+      {fld::kLGlref, at("lua_State", "glref")},
+      {fld::kLBase, at("lua_State", "base")},
+      {fld::kLTop, at("lua_State", "top")},
+      {fld::kLMaxstack, at("lua_State", "maxstack")},
+      {fld::kLStatus, at("lua_State", "status")},
+      {fld::kLStack, at("lua_State", "stack")},
+      {fld::kLCframe, at("lua_State", "cframe")},
+      {fld::kStrLen, at("GCstr", "len")},
+      {fld::kStrData, "sizeof(GCstr)"},
+      {fld::kFnFfid, at("GCfuncL", "ffid")},
+      {fld::kFnPc, at("GCfuncL", "pc")},
+      {fld::kFnCfunc, at("GCfuncC", "f")},
+      {fld::kPtSizebc, at("GCproto", "sizebc")},
+      {fld::kPtChunkname, at("GCproto", "chunkname")},
+      {fld::kPtFirstline, at("GCproto", "firstline")},
+      {fld::kPtNumline, at("GCproto", "numline")},
+      {fld::kPtLineinfo, at("GCproto", "lineinfo")},
+      {fld::kPtSize, "sizeof(GCproto)"},
+      {fld::kPtK, at("GCproto", "k")},
+      {fld::kPtSizekgc, at("GCproto", "sizekgc")},
+      {fld::kPtUvinfo, at("GCproto", "uvinfo")},
+      {fld::kPtVarinfo, at("GCproto", "varinfo")},
+      {fld::kTrSzmcode, at("GCtrace", "szmcode")},
+      {fld::kTrMcode, at("GCtrace", "mcode")},
+      {fld::kTrTraceno, at("GCtrace", "traceno")},
+      {fld::kTrStartpt, at("GCtrace", "startpt")},
+  };
+  std::vector<std::string> exprs;
+  for (const auto& r : rules) exprs.push_back(r.second);
+  const std::vector<int64_t> values = gdb_ints(bin, exprs, gdb);
+  std::map<std::string, int64_t> out;
+  for (size_t i = 0; i < rules.size(); ++i) out[std::string(rules[i].first)] = values[i];
+  return out;
+}
+
+// Each extracted field (but CFRAME_*) equals the oracle's value, and the oracle has no field
+// that extraction missed.
+void expect_fields_equal(const LuaJITProcInfo& info, std::map<std::string, int64_t> want) {
   for (const luajit::Field& f : info.fields) {
     if (f.name.rfind("CFRAME_", 0) == 0) continue;  // lj_frame.h macros: checked below
     auto it = want.find(f.name);
@@ -184,6 +169,13 @@ TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
   }
   EXPECT_TRUE(want.empty()) << want.size() << " DWARF fields were not extracted, e.g. "
                             << (want.empty() ? "" : want.begin()->first);
+}
+
+TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
+  const std::string bin = "/usr/bin/tarantool";
+  LuaJITProcInfo info = extract(bin);
+  ASSERT_FALSE(info.fields.empty());
+  expect_fields_equal(info, dwarf_oracle(bin, "gdb"));
   // Debian's 2.6.0 predates mem_L: jit_base follows cur_L, but it still comes from the code.
   EXPECT_EQ(info.field(fld::kGJitBase)->source, "exit-handler");
   EXPECT_FALSE(info.gc64);
@@ -206,6 +198,29 @@ TEST(ProcInfoTarantool, EveryFieldEqualsDwarfFromPaholeAndGdb) {
   EXPECT_EQ(info.value(fld::kCframeSize), std::stoll(m[1]));
   EXPECT_EQ(info.value(fld::kCframePrev), 32);
 }
+
+// The LuaJIT build matrix (tests/matrix/variants.txt): extraction on each build made here from
+// Debian's sources equals that build's own DWARF as pahole and gdb read it, and ljprof's own
+// DWARF reader (`inspect --verify-dwarf`, libdw: DWARF 4 and 5, one CU per source file) agrees.
+class ProcInfoMatrix : public ::testing::TestWithParam<test::MatrixVariant> {};
+
+TEST_P(ProcInfoMatrix, EveryFieldEqualsItsOwnDwarf) {
+  const test::MatrixVariant& v = GetParam();
+  ASSERT_TRUE(test::file_exists(v.exe)) << v.exe << " is missing: scripts/luajit-matrix builds it";
+  LuaJITProcInfo info = extract(v.exe);
+  ASSERT_FALSE(info.fields.empty());
+  EXPECT_EQ(info.gc64, v.gc64);
+  EXPECT_EQ(info.arch, v.arm64 ? elf::Arch::AArch64 : elf::Arch::X86_64);
+  expect_fields_equal(info, dwarf_oracle(v.exe, v.arm64 ? "gdb-multiarch" : "gdb"));
+  test::CommandResult r = test::run({test::ljprof_bin(), "inspect", "--verify-dwarf", v.exe});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("verify-dwarf: all PASS"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, ProcInfoMatrix, ::testing::ValuesIn(test::matrix_variants()),
+                         [](const ::testing::TestParamInfo<test::MatrixVariant>& info) {
+                           return test::gtest_name(info.param.name);
+                         });
 
 TEST(ProcInfoTarantool, VerifyDwarfCommandPrintsAllPass) {
   test::CommandResult r =
@@ -248,6 +263,77 @@ void expect_stripped_gc64_x86(const LuaJITProcInfo& info, const std::string& pat
       EXPECT_NE(e.address, 0u) << f.name;
     }
   }
+}
+
+// A copy of Debian's tarantool whose lj_cf_jit_util_traceinfo is patched at the instruction
+// that loads J->trace (found by the unpatched extraction's evidence; its file offset by the
+// segment it lies in). `patch` gets the instruction's bytes and edits them.
+std::string patched_tarantool(const std::string& dir,
+                              const std::function<void(std::span<uint8_t>)>& patch) {
+  LuaJITProcInfo plain = extract("/usr/bin/tarantool");
+  const luajit::Field* jt = plain.field(fld::kGJitTrace);
+  EXPECT_NE(jt, nullptr);
+  if (jt == nullptr) return {};
+  const luajit::Evidence* load = nullptr;
+  for (const luajit::Evidence& e : jt->evidence)
+    if (e.function == "lj_cf_jit_util_traceinfo" && e.role == "J->trace") load = &e;
+  EXPECT_NE(load, nullptr) << "tarantool's J->trace was cross-checked by traceinfo before";
+  if (load == nullptr) return {};
+  std::vector<uint8_t> bytes = test::read_file("/usr/bin/tarantool");
+  auto file = elf::ElfFile::open("/usr/bin/tarantool");
+  auto off = (*file)->file_offset(load->address);
+  EXPECT_TRUE(off.ok()) << off.message();
+  if (!off.ok()) return {};
+  const size_t len = load->bytes.size() / 3 + 1;  // "48 8b 89 ..." -> bytes
+  patch(std::span<uint8_t>(bytes.data() + *off, len));
+  const std::string out = dir + "/tarantool";
+  std::ofstream(out, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  return out;
+}
+
+// The any-build issue: an optional cross-check whose pattern is absent must not fail the whole
+// layout; BC_JLOOP's value stands and the field says why it was not cross-checked.
+TEST(ProcInfoCrossCheck, AbsentTraceinfoPatternDegradesToBcJloopAlone) {
+  test::TempDir dir;
+  const int64_t expected = extract("/usr/bin/tarantool").value(fld::kGJitTrace);
+  const std::string path = patched_tarantool(dir.path(), [](std::span<uint8_t> insn) {
+    std::fill(insn.begin(), insn.end(), 0x90);  // nop: no `T = [G + disp]` load any more
+  });
+  ASSERT_FALSE(path.empty());
+  LuaJITProcInfo info = extract(path);
+  const luajit::Field* jt = info.field(fld::kGJitTrace);
+  ASSERT_NE(jt, nullptr);
+  EXPECT_EQ(jt->value, expected);
+  EXPECT_EQ(jt->source, "BC_JLOOP");
+  EXPECT_NE(jt->not_cross_checked.find("jit_checktrace pattern not matched"), std::string::npos)
+      << jt->not_cross_checked;
+  // inspect prints the reason next to the field, in text and JSON.
+  test::CommandResult r = test::run({test::ljprof_bin(), "inspect", "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["luajit_proc_info"]["fields"]["G->J->trace"].contains("not_cross_checked"))
+      << r.out;
+  test::CommandResult text = test::run({test::ljprof_bin(), "inspect", path});
+  EXPECT_NE(text.out.find("not cross-checked: "), std::string::npos) << text.out;
+}
+
+// A cross-check that matches but disagrees still fails closed.
+TEST(ProcInfoCrossCheck, DisagreeingTraceinfoFailsClosed) {
+  test::TempDir dir;
+  const std::string path = patched_tarantool(dir.path(), [](std::span<uint8_t> insn) {
+    ASSERT_EQ(insn.size(), 7u) << "mov r64, [r64 + disp32]";
+    insn[3] = static_cast<uint8_t>(insn[3] + 8);  // the disp32's low byte: another slot
+  });
+  ASSERT_FALSE(path.empty());
+  auto file = elf::ElfFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.message();
+  auto info = luajit::extract_proc_info(**file);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.message().find("jit_checktrace in lj_cf_jit_util_traceinfo reads"),
+            std::string::npos)
+      << info.message();
 }
 
 TEST(ProcInfoStripped, DebianLuajitAndLibluajitAmd64) {

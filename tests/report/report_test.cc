@@ -27,23 +27,7 @@ namespace {
 namespace pp = perftools::profiles;
 using test::run;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ljprof-report-XXXXXX";
-    const char* made = mkdtemp(tmpl);
-    path_ = made ? made : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -13,8 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -71,6 +74,52 @@ CommandResult run(const std::vector<std::string>& argv) {
   waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+std::vector<MatrixVariant> matrix_variants() {
+  const char* env = std::getenv("LJPROF_MATRIX");
+  const bool all = env != nullptr && std::string(env) == "all";
+  std::ifstream in(source_dir() + "/tests/matrix/variants.txt");
+  if (!in) throw std::runtime_error("cannot read tests/matrix/variants.txt");
+  std::vector<MatrixVariant> out;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string name, source, arch, cc, opt, cflags, suite;
+    if (!(fields >> name >> source >> arch >> cc >> opt >> cflags >> suite) || name[0] == '#') {
+      continue;
+    }
+    if (!all && suite != "test") continue;
+    MatrixVariant v;
+    v.name = name;
+    v.exe = fixture("matrix/" + name + "/luajit");
+    v.arm64 = arch == "arm64";
+    v.gc64 = cflags.find("-DLUAJIT_DISABLE_GC64") == std::string::npos;
+    out.push_back(v);
+  }
+  return out;
+}
+
+void PrintTo(const MatrixVariant& v, std::ostream* os) {
+  *os << v.name;
+}
+
+std::string gtest_name(std::string name) {
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/ljprof-test-XXXXXX";
+  const char* made = mkdtemp(tmpl);
+  if (made == nullptr) throw std::runtime_error("mkdtemp /tmp/ljprof-test-XXXXXX failed");
+  path_ = made;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 std::string fixture(const std::string& rel) {

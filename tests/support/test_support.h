@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,7 +40,38 @@ struct RealBinary {
 };
 std::vector<RealBinary> real_binaries();
 
+// One LuaJIT build of the matrix (tests/matrix/variants.txt), built from Debian's source
+// packages by scripts/luajit-matrix into fixtures_dir()/matrix/NAME/luajit.
+struct MatrixVariant {
+  std::string name;  // "luajit-arm64-clang-O2"
+  std::string exe;   // the luajit executable (with DWARF)
+  bool arm64 = false;
+  bool gc64 = true;
+};
+// The variants `make test` checks (suite `test`), or all of them when LJPROF_MATRIX=all is set
+// (`make matrix`). A listed variant that was not built is the test's failure, never a skip.
+std::vector<MatrixVariant> matrix_variants();
+// gtest prints a parameter in test names and failures: show the variant, not its bytes.
+void PrintTo(const MatrixVariant& v, std::ostream* os);
+// `name` with every character gtest does not allow in a test name replaced by '_'.
+std::string gtest_name(std::string name);
+
 std::vector<uint8_t> read_file(const std::string& path);
+
+// A fresh directory under /tmp (ljprof-test-XXXXXX), removed with everything in it when the
+// guard goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
 bool file_exists(const std::string& path);
 
 // A background process (no shell), killed (SIGKILL) and reaped when the guard goes away unless

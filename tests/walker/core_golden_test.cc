@@ -589,11 +589,7 @@ INSTANTIATE_TEST_SUITE_P(Interpreter, CoreAllFibers,
                          });
 
 std::string golden_name(const ::testing::TestParamInfo<CoreGolden::ParamType>& info) {
-  std::string name = std::get<0>(info.param).label + "_" + std::get<1>(info.param);
-  for (char& c : name) {
-    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
+  return test::gtest_name(std::get<0>(info.param).label + "_" + std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -603,6 +599,21 @@ INSTANTIATE_TEST_SUITE_P(
                                          "coroutine_abort.lua", "deep_recursion.lua",
                                          "call_names.lua")),
     golden_name);
+
+// The LuaJIT build matrix (tests/matrix/variants.txt, built from Debian's sources by
+// scripts/luajit-matrix): the sort-callback workload's core against its own traceback and gdb.
+std::vector<Target> matrix_targets() {
+  std::vector<Target> out;
+  for (const test::MatrixVariant& v : test::matrix_variants()) {
+    out.push_back({v.name, v.exe, v.arm64});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, CoreGolden,
+                         ::testing::Combine(::testing::ValuesIn(matrix_targets()),
+                                            ::testing::Values("sort_pcall.lua")),
+                         golden_name);
 
 // qemu-user runs the guest inside a host process: gcore would dump the host, so arm64 cores come
 // only from the guest crashing (qemu writes those).
