@@ -8,6 +8,7 @@
 #include "cfi/cfi.h"
 #include "cli/commands.h"
 #include "elf/elf_file.h"
+#include "luajit/proc_info.h"
 
 namespace ljprof::cli {
 
@@ -48,7 +49,12 @@ int run_cfi(const CfiOptions& opt) {
       return 2;
     }
   }
-  auto table = cfi::build_unwind_table(**file, std::nullopt);
+  // The VM interval core and record use (luajit/): the rows shown are the rows the walker gets.
+  std::optional<cfi::VmHints> vm_hints;
+  if (auto vm = luajit::find_vm_interval(**file); vm.ok()) {
+    vm_hints = cfi::VmHints{vm->begin, vm->end};
+  }
+  auto table = cfi::build_unwind_table(**file, vm_hints);
   if (!table.ok()) {
     std::cerr << "ljprof cfi: " << table.message() << "\n";
     return 2;

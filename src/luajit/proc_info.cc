@@ -87,47 +87,6 @@ std::string vm_label(const VmInterval& vm) {
   return fmt::format("VM interval [{:#x}, {:#x})", vm.begin, vm.end);
 }
 
-Result<VmInterval> find_vm_interval(const elf::ElfFile& file) {
-  const elf::Symbol* begin = file.find_symbol("lj_vm_asm_begin");
-  const elf::Symbol* ffi = file.find_symbol("lj_vm_ffi_call");
-  auto fde = cfi::find_interpreter_fde(file);
-  if (begin != nullptr) {
-    VmInterval vm;
-    vm.begin = begin->value;
-    if (ffi != nullptr && ffi->value > begin->value) {
-      vm.end = ffi->value + ffi->size;
-      vm.source = "symbols lj_vm_asm_begin .. end of lj_vm_ffi_call";
-    } else if (fde.ok()) {
-      vm.end = fde->pc_end;
-      vm.source = "symbol lj_vm_asm_begin .. end of the interpreter FDE";
-    } else {
-      return make_error(
-          "{}: lj_vm_asm_begin at {:#x} but neither lj_vm_ffi_call nor the "
-          "interpreter FDE gives the VM's end ({})",
-          file.path(), vm.begin, fde.message());
-    }
-    if (fde.ok()) {
-      // Both anchors exist: they must describe the same VM (a large static binary with a
-      // second big personality FDE must not move the interval).
-      if (fde->pc_begin != vm.begin || fde->pc_end > vm.end) {
-        return make_error(
-            "{}: interpreter FDE [{:#x}, {:#x}) disagrees with the symbols' VM "
-            "interval [{:#x}, {:#x})",
-            file.path(), fde->pc_begin, fde->pc_end, vm.begin, vm.end);
-      }
-      vm.source += " (interpreter FDE agrees)";
-    }
-    return vm;
-  }
-  if (!fde.ok()) {
-    return make_error("{}: no lj_vm_asm_begin symbol and no interpreter FDE: {}", file.path(),
-                      fde.message());
-  }
-  VmInterval vm{fde->pc_begin, fde->pc_end,
-                fmt::format("interpreter FDE at .eh_frame+{:#x}", fde->section_offset)};
-  return vm;
-}
-
 // The evidence items whose role starts with one of `roles` (a matcher proves several fields;
 // each field shows the instructions that prove it).
 std::vector<Evidence> pick(const std::vector<Evidence>& all,
@@ -225,6 +184,47 @@ Status cross_check_trace_array(const elf::ElfFile& file, int64_t glref_offset, u
 }
 
 }  // namespace
+
+Result<VmInterval> find_vm_interval(const elf::ElfFile& file) {
+  const elf::Symbol* begin = file.find_symbol("lj_vm_asm_begin");
+  const elf::Symbol* ffi = file.find_symbol("lj_vm_ffi_call");
+  auto fde = cfi::find_interpreter_fde(file);
+  if (begin != nullptr) {
+    VmInterval vm;
+    vm.begin = begin->value;
+    if (ffi != nullptr && ffi->value > begin->value) {
+      vm.end = ffi->value + ffi->size;
+      vm.source = "symbols lj_vm_asm_begin .. end of lj_vm_ffi_call";
+    } else if (fde.ok()) {
+      vm.end = fde->pc_end;
+      vm.source = "symbol lj_vm_asm_begin .. end of the interpreter FDE";
+    } else {
+      return make_error(
+          "{}: lj_vm_asm_begin at {:#x} but neither lj_vm_ffi_call nor the "
+          "interpreter FDE gives the VM's end ({})",
+          file.path(), vm.begin, fde.message());
+    }
+    if (fde.ok()) {
+      // Both anchors exist: they must describe the same VM (a large static binary with a
+      // second big personality FDE must not move the interval).
+      if (fde->pc_begin != vm.begin || fde->pc_end > vm.end) {
+        return make_error(
+            "{}: interpreter FDE [{:#x}, {:#x}) disagrees with the symbols' VM "
+            "interval [{:#x}, {:#x})",
+            file.path(), fde->pc_begin, fde->pc_end, vm.begin, vm.end);
+      }
+      vm.source += " (interpreter FDE agrees)";
+    }
+    return vm;
+  }
+  if (!fde.ok()) {
+    return make_error("{}: no lj_vm_asm_begin symbol and no interpreter FDE: {}", file.path(),
+                      fde.message());
+  }
+  VmInterval vm{fde->pc_begin, fde->pc_end,
+                fmt::format("interpreter FDE at .eh_frame+{:#x}", fde->section_offset)};
+  return vm;
+}
 
 const char* vmstate_numbering_name(VmstateNumbering n) {
   return n == VmstateNumbering::Tarantool ? "tarantool" : "upstream";

@@ -112,6 +112,12 @@ inline constexpr std::string_view kTrTraceno = "GCtrace.traceno";
 inline constexpr std::string_view kTrStartpt = "GCtrace.startpt";
 }  // namespace field
 
+// LuaJIT's VM interval in `file`: lj_vm_asm_begin .. the end of lj_vm_ffi_call when the symbols
+// exist (checked against the interpreter FDE when both are there), else the interpreter FDE.
+// Every command that shows or uses the VM interval (inspect, cfi, core, record) takes it from
+// here, so they agree.
+Result<VmInterval> find_vm_interval(const elf::ElfFile& file);
+
 // Extracts the LuaJITProcInfo of a file that links LuaJIT in (tarantool, luajit, libluajit).
 // `runtime` decides the jit_base policy: Tarantool must match the exit handler.
 Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runtime);

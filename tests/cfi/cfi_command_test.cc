@@ -33,6 +33,28 @@ TEST(CfiCommand, AtAddressShowsTheVmRuleAsJson) {
   EXPECT_TRUE(j["fde_errors"].empty());
 }
 
+// `cfi` and `inspect` describe one VM interval: lj_vm_asm_begin .. the end of lj_vm_ffi_call
+// (nm), which runs past the interpreter's own FDE (the FFI call trampoline has an FDE of its own).
+TEST(CfiCommand, VmIntervalIsTheOneInspectAndTheWalkerUse) {
+  auto nm = test::run({"nm", "-S", "/usr/bin/tarantool"});
+  std::smatch begin, ffi;
+  ASSERT_TRUE(std::regex_search(nm.out, begin, std::regex("([0-9a-f]+) [tT] lj_vm_asm_begin\n")));
+  ASSERT_TRUE(
+      std::regex_search(nm.out, ffi, std::regex("([0-9a-f]+) ([0-9a-f]+) [tT] lj_vm_ffi_call\n")));
+  const uint64_t vm_end = std::stoull(ffi[1], nullptr, 16) + std::stoull(ffi[2], nullptr, 16);
+  auto c = cfi({"/usr/bin/tarantool", "--json"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  auto cj = nlohmann::json::parse(c.out);
+  auto i = test::run({test::ljprof_bin(), "inspect", "--json", "/usr/bin/tarantool"});
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  auto ij = nlohmann::json::parse(i.out);
+  EXPECT_EQ(std::stoull(cj["vm"]["begin"].get<std::string>(), nullptr, 16),
+            std::stoull(begin[1], nullptr, 16));
+  EXPECT_EQ(std::stoull(cj["vm"]["end"].get<std::string>(), nullptr, 16), vm_end);
+  EXPECT_EQ(cj["vm_cframe"]["vm_end"], ij["vm_cframe"]["vm_end"]);
+  EXPECT_EQ(cj["vm_cframe"]["vm_begin"], ij["vm_cframe"]["vm_begin"]);
+}
+
 TEST(CfiCommand, TextTableListsEveryRow) {
   auto r = cfi({"/lib64/ld-linux-x86-64.so.2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -222,6 +222,22 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"/usr/bin/tarantool", false, 0.99, "tarantool_jit_on"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.label; });
 
+// The x86-64 builds of the LuaJIT matrix (tests/matrix/variants.txt, built from Debian's sources
+// by scripts/luajit-matrix), JIT on: the same split, the same bounds. (arm64 builds cannot be
+// recorded here: qemu-user has no BPF.)
+std::vector<Case> matrix_cases() {
+  std::vector<Case> out;
+  for (const test::MatrixVariant& v : test::matrix_variants()) {
+    if (!v.arm64) out.push_back(Case{v.exe, false, 0.99, test::gtest_name(v.name)});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, RecordSplit, ::testing::ValuesIn(matrix_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.label;
+                         });
+
 // An nginx-lua deployment as it runs in production: a master and one worker process (as
 // `nobody`), OpenResty's luajit2 from the fixture tree, the split run by a content_by_lua_file
 // handler once per request. ljprof attaches to the running worker (-p) while a bounded HTTP

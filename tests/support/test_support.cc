@@ -93,7 +93,6 @@ std::vector<MatrixVariant> matrix_variants() {
     v.name = name;
     v.exe = fixture("matrix/" + name + "/luajit");
     v.arm64 = arch == "arm64";
-    v.gc64 = cflags.find("-DLUAJIT_DISABLE_GC64") == std::string::npos;
     out.push_back(v);
   }
   return out;

@@ -46,7 +46,6 @@ struct MatrixVariant {
   std::string name;  // "luajit-arm64-clang-O2"
   std::string exe;   // the luajit executable (with DWARF)
   bool arm64 = false;
-  bool gc64 = true;
 };
 // The variants `make test` checks (suite `test`), or all of them when LJPROF_MATRIX=all is set
 // (`make matrix`). A listed variant that was not built is the test's failure, never a skip.
