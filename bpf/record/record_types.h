@@ -31,6 +31,7 @@ struct lj_rec_module {
   uint32_t row_first;
   uint32_t row_count;
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_module) == 32, "lj_rec_module: 32 bytes, no padding");
 
 /* The unwind context of one process. Modules are sorted by start and do not overlap. */
 struct lj_rec_proc {
@@ -41,6 +42,9 @@ struct lj_rec_proc {
   uint32_t generation; /* bumped by the loader on each upload of this slot */
   struct lj_rec_module modules[LJ_REC_MAX_MODULES];
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_proc) ==
+                     sizeof(struct lj_luajit_info) + 24 + 32 * LJ_REC_MAX_MODULES,
+                 "lj_rec_proc: layout record, 24 bytes, modules");
 
 /* A frame as the ring buffer carries it: the walker's frame plus, for Lua frames, what the
  * prototype said at sample time (lj_obj.h GCproto), so the loader never attributes a frame to
@@ -56,6 +60,7 @@ struct lj_rec_frame {
   int32_t firstline;  /* Lua: GCproto.firstline */
   int32_t line;       /* Lua: the line of `b` at sample time, -1 unknown */
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_frame) == 48, "lj_rec_frame: 48 bytes, no padding");
 
 struct lj_rec_sample {
   uint32_t pid; /* tgid */
@@ -68,6 +73,8 @@ struct lj_rec_sample {
   uint64_t end_pc;
   struct lj_rec_frame frames[LJ_WALK_MAX_FRAMES];
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
+                 "lj_rec_sample: 40-byte header + frames");
 
 /* Per-reason counters (per-CPU array, index): LJ_END_* reasons first, then these. */
 #define LJ_REC_CTR_END_BASE 0        /* + LJ_END_* : how each delivered sample's walk ended */
@@ -86,5 +93,6 @@ struct lj_rec_config {
   uint32_t follow_children; /* 1: add forked children of followed processes */
   uint32_t pad;
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_config) == 8, "lj_rec_config: 8 bytes");
 
 #endif /* LJPROF_BPF_RECORD_RECORD_TYPES_H */

@@ -24,6 +24,8 @@
 #ifndef LJPROF_BPF_WALKER_CFI_ROW_H
 #define LJPROF_BPF_WALKER_CFI_ROW_H
 
+#include "walker/static_assert.h"
+
 /* hint: what the walker may do at a pc covered by this row.
  *
  * LJ_CFI_OK: the rule below is exact: step with it.
@@ -99,6 +101,7 @@ struct lj_cfi_row {
   uint8_t cfa_base;   /* LJ_CFI_REG_SP / LJ_CFI_REG_FP (0 in INVALID rows) */
   uint8_t ra_rule;    /* LJ_CFI_RULE_* for the return address */
   uint8_t fp_rule;    /* LJ_CFI_RULE_* for the caller's frame pointer */
-};                    /* 24 bytes, 8-byte aligned, no padding */
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_cfi_row) == 24, "lj_cfi_row: 24 bytes, no padding");
 
 #endif /* LJPROF_BPF_WALKER_CFI_ROW_H */

@@ -11,7 +11,9 @@
 #ifndef LJPROF_BPF_WALKER_LUAJIT_INFO_H
 #define LJPROF_BPF_WALKER_LUAJIT_INFO_H
 
-#define LJ_LUAJIT_INFO_VERSION 1
+#include "walker/static_assert.h"
+
+#define LJ_LUAJIT_INFO_VERSION 2
 
 #define LJ_INFO_ARCH_X86_64 1
 #define LJ_INFO_ARCH_ARM64 2
@@ -20,72 +22,136 @@
 #define LJ_VMST_NUMBERING_UPSTREAM 1  /* INTERP, C, GC, EXIT, RECORD, OPT, ASM */
 #define LJ_VMST_NUMBERING_TARANTOOL 2 /* INTERP, LFUNC, FFUNC, CFUNC, GC, EXIT, ... */
 
+/* LJ_LAYOUT_FIELDS(X): every LuaJIT layout value ljprof extracts, declared once (the way
+ * lj_traceerr.h declares trace errors). Each X(...) becomes an int32_t member of
+ * struct lj_luajit_info below; src/luajit/layout.h expands the same list into the field ids,
+ * their stable names, inspect's order, to_walker_info and the DWARF check.
+ *
+ *   X(ID, NAME, MEMBER, NEED, WIDTH, FROM, RULE_GC64, RULE_GC32, HEADER, DWARF)
+ *
+ * ID      C++ identifier (luajit::FieldId::ID, luajit::field::kID).
+ * NAME    stable name shown by `inspect` and used as the JSON key.
+ * MEMBER  the walker's member.
+ * NEED    ALWAYS; X86_64 (only x86-64 derives it); TARANTOOL (Tarantool vmstate numbering only);
+ *         OPTIONAL (only `core --all-fibers` uses it; 0 when the pattern did not match).
+ *         A field whose NEED applies and that extraction did not fill is an error, never 0.
+ * WIDTH   bytes the field occupies in LuaJIT's struct: REF (a GCRef/MRef: 8 with GC64, else 4),
+ *         8, 4, 2, 1, or 0 for values that are not a member (sizes, distances, states).
+ * FROM    CODE: matched in the binary's machine code (src/luajit/matchers.cc) or computed from
+ *         such a value; RULE: the layout rule below, per GC64 mode (lj_obj.h GCHeader is
+ *         `GCRef nextgc; uint8 marked, gct`, 10 bytes GC64, 6 non-GC64; it held for upstream,
+ *         OpenResty and Tarantool 1.10..3.3).
+ * RULE_*  the layout rule's value per GC64 mode, or LJ_NO_RULE. For a CODE field a rule is a
+ *         cross-check: a disagreement means the build's structs are not the ones the RULE
+ *         fields assume, and extraction fails.
+ * HEADER  the LuaJIT header that defines the field.
+ * DWARF   how --verify-dwarf computes it from the binary's DWARF: struct.member offsets,
+ *         sizeof(x), ~ENUMERATOR, '+'/'-' between terms, '|' between alternatives, a trailing
+ *         '/ 8' (GCRef width to LJ_GC64); "" when DWARF cannot express it (lj_frame.h macros).
+ */
+#define LJ_NO_RULE (-1)
+#define LJ_LAYOUT_FIELDS(X)                                                                        \
+  X(Gc64, "LJ_GC64", gc64, ALWAYS, 0, CODE, 1, 0, "lj_arch.h", "sizeof(global_State.cur_L) / 8")   \
+  X(GVmstate, "global_State.vmstate", g_vmstate, ALWAYS, 4, CODE, LJ_NO_RULE, LJ_NO_RULE,          \
+    "lj_obj.h", "global_State.vmstate")                                                            \
+  X(GCurL, "global_State.cur_L", g_cur_L, ALWAYS, REF, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",   \
+    "global_State.cur_L")                                                                          \
+  X(GJitBase, "global_State.jit_base", g_jit_base, ALWAYS, REF, CODE, LJ_NO_RULE, LJ_NO_RULE,      \
+    "lj_obj.h", "global_State.jit_base")                                                           \
+  X(GDispatch, "GG_State.dispatch-g", g_to_dispatch, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,      \
+    "lj_dispatch.h", "GG_State.dispatch - GG_State.g")                                             \
+  X(GJitTrace, "G->J->trace", g_jit_trace, ALWAYS, 8, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_jit.h",    \
+    "GG_State.J - GG_State.g + jit_State.trace")                                                   \
+  X(GJitSizetrace, "G->J->sizetrace", g_jit_sizetrace, ALWAYS, 4, CODE, LJ_NO_RULE, LJ_NO_RULE,    \
+    "lj_jit.h", "GG_State.J - GG_State.g + jit_State.sizetrace")                                   \
+  X(GGcRoot, "global_State.gc.root", g_gc_root, OPTIONAL, REF, CODE, LJ_NO_RULE, LJ_NO_RULE,       \
+    "lj_obj.h", "global_State.gc + GCState.root")                                                  \
+  X(CframePrev, "CFRAME_OFS_PREV", cframe_prev_offset, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,    \
+    "lj_frame.h", "")                                                                              \
+  X(CframeSize, "CFRAME_SIZE", cframe_size, X86_64, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_frame.h", \
+    "")                                                                                            \
+  X(CframeL, "CFRAME_OFS_L", cframe_ofs_L, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_frame.h",  \
+    "")                                                                                            \
+  X(CframePc, "CFRAME_OFS_PC", cframe_ofs_pc, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,             \
+    "lj_frame.h", "")                                                                              \
+  X(VmstInterp, "vmstate.INTERP", vmst_interp, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,            \
+    "lj_obj.h", "~LJ_VMST_INTERP")                                                                 \
+  X(VmstLfunc, "vmstate.LFUNC", vmst_lfunc, TARANTOOL, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,            \
+    "lj_obj.h", "~LJ_VMST_LFUNC")                                                                  \
+  X(VmstFfunc, "vmstate.FFUNC", vmst_ffunc, TARANTOOL, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,            \
+    "lj_obj.h", "~LJ_VMST_FFUNC")                                                                  \
+  X(VmstC, "vmstate.C", vmst_c, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",               \
+    "~LJ_VMST_C | ~LJ_VMST_CFUNC")                                                                 \
+  X(VmstGc, "vmstate.GC", vmst_gc, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",            \
+    "~LJ_VMST_GC")                                                                                 \
+  X(VmstExit, "vmstate.EXIT", vmst_exit, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",      \
+    "~LJ_VMST_EXIT")                                                                               \
+  X(LGlref, "lua_State.glref", L_glref, ALWAYS, REF, CODE, 16, 8, "lj_obj.h", "lua_State.glref")   \
+  X(LBase, "lua_State.base", L_base, ALWAYS, 8, CODE, 32, 16, "lj_obj.h", "lua_State.base")        \
+  X(LTop, "lua_State.top", L_top, ALWAYS, 8, CODE, 40, 24, "lj_obj.h", "lua_State.top")            \
+  X(LStatus, "lua_State.status", L_status, ALWAYS, 1, RULE, 11, 7, "lj_obj.h", "lua_State.status") \
+  X(LMaxstack, "lua_State.maxstack", L_maxstack, ALWAYS, REF, RULE, 48, 32, "lj_obj.h",            \
+    "lua_State.maxstack")                                                                          \
+  X(LStack, "lua_State.stack", L_stack, ALWAYS, REF, RULE, 56, 36, "lj_obj.h", "lua_State.stack")  \
+  X(LCframe, "lua_State.cframe", L_cframe, ALWAYS, 8, CODE, 80, 48, "lj_obj.h",                    \
+    "lua_State.cframe")                                                                            \
+  X(StrLen, "GCstr.len", str_len, ALWAYS, 4, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",             \
+    "GCstr.len")                                                                                   \
+  X(StrData, "sizeof(GCstr)", str_data, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",       \
+    "sizeof(GCstr)")                                                                               \
+  X(FnFfid, "GCfunc.ffid", fn_ffid, ALWAYS, 1, RULE, 10, 6, "lj_obj.h", "GCfuncL.ffid")            \
+  X(FnPc, "GCfunc.pc", fn_pc, ALWAYS, REF, RULE, 32, 16, "lj_obj.h", "GCfuncL.pc")                 \
+  X(FnCfunc, "GCfuncC.f", fn_cfunc_f, ALWAYS, 8, RULE, 40, 24, "lj_obj.h", "GCfuncC.f")            \
+  X(PtSizebc, "GCproto.sizebc", pt_sizebc, ALWAYS, 4, RULE, 12, 8, "lj_obj.h", "GCproto.sizebc")   \
+  X(PtChunkname, "GCproto.chunkname", pt_chunkname, ALWAYS, REF, RULE, 64, 40, "lj_obj.h",         \
+    "GCproto.chunkname")                                                                           \
+  X(PtFirstline, "GCproto.firstline", pt_firstline, ALWAYS, 4, RULE, 72, 44, "lj_obj.h",           \
+    "GCproto.firstline")                                                                           \
+  X(PtNumline, "GCproto.numline", pt_numline, ALWAYS, 4, RULE, 76, 48, "lj_obj.h",                 \
+    "GCproto.numline")                                                                             \
+  X(PtLineinfo, "GCproto.lineinfo", pt_lineinfo, ALWAYS, REF, RULE, 80, 52, "lj_obj.h",            \
+    "GCproto.lineinfo")                                                                            \
+  X(PtSize, "sizeof(GCproto)", pt_size, ALWAYS, 0, RULE, 104, 64, "lj_obj.h", "sizeof(GCproto)")   \
+  X(PtK, "GCproto.k", pt_k, ALWAYS, REF, RULE, 32, 16, "lj_obj.h", "GCproto.k")                    \
+  X(PtSizekgc, "GCproto.sizekgc", pt_sizekgc, ALWAYS, 4, RULE, 48, 24, "lj_obj.h",                 \
+    "GCproto.sizekgc")                                                                             \
+  X(PtUvinfo, "GCproto.uvinfo", pt_uvinfo, ALWAYS, REF, RULE, 88, 56, "lj_obj.h",                  \
+    "GCproto.uvinfo")                                                                              \
+  X(PtVarinfo, "GCproto.varinfo", pt_varinfo, ALWAYS, REF, RULE, 96, 60, "lj_obj.h",               \
+    "GCproto.varinfo")                                                                             \
+  X(TrGct, "GCtrace.gct", tr_gct, ALWAYS, 1, RULE, 9, 5, "lj_jit.h", "GCtrace.gct")                \
+  X(TrStartpt, "GCtrace.startpt", tr_startpt, ALWAYS, REF, RULE, 64, 48, "lj_jit.h",               \
+    "GCtrace.startpt")                                                                             \
+  X(TrSzmcode, "GCtrace.szmcode", tr_szmcode, ALWAYS, 4, RULE, 84, 60, "lj_jit.h",                 \
+    "GCtrace.szmcode")                                                                             \
+  X(TrMcode, "GCtrace.mcode", tr_mcode, ALWAYS, 8, CODE, 88, 64, "lj_jit.h", "GCtrace.mcode")      \
+  X(TrSpadjust, "GCtrace.spadjust", tr_spadjust, ALWAYS, 2, RULE, 102, 78, "lj_jit.h",             \
+    "GCtrace.spadjust")                                                                            \
+  X(TrTraceno, "GCtrace.traceno", tr_traceno, ALWAYS, 2, RULE, 104, 80, "lj_jit.h",                \
+    "GCtrace.traceno")
+
+#define LJ_LAYOUT_DECLARE_MEMBER(id, name, member, ...) int32_t member;
+#define LJ_LAYOUT_COUNT_ONE(...) +1
+
+enum { LJ_LAYOUT_FIELD_COUNT = 0 LJ_LAYOUT_FIELDS(LJ_LAYOUT_COUNT_ONE) };
+
 struct lj_luajit_info {
   uint64_t vm_begin; /* [vm_begin, vm_end): the interpreter and VM helpers */
   uint64_t vm_end;
   uint32_t version; /* LJ_LUAJIT_INFO_VERSION */
   uint8_t arch;     /* LJ_INFO_ARCH_* */
-  uint8_t gc64;     /* 1: LJ_GC64 (and LJ_FR2 two-slot frames); 0: 32-bit GC refs */
   /* DWARF number of the register that holds DISPATCH (x86-64, e.g. r14 = 14) or GL = G
    * itself (AArch64 x22 = 22) while the interpreter runs. */
   uint8_t dispatch_reg;
-  uint8_t dispatch_is_g; /* 1: the register holds G; 0: it holds G + g_to_dispatch */
-  int32_t g_to_dispatch; /* GG_OFS(dispatch) - GG_OFS(g) */
-  /* global_State fields, relative to G. */
-  uint32_t g_vmstate;   /* int32 ~LJ_VMST_x, or >= 0: the running trace number */
-  uint32_t g_cur_L;     /* GCRef of the running lua_State */
-  uint32_t g_jit_base;  /* MRef: BASE while a trace runs, else 0 */
-  uint32_t g_jit_trace; /* G-relative offset of J->trace (GCRef array of traces) */
-  /* The C frame of a VM entry (lj_frame.h). 0 in cframe_prev_offset means "architecture
-   * default" (x86-64 32, AArch64 0), so zero-initialised records stay valid. */
-  uint32_t cframe_prev_offset;
-  uint32_t cframe_size; /* CFRAME_SIZE from the VM's CFI (x86-64 80/96; 0 unknown) */
-  /* Stored vmstate values (~LJ_VMST_x, all negative; 0 = not present in this build). */
-  int32_t vmst_interp;
-  int32_t vmst_c; /* upstream C; Tarantool CFUNC */
-  int32_t vmst_gc;
-  int32_t vmst_exit;
-  int32_t vmst_lfunc;     /* Tarantool only */
-  int32_t vmst_ffunc;     /* Tarantool only */
+  uint8_t dispatch_is_g;  /* 1: the register holds G; 0: it holds G + g_to_dispatch */
   uint8_t vmst_numbering; /* LJ_VMST_NUMBERING_* */
   uint8_t ref_size;       /* bytes of a GCRef/MRef: 8 (GC64) or 4 */
-  /* lua_State */
-  uint16_t L_glref;
-  uint16_t L_base;
-  uint16_t L_top;
-  uint16_t L_stack;
-  uint16_t L_maxstack;
-  uint16_t L_cframe;
-  /* GCstr: len (uint32) and where the characters start (sizeof(GCstr)) */
-  uint16_t str_len;
-  uint16_t str_data;
-  /* GCfunc */
-  uint16_t fn_ffid;
-  uint16_t fn_pc;
-  uint16_t fn_cfunc_f; /* GCfuncC.f: the C entry of a C function */
-  /* C frame slots from the VM's own sp (lj_frame.h CFRAME_OFS_L / CFRAME_OFS_PC) */
-  uint16_t cframe_ofs_L;
-  uint16_t cframe_ofs_pc;
-  /* GCproto */
-  uint16_t pt_sizebc;
-  uint16_t pt_chunkname;
-  uint16_t pt_firstline;
-  uint16_t pt_numline;
-  uint16_t pt_lineinfo;
-  uint16_t pt_size; /* sizeof(GCproto): bytecode starts here */
-  /* GCproto fields read only when naming functions (symbolize/call_site), not by the walker:
-   * the GC constants (MRef k; GCRefs at negative indexes), their count, and the debug info
-   * streams of upvalue and local variable names (MRef uvinfo, varinfo; NULL when stripped). */
-  uint16_t pt_k;
-  uint16_t pt_sizekgc;
-  uint16_t pt_uvinfo;
-  uint16_t pt_varinfo;
-  /* GCtrace */
-  uint16_t tr_szmcode;
-  uint16_t tr_mcode;
-  uint16_t tr_traceno;
-  uint16_t tr_startpt;
-  uint16_t reserved[3];
+  uint8_t reserved[7];
+  /* The layout fields, in LJ_LAYOUT_FIELDS order. Offsets are relative to their struct
+   * (global_State fields to G); stored vmstates are ~LJ_VMST_x (negative). */
+  LJ_LAYOUT_FIELDS(LJ_LAYOUT_DECLARE_MEMBER)
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_luajit_info) == (32 + 4 * LJ_LAYOUT_FIELD_COUNT + 7) / 8 * 8,
+                 "lj_luajit_info: a 32-byte header, then one int32 per layout field, padded to 8");
 
 #endif /* LJPROF_BPF_WALKER_LUAJIT_INFO_H */

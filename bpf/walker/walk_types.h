@@ -4,6 +4,8 @@
 #ifndef LJPROF_BPF_WALKER_WALK_TYPES_H
 #define LJPROF_BPF_WALKER_WALK_TYPES_H
 
+#include "walker/static_assert.h"
+
 #ifndef LJ_WALK_MAX_FRAMES
 #define LJ_WALK_MAX_FRAMES 256 /* mixed frames per stack */
 #endif
@@ -40,6 +42,7 @@ struct lj_native_regs {
   uint8_t dispatch_valid;
   uint8_t pad[5];
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_native_regs) == 64, "lj_native_regs: 7 registers + flags");
 
 /* Frame kinds. */
 #define LJ_FRAME_NATIVE 0 /* pc: instruction address (exact for the leaf, else return address) */
@@ -73,6 +76,7 @@ struct lj_walk_frame {
   uint32_t kind;
   uint32_t lua_state; /* index of the lua_State segment this frame belongs to (Lua frames) */
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_walk_frame) == 24, "lj_walk_frame: 24 bytes, no padding");
 
 struct lj_walk_result {
   uint32_t nframes;
@@ -83,5 +87,7 @@ struct lj_walk_result {
   uint64_t g; /* the global_State this walk proved (from a VM C frame's L or a trace), or 0 */
   struct lj_walk_frame frames[LJ_WALK_MAX_FRAMES];
 };
+LJ_STATIC_ASSERT(sizeof(struct lj_walk_result) == 32 + 24 * LJ_WALK_MAX_FRAMES,
+                 "lj_walk_result: 32-byte header + frames");
 
 #endif /* LJPROF_BPF_WALKER_WALK_TYPES_H */

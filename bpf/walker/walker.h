@@ -82,11 +82,10 @@ LJ_INLINE int lj_read_ref(struct lj_walk_env* env, const struct lj_luajit_info* 
   return rc;
 }
 
-/* Where a VM C frame links to the previous one (lj_frame.h CFRAME_OFS_PREV): as extracted, or
- * the architecture default when the record says 0 (x86-64 4*8, AArch64 0). */
+/* Where a VM C frame links to the previous one (lj_frame.h CFRAME_OFS_PREV), as extracted
+ * (x86-64 4*8 or 6*8 depending on the fork, AArch64 0). */
 LJ_INLINE uint64_t lj_cframe_prev(const struct lj_luajit_info* lj) {
-  if (lj->cframe_prev_offset != 0) return lj->cframe_prev_offset;
-  return lj->arch == LJ_INFO_ARCH_ARM64 ? 0 : 32;
+  return (uint32_t)lj->cframe_prev_offset;
 }
 
 /* Enters the Lua walk at a VM C frame located at `sp`. Returns LJ_END_* on failure, -1 ok.
@@ -265,9 +264,8 @@ LJ_INLINE int lj_trace_holds(struct lj_walk_env* env, const struct lj_luajit_inf
   uint64_t mcode = 0;
   uint32_t szmcode = 0;
   if (t == 0) return 0;
-  /* lj_obj.h GCHeader: GCRef nextgc; uint8_t marked; uint8_t gct; a trace has gct ~LJ_TTRACE
-   * (= 9). */
-  if (lj_walk_read(env, &gct, 1, t + lj->ref_size + 1) != 0 || gct != 9) return 0;
+  /* lj_obj.h GCHeader gct: a trace's is ~LJ_TTRACE (= 9). */
+  if (lj_walk_read(env, &gct, 1, t + lj->tr_gct) != 0 || gct != 9) return 0;
   if (lj_walk_read(env, &mcode, 8, t + lj->tr_mcode) != 0) return 0;
   if (lj_walk_read(env, &szmcode, 4, t + lj->tr_szmcode) != 0) return 0;
   return pc >= mcode && pc - mcode < szmcode;
@@ -338,14 +336,13 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_ctx* c) {
   uint32_t sizetrace = 0;
   uint16_t spadjust = 0;
 
-  if (lj == 0 || lj->g_jit_trace == 0 || lj->tr_mcode == 0 || lj->tr_traceno < 2)
+  if (lj == 0 || lj->g_jit_trace == 0 || lj->tr_mcode == 0 || lj->tr_spadjust == 0)
     return LJ_END_NO_MODULE;
   g = lj_walk_g(c);
   if (g == 0) return LJ_END_TRACE_NO_G;
   if (lj_walk_read(env, &vmstate, 4, g + lj->g_vmstate) != 0) return LJ_END_READ_FAULT;
-  /* lj_jit.h jit_State: GCRef *trace; TraceNo freetrace; TraceNo sizetrace. */
   if (lj_walk_read(env, &traces, 8, g + lj->g_jit_trace) != 0) return LJ_END_READ_FAULT;
-  if (lj_walk_read(env, &sizetrace, 4, g + lj->g_jit_trace + 12) != 0) return LJ_END_READ_FAULT;
+  if (lj_walk_read(env, &sizetrace, 4, g + lj->g_jit_sizetrace) != 0) return LJ_END_READ_FAULT;
   if (vmstate > 0) {
     if ((uint32_t)vmstate >= sizetrace) return LJ_END_BAD_TRACE;
     if (lj_read_ref(env, lj, traces + (uint64_t)vmstate * lj->ref_size, &t) != 0)
@@ -378,8 +375,7 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_ctx* c) {
   } else {
     return LJ_END_NO_MODULE; /* G says no trace is running: not JIT code of this VM */
   }
-  /* lj_jit.h GCtrace: ... uint16_t nchild; uint16_t spadjust; TraceNo1 traceno. */
-  if (lj_walk_read(env, &spadjust, 2, t + lj->tr_traceno - 2) != 0) return LJ_END_READ_FAULT;
+  if (lj_walk_read(env, &spadjust, 2, t + lj->tr_spadjust) != 0) return LJ_END_READ_FAULT;
   if (lj_read_ref(env, lj, g + lj->g_jit_base, &base) != 0) return LJ_END_READ_FAULT;
   if (base == 0) return LJ_END_NULL_JIT_BASE;
   if (lj_walk_lookup(env, lj->vm_begin + st->vm_bias, &row) != 0 || row.hint != LJ_CFI_KEEP)

@@ -273,10 +273,12 @@ int verify_dwarf(const std::string& binary, bool json) {
                       {"extracted", c.extracted},
                       {"dwarf", c.dwarf ? Json(*c.dwarf) : Json(nullptr)},
                       {"dwarf_rule", c.dwarf_rule},
+                      {"width_problem", c.width_problem},
                       {"result", verdict}});
     } else {
-      fmt::print("{:<4}  {:<24} extracted {:>6}  dwarf {:>6}  ({})\n", verdict, c.field,
-                 c.extracted, c.dwarf ? fmt::format("{}", *c.dwarf) : "-", c.dwarf_rule);
+      fmt::print("{:<4}  {:<24} extracted {:>6}  dwarf {:>6}  ({}){}\n", verdict, c.field,
+                 c.extracted, c.dwarf ? fmt::format("{}", *c.dwarf) : "-", c.dwarf_rule,
+                 c.width_problem.empty() ? "" : "; " + c.width_problem);
     }
   }
   if (json) {

@@ -55,14 +55,15 @@ Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
     luajit::RuntimeInfo rt = luajit::detect_runtime(*f.elf, {});
     if (rt.source != luajit::LuaJITSource::LinkedIn) continue;
     auto info = luajit::extract_proc_info(*f.elf, rt.runtime);
-    if (!info.ok()) {
-      w->luajit_error_ = info.message();
+    auto walker_info = info.ok() ? luajit::to_walker_info(*info) : info.error();
+    if (!walker_info.ok()) {
+      w->luajit_error_ = walker_info.message();
       continue;
     }
     w->luajit_ = std::move(*info);
     w->luajit_file_ = f.path;
     w->luajit_error_.clear();
-    w->info_ = luajit::to_walker_info(*w->luajit_);
+    w->info_ = *walker_info;
     w->luajit_file_index_ = i;
     break;
   }

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <array>
+#include <charconv>
 #include <cstring>
 #include <functional>
 #include <set>
+#include <string_view>
 
 namespace ljprof::luajit {
 
@@ -29,6 +31,16 @@ std::optional<int64_t> type_size(Dwarf_Die* die) {
     if (dwarf_attr(&type, DW_AT_byte_size, &attr) != nullptr &&
         dwarf_formudata(&attr, &size) == 0) {
       return static_cast<int64_t>(size);
+    }
+    // A pointer's size is its CU's address size: clang omits DW_AT_byte_size on pointer types
+    // (DWARF 5 7.5: implied), and following DW_AT_type would measure the pointee.
+    const int tag = dwarf_tag(&type);
+    if (tag == DW_TAG_pointer_type || tag == DW_TAG_reference_type ||
+        tag == DW_TAG_rvalue_reference_type) {
+      Dwarf_Die cu;
+      uint8_t address_size = 0;
+      if (dwarf_diecu(&type, &cu, &address_size, nullptr) == nullptr) return std::nullopt;
+      return address_size;
     }
     Dwarf_Attribute tattr;
     if (dwarf_attr(&type, DW_AT_type, &tattr) == nullptr) return std::nullopt;
@@ -145,71 +157,92 @@ Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
   return out;
 }
 
-std::vector<DwarfCheck> verify_against_dwarf(const LuaJITProcInfo& info, const DwarfLayout& d) {
-  auto member = [&](const char* s) -> std::pair<std::optional<int64_t>, std::string> {
-    return {d.get(s), s};
-  };
-  auto diff = [&](const char* a, const char* b) -> std::pair<std::optional<int64_t>, std::string> {
-    auto x = d.get(a), y = d.get(b);
-    if (!x || !y) return {std::nullopt, fmt::format("{} - {}", a, b)};
-    return {*x - *y, fmt::format("{} - {}", a, b)};
-  };
-  auto state = [&](std::initializer_list<const char*> names)
-      -> std::pair<std::optional<int64_t>, std::string> {
-    for (const char* n : names) {
-      if (auto v = d.get(n)) return {~*v, fmt::format("~{}", n)};
+namespace {
+
+// One term of a luajit_info.h DWARF expression: `struct.member`, `sizeof(x)` or an enumerator,
+// optionally complemented (`~LJ_VMST_EXIT`, the stored vmstate).
+std::optional<int64_t> dwarf_term(const DwarfLayout& d, std::string_view term) {
+  const bool complement = !term.empty() && term[0] == '~';
+  if (complement) term.remove_prefix(1);
+  auto v = d.get(std::string(term));
+  if (!v) return std::nullopt;
+  return complement ? ~*v : *v;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  while (true) {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    const size_t at = s.find(sep);
+    std::string_view part = s.substr(0, at);
+    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+    if (!part.empty()) out.push_back(part);
+    if (at == std::string_view::npos) return out;
+    s.remove_prefix(at + 1);
+  }
+}
+
+// `term (+|-) term ... [/ N]`; nullopt when a term is absent from the DWARF.
+std::optional<int64_t> dwarf_sum(const DwarfLayout& d, std::string_view expr) {
+  const std::vector<std::string_view> tokens = split(expr, ' ');
+  if (tokens.empty()) return std::nullopt;
+  auto value = dwarf_term(d, tokens[0]);
+  for (size_t i = 1; value && i + 1 < tokens.size(); i += 2) {
+    if (tokens[i] == "/") {
+      int64_t divisor = 0;
+      const std::string_view n = tokens[i + 1];
+      std::from_chars(n.data(), n.data() + n.size(), divisor);
+      value = divisor != 0 ? std::optional<int64_t>(*value / divisor) : std::nullopt;
+      continue;
     }
-    return {std::nullopt, fmt::format("~{}", *names.begin())};
-  };
+    auto rhs = dwarf_term(d, tokens[i + 1]);
+    if (!rhs) return std::nullopt;
+    value = tokens[i] == "-" ? *value - *rhs : *value + *rhs;
+  }
+  return value;
+}
+
+// The first alternative whose terms the DWARF has (`~LJ_VMST_C | ~LJ_VMST_CFUNC`).
+std::optional<int64_t> dwarf_value(const DwarfLayout& d, std::string_view expr) {
+  for (std::string_view alternative : split(expr, '|')) {
+    if (auto v = dwarf_sum(d, alternative)) return v;
+  }
+  return std::nullopt;
+}
+
+// The width check of a member field: the last term's DWARF type size against the list's WIDTH
+// (so a uint8 read of a field that became uint16 cannot pass). Empty when it agrees.
+std::string width_problem(const DwarfLayout& d, const FieldSpec& spec, uint8_t ref_size) {
+  if (spec.width == 0) return {};
+  const std::vector<std::string_view> terms = split(split(spec.dwarf, '|').front(), ' ');
+  if (terms.empty()) return {};
+  const std::string member(terms.back());
+  if (member.find('.') == std::string::npos || member.rfind("sizeof(", 0) == 0) return {};
+  const int expect = spec.width == kRefWidth ? ref_size : spec.width;
+  auto size = d.get("sizeof(" + member + ")");
+  if (!size) return fmt::format("DWARF has no type size for {}", member);
+  if (*size != expect)
+    return fmt::format("{} is {} bytes in DWARF, {} expected", member, *size, expect);
+  return {};
+}
+
+}  // namespace
+
+std::vector<DwarfCheck> verify_against_dwarf(const LuaJITProcInfo& info, const DwarfLayout& d) {
   std::vector<DwarfCheck> out;
   for (const Field& f : info.fields) {
-    std::pair<std::optional<int64_t>, std::string> ref{std::nullopt, "not in DWARF"};
-    const std::string& n = f.name;
-    if (n == field::kGc64) {
-      auto size = d.get("sizeof(global_State.cur_L)");
-      ref = {size ? std::optional<int64_t>(*size == 8 ? 1 : 0) : std::nullopt,
-             "sizeof(global_State.cur_L) == 8 (GCRef width)"};
-    } else if (n == field::kGDispatch) {
-      ref = diff("GG_State.dispatch", "GG_State.g");
-    } else if (n == field::kGJitTrace) {
-      auto j = d.get("GG_State.J"), g = d.get("GG_State.g"), t = d.get("jit_State.trace");
-      ref = {j && g && t ? std::optional<int64_t>(*j - *g + *t) : std::nullopt,
-             "GG_State.J - GG_State.g + jit_State.trace"};
-    } else if (n == field::kGGcRoot) {
-      auto gc = d.get("global_State.gc"), root = d.get("GCState.root");
-      ref = {gc && root ? std::optional<int64_t>(*gc + *root) : std::nullopt,
-             "global_State.gc + GCState.root"};
-    } else if (n == field::kVmstInterp) {
-      ref = state({"LJ_VMST_INTERP"});
-    } else if (n == field::kVmstLfunc) {
-      ref = state({"LJ_VMST_LFUNC"});
-    } else if (n == field::kVmstFfunc) {
-      ref = state({"LJ_VMST_FFUNC"});
-    } else if (n == field::kVmstC) {
-      ref = state({"LJ_VMST_C", "LJ_VMST_CFUNC"});
-    } else if (n == field::kVmstGc) {
-      ref = state({"LJ_VMST_GC"});
-    } else if (n == field::kVmstExit) {
-      ref = state({"LJ_VMST_EXIT"});
-    } else if (n == field::kStrData) {
-      ref = member("sizeof(GCstr)");
-    } else if (n == field::kPtSize) {
-      ref = member("sizeof(GCproto)");
-    } else if (n == field::kFnFfid) {
-      ref = member("GCfuncL.ffid");
-    } else if (n == field::kFnPc) {
-      ref = member("GCfuncL.pc");
-    } else if (n.rfind("CFRAME_", 0) == 0) {
-      ref = {std::nullopt, "lj_frame.h macro, not in DWARF"};
-    } else {
-      ref = member(n.c_str());
-    }
+    const FieldSpec& spec = field_spec(f.id);
     DwarfCheck c;
-    c.field = n;
+    c.field = f.name;
     c.extracted = f.value;
-    c.dwarf = ref.first;
-    c.dwarf_rule = ref.second;
-    c.pass = c.dwarf && *c.dwarf == f.value;
+    if (spec.dwarf.empty()) {
+      c.dwarf_rule = fmt::format("{} macro, not in DWARF", spec.header);
+    } else {
+      c.dwarf = dwarf_value(d, spec.dwarf);
+      c.dwarf_rule = std::string(spec.dwarf);
+      c.width_problem = width_problem(d, spec, info.ref_size);
+    }
+    c.pass = c.dwarf && *c.dwarf == f.value && c.width_problem.empty();
     out.push_back(std::move(c));
   }
   return out;

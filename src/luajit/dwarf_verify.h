@@ -31,10 +31,11 @@ struct DwarfCheck {
   int64_t extracted = 0;
   std::optional<int64_t> dwarf;  // nullopt: DWARF cannot express it (e.g. lj_frame.h macros)
   std::string dwarf_rule;        // "global_State.cur_L", "GG_State.dispatch - GG_State.g"
+  std::string width_problem;     // the member's DWARF size differs from the layout list's width
   bool pass = false;
 };
 
-// One row per extracted field.
+// One row per extracted field, each computed by its luajit_info.h DWARF expression.
 std::vector<DwarfCheck> verify_against_dwarf(const LuaJITProcInfo& info, const DwarfLayout& dwarf);
 
 }  // namespace ljprof::luajit

@@ -627,6 +627,10 @@ Result<DispatchSetupMatch> match_dispatch_setup(const Code& c, int64_t glref_off
   return out;
 }
 
+// Instructions between the frame set-up and the C-frame link in a VM entry: saveregs' stores
+// (10 GPR + 8 FPR saves in pairs) and the entry's own argument set-up.
+constexpr size_t kSaveregsWindow = 24;
+
 Result<CframeLinkMatch> match_cframe_link(const Code& c, int64_t L_cframe) {
   CframeLinkMatch out;
   const size_t n = c.insns.size();
@@ -645,16 +649,21 @@ Result<CframeLinkMatch> match_cframe_link(const Code& c, int64_t L_cframe) {
               !valid_base(c, cs->base)) {
             continue;
           }
+          // AArch64 stores a copy of sp: `mov x, sp` right before (vm_arm64.dasc since 2020,
+          // TMP0), or the frame pointer that `saveregs` set up before the C-frame link
+          // (`add fp, sp, #0`, earlier vm_arm64.dasc, e.g. Tarantool 2.6's fork); sp must not
+          // move in between.
           bool src_is_sp = cs->src == sp;
           if (!src_is_sp && !is_x86(c)) {
-            for (size_t h = q; h-- > k;) {
+            const size_t lowest = k > kSaveregsWindow ? k - kSaveregsWindow : 0;
+            for (size_t h = q; h-- > lowest;) {
               const Insn& mv = c.insns[h];
               if (mv.kind == InsnKind::Mov && mv.op_count == 2 && mv.ops[0].is_reg(cs->src) &&
                   mv.ops[1].is_reg(kA64Sp)) {
                 src_is_sp = true;
                 break;
               }
-              if (writes_reg(c, mv, cs->src)) break;
+              if (writes_reg(c, mv, cs->src) || writes_reg(c, mv, kA64Sp)) break;
             }
           }
           if (!src_is_sp) continue;

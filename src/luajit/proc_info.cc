@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <climits>
 
 namespace ljprof::luajit {
 
@@ -39,50 +41,6 @@ Result<DecodedFunction> decode_symbol(const elf::ElfFile& file, const char* name
   return f;
 }
 
-// Layout rules: offsets that no exported function exposes with a distinctive pattern, taken
-// from the struct definitions for the detected GC64 mode. They hold for every fork and
-// version checked (upstream, OpenResty, Tarantool 1.10..3.3): lj_obj.h GCHeader is
-// `GCRef nextgc; uint8 marked, gct` (10 bytes GC64, 6 bytes non-GC64), then each struct's
-// own fields.
-struct LayoutRule {
-  std::string_view name;
-  int64_t gc64;
-  int64_t gc32;
-  const char* rule;
-};
-constexpr LayoutRule kLayoutRules[] = {
-    {field::kLStatus, 11, 7, "layout rule lj_obj.h lua_State (status after dummy_ffid)"},
-    {field::kLMaxstack, 48, 32, "layout rule lj_obj.h lua_State (maxstack after top)"},
-    {field::kLStack, 56, 36, "layout rule lj_obj.h lua_State (stack after maxstack)"},
-    {field::kFnFfid, 10, 6, "layout rule lj_obj.h GCfuncHeader (ffid after GCHeader)"},
-    {field::kFnPc, 32, 16, "layout rule lj_obj.h GCfuncHeader (MRef pc)"},
-    {field::kFnCfunc, 40, 24, "layout rule lj_obj.h GCfuncC.f (after GCfuncHeader)"},
-    {field::kPtSizebc, 12, 8, "layout rule lj_obj.h GCproto"},
-    {field::kPtChunkname, 64, 40, "layout rule lj_obj.h GCproto"},
-    {field::kPtFirstline, 72, 44, "layout rule lj_obj.h GCproto"},
-    {field::kPtNumline, 76, 48, "layout rule lj_obj.h GCproto"},
-    {field::kPtLineinfo, 80, 52, "layout rule lj_obj.h GCproto"},
-    {field::kPtSize, 104, 64, "layout rule lj_obj.h sizeof(GCproto) (bytecode follows)"},
-    {field::kPtK, 32, 16, "layout rule lj_obj.h GCproto"},
-    {field::kPtSizekgc, 48, 24, "layout rule lj_obj.h GCproto"},
-    {field::kPtUvinfo, 88, 56, "layout rule lj_obj.h GCproto"},
-    {field::kPtVarinfo, 96, 60, "layout rule lj_obj.h GCproto"},
-    {field::kTrStartpt, 64, 48, "layout rule lj_jit.h GCtrace"},
-    {field::kTrSzmcode, 84, 60, "layout rule lj_jit.h GCtrace"},
-    {field::kTrTraceno, 104, 80, "layout rule lj_jit.h GCtrace"},
-};
-
-// Offsets the code gives us that the same layout rules predict: a disagreement means the
-// build's structs are not the ones the rules describe, so the rule-based fields above would
-// be wrong too — fail instead.
-constexpr LayoutRule kCrossChecks[] = {
-    {field::kLGlref, 16, 8, "lj_obj.h lua_State.glref"},
-    {field::kLBase, 32, 16, "lj_obj.h lua_State.base"},
-    {field::kLTop, 40, 24, "lj_obj.h lua_State.top"},
-    {field::kLCframe, 80, 48, "lj_obj.h lua_State.cframe"},
-    {field::kTrMcode, 88, 64, "lj_jit.h GCtrace.mcode"},
-};
-
 std::string vm_label(const VmInterval& vm) {
   return fmt::format("VM interval [{:#x}, {:#x})", vm.begin, vm.end);
 }
@@ -103,21 +61,20 @@ std::vector<Evidence> pick(const std::vector<Evidence>& all,
   return out;
 }
 
-Field make_field(std::string_view name, int64_t value, std::string source,
+Field make_field(FieldId id, int64_t value, std::string source,
                  std::vector<Evidence> evidence = {}) {
-  return Field{std::string(name), value, std::move(source), std::move(evidence), {}};
+  return Field{id, std::string(field_name(id)), value, std::move(source), std::move(evidence), {}};
 }
 
-Result<Field> add_offset(std::string_view name, int64_t dispatch_relative,
-                         const DispatchSetupMatch& setup, std::string source,
-                         std::vector<Evidence> evidence) {
+Result<Field> add_offset(FieldId id, int64_t dispatch_relative, const DispatchSetupMatch& setup,
+                         std::string source, std::vector<Evidence> evidence) {
   int64_t g_rel =
       setup.register_is_g ? dispatch_relative : setup.dispatch_distance + dispatch_relative;
   if (g_rel <= 0 || g_rel >= setup.dispatch_distance) {
-    return make_error("{} at G{:+#x} is outside global_State..dispatch (0, {:#x})", name, g_rel,
-                      setup.dispatch_distance);
+    return make_error("{} at G{:+#x} is outside global_State..dispatch (0, {:#x})", field_name(id),
+                      g_rel, setup.dispatch_distance);
   }
-  return make_field(name, g_rel, std::move(source), std::move(evidence));
+  return make_field(id, g_rel, std::move(source), std::move(evidence));
 }
 
 // global_State.gc.root, from the lj_mem_newgco that lua_newthread allocates its lua_State
@@ -183,6 +140,30 @@ Status cross_check_trace_array(const elf::ElfFile& file, int64_t glref_offset, u
   return Ok{};
 }
 
+// The RULE fields from their layout rule for the build's GC64 mode, and the CODE fields that
+// have a rule checked against it: a disagreement means the build's structs are not the ones
+// the rules describe, so the rule-based fields would be wrong too — fail instead.
+Status apply_layout_rules(LuaJITProcInfo& info) {
+  const char* mode = info.gc64 ? " (GC64)" : " (non-GC64)";
+  for (const FieldSpec& spec : kFieldSpecs) {
+    if (!spec.has_rule()) continue;
+    const int64_t expect = spec.rule(info.gc64);
+    if (spec.from == FieldFrom::RULE) {
+      info.fields.push_back(make_field(
+          spec.id, expect, fmt::format("layout rule {} {}{}", spec.header, spec.name, mode)));
+      continue;
+    }
+    const Field* f = info.field(spec.id);
+    if (f != nullptr && f->value != expect) {
+      return make_error(
+          "{}: {}: code gives {}, but the{} layout rule {} {} says {}; the struct "
+          "layout is not the one the layout rules describe",
+          info.path, spec.name, f->value, mode, spec.header, spec.name, expect);
+    }
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 Result<VmInterval> find_vm_interval(const elf::ElfFile& file) {
@@ -236,6 +217,12 @@ const Field* LuaJITProcInfo::field(std::string_view name) const {
   return nullptr;
 }
 
+const Field* LuaJITProcInfo::field(FieldId id) const {
+  for (const Field& f : fields)
+    if (f.id == id) return &f;
+  return nullptr;
+}
+
 int64_t LuaJITProcInfo::value(std::string_view name) const {
   const Field* f = field(name);
   return f ? f->value : 0;
@@ -258,7 +245,7 @@ Result<Field> choose_jit_base(Runtime runtime, const Result<ExitHandlerMatch>& e
           "references after cur_L (G{:+#x})",
           g_rel, cur_L);
     }
-    return make_field(field::kGJitBase, g_rel, "exit-handler",
+    return make_field(FieldId::GJitBase, g_rel, "exit-handler",
                       pick(exit_handler->evidence, {"G->jit_base", "BASE = G->jit_base"}));
   }
   if (runtime == Runtime::Tarantool) {
@@ -268,7 +255,7 @@ Result<Field> choose_jit_base(Runtime runtime, const Result<ExitHandlerMatch>& e
         "be wrong): {}",
         ref_size, exit_handler.message());
   }
-  return make_field(field::kGJitBase, cur_L + ref_size, "fallback");
+  return make_field(FieldId::GJitBase, cur_L + ref_size, "fallback");
 }
 
 Result<VmstateNumbering> classify_vmstate_numbering(int32_t s_interp, int32_t s_c, int32_t s_exit) {
@@ -311,14 +298,29 @@ Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const cfi::
     }
     return Ok{};
   }
-  if (prev_offset != 0) {
-    return make_error(
-        "VM C frame: AArch64 link slot [sp{:+#x}] from the VM entry code, "
-        "expected [sp+0] (lj_frame.h CFRAME_OFS_PREV)",
-        prev_offset);
+  // Two AArch64 frame layouts exist (lj_frame.h CFRAME_OFS_PREV, vm_arm64.dasc saveregs):
+  // since LuaJIT's 2020 reorder, FP/LR sit at the top of the frame, the CFI is x29-based and
+  // the link is at [sp+0]; before it (e.g. the fork in Tarantool 2.6), FP/LR sit at sp+0, the
+  // CFI is sp + CFRAME_SIZE and the link is 48 bytes below the CFA ([sp+160] of 208).
+  if (cf.cfa_base == LJ_CFI_REG_FP) {
+    if (prev_offset != 0) {
+      return make_error(
+          "VM C frame: AArch64 link slot [sp{:+#x}] from the VM entry code, expected [sp+0] "
+          "with an x29-based CFI (lj_frame.h CFRAME_OFS_PREV)",
+          prev_offset);
+    }
+    return Ok{};
   }
-  if (cf.cfa_base != LJ_CFI_REG_FP) {
-    return make_error("VM C frame: AArch64 VM CFI is not x29-based");
+  if (cf.cfa_base != LJ_CFI_REG_SP) {
+    return make_error("VM C frame: AArch64 VM CFI is neither x29- nor sp-based");
+  }
+  const int64_t expected = int64_t{cf.cfa_offset} - 48;
+  if (prev_offset != expected) {
+    return make_error(
+        "VM C frame: AArch64 link slot [sp{:+#x}] from the VM entry code disagrees with the "
+        "sp-based CFI frame size {} (expected the slot at {} = size - 48, lj_frame.h "
+        "CFRAME_OFS_PREV before the 2020 frame reorder)",
+        prev_offset, cf.cfa_offset, expected);
   }
   return Ok{};
 }
@@ -345,7 +347,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   info.ref_size = close->ref_width;
   info.gc64 = close->ref_width == 8;
   info.fields.push_back(
-      make_field(field::kGc64, info.gc64 ? 1 : 0, "lua_close", {close->glref_load}));
+      make_field(FieldId::Gc64, info.gc64 ? 1 : 0, "lua_close", {close->glref_load}));
 
   // The VM interval and its code.
   LJ_ASSIGN_OR_RETURN(info.vm, find_vm_interval(file));
@@ -379,7 +381,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   const int64_t to_g = setup->register_is_g ? 0 : setup->dispatch_distance;
 
   info.fields.push_back(
-      make_field(field::kGDispatch, setup->dispatch_distance, "vm-entry", setup->evidence));
+      make_field(FieldId::GDispatch, setup->dispatch_distance, "vm-entry", setup->evidence));
   // cur_L: lua_close, confirmed by the exit handler when it matched.
   if (exit_handler.ok() && to_g + exit_handler->cur_L != close->cur_L) {
     return fail("cur_L", fmt::format("lua_close clears G{:+#x}, the exit handler loads L from "
@@ -391,7 +393,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
     for (const Evidence& e : pick(exit_handler->evidence, {"L = G->cur_L"}))
       cur_L_evidence.push_back(e);
   }
-  info.fields.push_back(make_field(field::kGCurL, close->cur_L, "lua_close", cur_L_evidence));
+  info.fields.push_back(make_field(FieldId::GCurL, close->cur_L, "lua_close", cur_L_evidence));
   auto jit_base = choose_jit_base(runtime, exit_handler, to_g, close->cur_L, info.ref_size);
   if (!jit_base.ok()) return fail("jit_base", jit_base.message());
   info.fields.push_back(*jit_base);
@@ -404,7 +406,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   }
   const ExitHandlerMatch& eh = *exit_handler;
   LJ_ASSIGN_OR_RETURN(Field vmstate,
-                      add_offset(field::kGVmstate, eh.vmstate, *setup, "exit-handler",
+                      add_offset(FieldId::GVmstate, eh.vmstate, *setup, "exit-handler",
                                  pick(eh.evidence, {"set_vmstate"})));
   if (vmstate.value >= close->cur_L || vmstate.value % 4 != 0) {
     return fail("vmstate", fmt::format("G{:+#x} must be 4-aligned and before cur_L (G{:+#x}) "
@@ -417,7 +419,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   auto jloop = match_jloop(vm, setup->dispatch_reg);
   if (!jloop.ok()) return fail("BC_JLOOP", jloop.message());
   LJ_ASSIGN_OR_RETURN(Field jtrace,
-                      add_offset(field::kGJitTrace, jloop->trace_array, *setup, "BC_JLOOP",
+                      add_offset(FieldId::GJitTrace, jloop->trace_array, *setup, "BC_JLOOP",
                                  pick(jloop->evidence, {"J->trace", "T = "})));
   if (auto st = cross_check_trace_array(file, close->glref_offset, close->ref_width, jtrace);
       !st.ok()) {
@@ -434,7 +436,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   auto link = match_cframe_link(vm, eh.L_cframe);
   if (!link.ok()) return fail("vm-entry", link.message());
   info.fields.push_back(
-      make_field(field::kCframePrev, link->prev_offset, "vm-entry", link->evidence));
+      make_field(FieldId::CframePrev, link->prev_offset, "vm-entry", link->evidence));
   auto table = cfi::build_unwind_table(file, cfi::VmHints{info.vm.begin, info.vm.end});
   if (!table.ok()) return fail("cfi", table.message());
   auto cframe = cfi::derive_vm_cframe(*table, info.vm.begin, info.vm.end);
@@ -444,7 +446,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   if (info.arch == elf::Arch::X86_64) {
     // x86-64: CFA = rsp + CFRAME_SIZE. (AArch64's CFA is x29 + 16, which says nothing about
     // the frame size, so the field is left out there.)
-    info.fields.push_back(make_field(field::kCframeSize, cframe->cfa_offset, "cfi"));
+    info.fields.push_back(make_field(FieldId::CframeSize, cframe->cfa_offset, "cfi"));
   }
 
   if (eh.cframe_L < 0 || eh.cframe_PC < 0) {
@@ -453,8 +455,8 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
                 "C frame after `L->cframe & ~3`");
   }
   info.fields.push_back(
-      make_field(field::kCframeL, eh.cframe_L, "exit-handler", pick(eh.evidence, {"SAVE_L"})));
-  info.fields.push_back(make_field(field::kCframePc, eh.cframe_PC, "exit-handler",
+      make_field(FieldId::CframeL, eh.cframe_L, "exit-handler", pick(eh.evidence, {"SAVE_L"})));
+  info.fields.push_back(make_field(FieldId::CframePc, eh.cframe_PC, "exit-handler",
                                    pick(eh.evidence, {"PC = SAVE_PC"})));
 
   // vmstate numbering.
@@ -467,24 +469,24 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   if (!numbering.ok()) return fail("vmstate", numbering.message());
   info.numbering = *numbering;
   info.fields.push_back(
-      make_field(field::kVmstInterp, s_interp, "vm_exit_interp", interp->evidence));
+      make_field(FieldId::VmstInterp, s_interp, "vm_exit_interp", interp->evidence));
   if (info.numbering == VmstateNumbering::Tarantool) {
-    info.fields.push_back(make_field(field::kVmstLfunc, s_interp - 1,
+    info.fields.push_back(make_field(FieldId::VmstLfunc, s_interp - 1,
                                      "layout rule lj_obj.h LJ_VMST_LFUNC follows INTERP "
                                      "(Tarantool numbering)"));
-    info.fields.push_back(make_field(field::kVmstFfunc, s_interp - 2,
+    info.fields.push_back(make_field(FieldId::VmstFfunc, s_interp - 2,
                                      "layout rule lj_obj.h LJ_VMST_FFUNC follows LFUNC "
                                      "(Tarantool numbering)"));
   }
-  info.fields.push_back(make_field(field::kVmstC, s_c, "lj_BC_FUNCC", ccall->evidence));
-  info.fields.push_back(make_field(field::kVmstGc, s_c - 1,
+  info.fields.push_back(make_field(FieldId::VmstC, s_c, "lj_BC_FUNCC", ccall->evidence));
+  info.fields.push_back(make_field(FieldId::VmstGc, s_c - 1,
                                    "layout rule lj_obj.h LJ_VMST_GC between C/CFUNC and EXIT"));
   info.fields.push_back(
-      make_field(field::kVmstExit, s_exit, "exit-handler", pick(eh.evidence, {"set_vmstate"})));
+      make_field(FieldId::VmstExit, s_exit, "exit-handler", pick(eh.evidence, {"set_vmstate"})));
 
   // lua_State.
   info.fields.push_back(
-      make_field(field::kLGlref, close->glref_offset, "lua_close", {close->glref_load}));
+      make_field(FieldId::LGlref, close->glref_offset, "lua_close", {close->glref_load}));
   LJ_ASSIGN_OR_RETURN(DecodedFunction gettop_fn, decode_symbol(file, "lua_gettop"));
   auto gettop = match_gettop(gettop_fn.code());
   if (!gettop.ok()) return fail("lua_gettop", gettop.message());
@@ -494,17 +496,17 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
                                               gettop->base_offset, eh.L_base));
   }
   info.fields.push_back(
-      make_field(field::kLBase, eh.L_base, "exit-handler", pick(eh.evidence, {"L->base"})));
+      make_field(FieldId::LBase, eh.L_base, "exit-handler", pick(eh.evidence, {"L->base"})));
   info.fields.push_back(
-      make_field(field::kLTop, gettop->top_offset, "lua_gettop", gettop->evidence));
-  info.fields.push_back(make_field(field::kLCframe, eh.L_cframe, "exit-handler",
+      make_field(FieldId::LTop, gettop->top_offset, "lua_gettop", gettop->evidence));
+  info.fields.push_back(make_field(FieldId::LCframe, eh.L_cframe, "exit-handler",
                                    pick(eh.evidence, {"L->cframe", "& CFRAME"})));
 
   // global_State.gc.root: only `ljprof core --all-fibers` walks the GC list, so a build where
   // the allocation does not match has no such field (and that option says so).
   if (auto root = find_gc_root(file, info.ref_size)) {
     info.fields.push_back(
-        make_field(field::kGGcRoot, root->root_offset, "lj_mem_newgco", root->evidence));
+        make_field(FieldId::GGcRoot, root->root_offset, "lj_mem_newgco", root->evidence));
   }
 
   // GCstr.
@@ -512,104 +514,57 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   auto tolstring = match_tolstring(tolstring_fn.code());
   if (!tolstring.ok()) return fail("lua_tolstring", tolstring.message());
   info.fields.push_back(
-      make_field(field::kStrLen, tolstring->len_offset, "lua_tolstring", tolstring->evidence));
+      make_field(FieldId::StrLen, tolstring->len_offset, "lua_tolstring", tolstring->evidence));
   info.fields.push_back(
-      make_field(field::kStrData, tolstring->data_offset, "lua_tolstring", tolstring->evidence));
+      make_field(FieldId::StrData, tolstring->data_offset, "lua_tolstring", tolstring->evidence));
 
-  info.fields.push_back(make_field(field::kTrMcode, jloop->trace_mcode, "BC_JLOOP",
+  info.fields.push_back(make_field(FieldId::TrMcode, jloop->trace_mcode, "BC_JLOOP",
                                    pick(jloop->evidence, {"T->mcode", "jump"})));
-  const char* mode = info.gc64 ? " (GC64)" : " (non-GC64)";
-  for (const LayoutRule& r : kLayoutRules) {
-    info.fields.push_back(
-        make_field(r.name, info.gc64 ? r.gc64 : r.gc32, r.rule + std::string(mode)));
-  }
-  for (const LayoutRule& r : kCrossChecks) {
-    const int64_t expect = info.gc64 ? r.gc64 : r.gc32;
-    if (info.value(r.name) != expect) {
-      return fail(std::string(r.name),
-                  fmt::format("code gives {}, but the{} layout rule {} says {}; the struct "
-                              "layout is not the one the layout rules describe",
-                              info.value(r.name), mode, r.rule, expect));
-    }
-  }
-  // Order the fields as documented (field:: namespace order) for stable output.
-  static constexpr std::string_view kOrder[] = {
-      field::kGc64,       field::kGVmstate,   field::kGCurL,       field::kGJitBase,
-      field::kGDispatch,  field::kGJitTrace,  field::kGGcRoot,     field::kCframePrev,
-      field::kCframeSize, field::kCframeL,    field::kCframePc,    field::kVmstInterp,
-      field::kVmstLfunc,  field::kVmstFfunc,  field::kVmstC,       field::kVmstGc,
-      field::kVmstExit,   field::kLGlref,     field::kLBase,       field::kLTop,
-      field::kLStatus,    field::kLMaxstack,  field::kLStack,      field::kLCframe,
-      field::kStrLen,     field::kStrData,    field::kFnFfid,      field::kFnPc,
-      field::kFnCfunc,    field::kPtSizebc,   field::kPtChunkname, field::kPtFirstline,
-      field::kPtNumline,  field::kPtLineinfo, field::kPtSize,      field::kPtK,
-      field::kPtSizekgc,  field::kPtUvinfo,   field::kPtVarinfo,   field::kTrSzmcode,
-      field::kTrMcode,    field::kTrTraceno,  field::kTrStartpt};
-  auto rank = [&](const Field& f) {
-    for (size_t i = 0; i < std::size(kOrder); ++i)
-      if (kOrder[i] == f.name) return i;
-    return std::size(kOrder);
-  };
-  std::stable_sort(info.fields.begin(), info.fields.end(),
-                   [&](const Field& a, const Field& b) { return rank(a) < rank(b); });
+  info.fields.push_back(make_field(FieldId::GJitSizetrace, jtrace.value + 12,
+                                   "layout rule lj_jit.h jit_State (GCRef *trace; TraceNo "
+                                   "freetrace; MSize sizetrace) after G->J->trace"));
+  LJ_TRY(apply_layout_rules(info));
+  if (auto st = check_fields_complete(info); !st.ok()) return fail("layout", st.message());
   return info;
 }
 
-lj_luajit_info to_walker_info(const LuaJITProcInfo& info) {
+Status check_fields_complete(LuaJITProcInfo& info) {
+  std::array<int, kFieldCount> seen{};
+  for (const Field& f : info.fields) {
+    if (++seen[static_cast<size_t>(f.id)] > 1) return make_error("{} was extracted twice", f.name);
+  }
+  const bool tarantool = info.numbering == VmstateNumbering::Tarantool;
+  for (const FieldSpec& spec : kFieldSpecs) {
+    if (seen[static_cast<size_t>(spec.id)] == 0 && field_required(spec, info.arch, tarantool)) {
+      return make_error("{} ({} {}) was not extracted, and this build needs it", spec.name,
+                        spec.header, spec.from == FieldFrom::RULE ? "layout rule" : "code");
+    }
+  }
+  std::stable_sort(info.fields.begin(), info.fields.end(),
+                   [](const Field& a, const Field& b) { return a.id < b.id; });
+  return Ok{};
+}
+
+Result<lj_luajit_info> to_walker_info(const LuaJITProcInfo& info) {
+  LuaJITProcInfo checked = info;
+  LJ_TRY(check_fields_complete(checked));
   lj_luajit_info w{};
-  auto u16 = [&](std::string_view n) { return static_cast<uint16_t>(info.value(n)); };
-  auto u32 = [&](std::string_view n) { return static_cast<uint32_t>(info.value(n)); };
-  auto i32 = [&](std::string_view n) { return static_cast<int32_t>(info.value(n)); };
   w.vm_begin = info.vm.begin;
   w.vm_end = info.vm.end;
   w.version = LJ_LUAJIT_INFO_VERSION;
   w.arch = info.arch == elf::Arch::X86_64 ? LJ_INFO_ARCH_X86_64 : LJ_INFO_ARCH_ARM64;
-  w.gc64 = info.gc64 ? 1 : 0;
   w.dispatch_reg = dwarf_register(info.arch, info.dispatch_reg);
   w.dispatch_is_g = info.dispatch_is_g ? 1 : 0;
-  w.g_to_dispatch = i32(field::kGDispatch);
-  w.g_vmstate = u32(field::kGVmstate);
-  w.g_cur_L = u32(field::kGCurL);
-  w.g_jit_base = u32(field::kGJitBase);
-  w.g_jit_trace = u32(field::kGJitTrace);
-  w.cframe_prev_offset = u32(field::kCframePrev);
-  w.cframe_size = u32(field::kCframeSize);
-  w.vmst_interp = i32(field::kVmstInterp);
-  w.vmst_c = i32(field::kVmstC);
-  w.vmst_gc = i32(field::kVmstGc);
-  w.vmst_exit = i32(field::kVmstExit);
-  w.vmst_lfunc = i32(field::kVmstLfunc);
-  w.vmst_ffunc = i32(field::kVmstFfunc);
   w.vmst_numbering = info.numbering == VmstateNumbering::Tarantool ? LJ_VMST_NUMBERING_TARANTOOL
                                                                    : LJ_VMST_NUMBERING_UPSTREAM;
   w.ref_size = info.ref_size;
-  w.L_glref = u16(field::kLGlref);
-  w.L_base = u16(field::kLBase);
-  w.L_top = u16(field::kLTop);
-  w.L_stack = u16(field::kLStack);
-  w.L_maxstack = u16(field::kLMaxstack);
-  w.L_cframe = u16(field::kLCframe);
-  w.str_len = u16(field::kStrLen);
-  w.str_data = u16(field::kStrData);
-  w.fn_ffid = u16(field::kFnFfid);
-  w.fn_pc = u16(field::kFnPc);
-  w.fn_cfunc_f = u16(field::kFnCfunc);
-  w.cframe_ofs_L = u16(field::kCframeL);
-  w.cframe_ofs_pc = u16(field::kCframePc);
-  w.pt_sizebc = u16(field::kPtSizebc);
-  w.pt_chunkname = u16(field::kPtChunkname);
-  w.pt_firstline = u16(field::kPtFirstline);
-  w.pt_numline = u16(field::kPtNumline);
-  w.pt_lineinfo = u16(field::kPtLineinfo);
-  w.pt_k = u16(field::kPtK);
-  w.pt_sizekgc = u16(field::kPtSizekgc);
-  w.pt_uvinfo = u16(field::kPtUvinfo);
-  w.pt_varinfo = u16(field::kPtVarinfo);
-  w.pt_size = u16(field::kPtSize);
-  w.tr_szmcode = u16(field::kTrSzmcode);
-  w.tr_mcode = u16(field::kTrMcode);
-  w.tr_traceno = u16(field::kTrTraceno);
-  w.tr_startpt = u16(field::kTrStartpt);
+  for (const Field& f : checked.fields) {
+    if (f.value < INT32_MIN || f.value > INT32_MAX) {
+      return make_error("{}: {} = {} does not fit the walker's int32 member", info.path, f.name,
+                        f.value);
+    }
+    w.*field_spec(f.id).member = static_cast<int32_t>(f.value);
+  }
   return w;
 }
 

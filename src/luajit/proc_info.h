@@ -15,12 +15,9 @@
 #include "cfi/cfi.h"
 #include "common/result.h"
 #include "elf/elf_file.h"
+#include "luajit/layout.h"
 #include "luajit/matchers.h"
 #include "luajit/runtime.h"
-
-extern "C" {
-#include "walker/luajit_info.h"
-}
 
 namespace ljprof::luajit {
 
@@ -28,7 +25,8 @@ namespace ljprof::luajit {
 // ("lua_close", "exit-handler", "vm-entry", "BC_JLOOP", "lj_BC_FUNCC", "vm_exit_interp",
 // "lua_tolstring", "lua_gettop", "cfi"), "fallback", or "layout rule <header> <struct>".
 struct Field {
-  std::string name;  // stable key, e.g. "global_State.cur_L"
+  FieldId id{};
+  std::string name;  // stable key, e.g. "global_State.cur_L" (field_name(id))
   int64_t value = 0;
   std::string source;
   std::vector<Evidence> evidence;
@@ -58,59 +56,13 @@ struct LuaJITProcInfo {
   bool dispatch_is_g = false;  // AArch64 GL
   VmstateNumbering numbering = VmstateNumbering::Upstream;
   std::optional<cfi::VmCframe> vm_cframe;  // the VM C frame from the CFI (when derivable)
-  std::vector<Field> fields;
+  std::vector<Field> fields;               // in FieldId order; every required field is present
 
   const Field* field(std::string_view name) const;
-  // The value of a field that extraction always fills (throws nothing: 0 when absent).
+  const Field* field(FieldId id) const;
+  // The value of a field that extraction guarantees (field_required); 0 when absent.
   int64_t value(std::string_view name) const;
 };
-
-// Field names, in the order extract_proc_info fills them.
-namespace field {
-inline constexpr std::string_view kGc64 = "LJ_GC64";
-inline constexpr std::string_view kGVmstate = "global_State.vmstate";
-inline constexpr std::string_view kGCurL = "global_State.cur_L";
-inline constexpr std::string_view kGJitBase = "global_State.jit_base";
-inline constexpr std::string_view kGDispatch = "GG_State.dispatch-g";
-inline constexpr std::string_view kGJitTrace = "G->J->trace";
-inline constexpr std::string_view kGGcRoot = "global_State.gc.root";
-inline constexpr std::string_view kCframePrev = "CFRAME_OFS_PREV";
-inline constexpr std::string_view kCframeSize = "CFRAME_SIZE";
-inline constexpr std::string_view kCframeL = "CFRAME_OFS_L";
-inline constexpr std::string_view kCframePc = "CFRAME_OFS_PC";
-inline constexpr std::string_view kVmstInterp = "vmstate.INTERP";
-inline constexpr std::string_view kVmstLfunc = "vmstate.LFUNC";
-inline constexpr std::string_view kVmstFfunc = "vmstate.FFUNC";
-inline constexpr std::string_view kVmstC = "vmstate.C";
-inline constexpr std::string_view kVmstGc = "vmstate.GC";
-inline constexpr std::string_view kVmstExit = "vmstate.EXIT";
-inline constexpr std::string_view kLGlref = "lua_State.glref";
-inline constexpr std::string_view kLBase = "lua_State.base";
-inline constexpr std::string_view kLTop = "lua_State.top";
-inline constexpr std::string_view kLStatus = "lua_State.status";
-inline constexpr std::string_view kLMaxstack = "lua_State.maxstack";
-inline constexpr std::string_view kLStack = "lua_State.stack";
-inline constexpr std::string_view kLCframe = "lua_State.cframe";
-inline constexpr std::string_view kStrLen = "GCstr.len";
-inline constexpr std::string_view kStrData = "sizeof(GCstr)";
-inline constexpr std::string_view kFnFfid = "GCfunc.ffid";
-inline constexpr std::string_view kFnPc = "GCfunc.pc";
-inline constexpr std::string_view kFnCfunc = "GCfuncC.f";
-inline constexpr std::string_view kPtSizebc = "GCproto.sizebc";
-inline constexpr std::string_view kPtChunkname = "GCproto.chunkname";
-inline constexpr std::string_view kPtFirstline = "GCproto.firstline";
-inline constexpr std::string_view kPtNumline = "GCproto.numline";
-inline constexpr std::string_view kPtLineinfo = "GCproto.lineinfo";
-inline constexpr std::string_view kPtSize = "sizeof(GCproto)";
-inline constexpr std::string_view kPtK = "GCproto.k";
-inline constexpr std::string_view kPtSizekgc = "GCproto.sizekgc";
-inline constexpr std::string_view kPtUvinfo = "GCproto.uvinfo";
-inline constexpr std::string_view kPtVarinfo = "GCproto.varinfo";
-inline constexpr std::string_view kTrSzmcode = "GCtrace.szmcode";
-inline constexpr std::string_view kTrMcode = "GCtrace.mcode";
-inline constexpr std::string_view kTrTraceno = "GCtrace.traceno";
-inline constexpr std::string_view kTrStartpt = "GCtrace.startpt";
-}  // namespace field
 
 // LuaJIT's VM interval in `file`: lj_vm_asm_begin .. the end of lj_vm_ffi_call when the symbols
 // exist (checked against the interpreter FDE when both are there), else the interpreter FDE.
@@ -139,8 +91,13 @@ Result<VmstateNumbering> classify_vmstate_numbering(int32_t interp, int32_t c_or
 // 80 <-> 32, 96 <-> 48; AArch64: the link is at sp+0 and the CFA is x29-based).
 Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const cfi::VmCframe& cf);
 
-// The plain C record the walker consumes.
-lj_luajit_info to_walker_info(const LuaJITProcInfo& info);
+// The plain C record the walker consumes: every layout field into its member (luajit_info.h).
+// Fails when a field the build needs is absent or a value does not fit its member.
+Result<lj_luajit_info> to_walker_info(const LuaJITProcInfo& info);
+
+// Fails unless every field that `info`'s architecture and numbering need is present exactly
+// once; sorts the fields into FieldId order.
+Status check_fields_complete(LuaJITProcInfo& info);
 
 // DWARF register number of a canonical register (x86-64 r14 -> 14, AArch64 x22 -> 22).
 uint8_t dwarf_register(elf::Arch arch, int canonical_reg);

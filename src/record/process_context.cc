@@ -27,12 +27,13 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
     std::optional<cfi::VmHints> hints;
     if (rt.source == luajit::LuaJITSource::LinkedIn) {
       auto info = luajit::extract_proc_info(*obj->elf, rt.runtime);
-      if (info.ok()) {
+      auto walker_info = info.ok() ? luajit::to_walker_info(*info) : info.error();
+      if (walker_info.ok()) {
         obj->luajit = std::move(*info);
-        obj->info = luajit::to_walker_info(*obj->luajit);
+        obj->info = *walker_info;
         hints = cfi::VmHints{obj->luajit->vm.begin, obj->luajit->vm.end};
       } else {
-        obj->luajit_error = info.message();
+        obj->luajit_error = walker_info.message();
       }
     }
     auto table = cfi::build_unwind_table(*obj->elf, hints);

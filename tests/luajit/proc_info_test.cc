@@ -117,6 +117,7 @@ std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::s
       {fld::kGJitBase, at("global_State", "jit_base")},
       {fld::kGDispatch, "(char*)&((GG_State*)0)->dispatch - (char*)&((GG_State*)0)->g"},
       {fld::kGJitTrace, "(char*)&((GG_State*)0)->J.trace - (char*)&((GG_State*)0)->g"},
+      {fld::kGJitSizetrace, "(char*)&((GG_State*)0)->J.sizetrace - (char*)&((GG_State*)0)->g"},
       {fld::kGGcRoot, at("global_State", "gc.root")},
       {fld::kVmstInterp, "~(int)LJ_VMST_INTERP"},
       {fld::kVmstC, "~(int)LJ_VMST_C"},
@@ -144,6 +145,8 @@ std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::s
       {fld::kPtSizekgc, at("GCproto", "sizekgc")},
       {fld::kPtUvinfo, at("GCproto", "uvinfo")},
       {fld::kPtVarinfo, at("GCproto", "varinfo")},
+      {fld::kTrGct, at("GCtrace", "gct")},
+      {fld::kTrSpadjust, at("GCtrace", "spadjust")},
       {fld::kTrSzmcode, at("GCtrace", "szmcode")},
       {fld::kTrMcode, at("GCtrace", "mcode")},
       {fld::kTrTraceno, at("GCtrace", "traceno")},
@@ -420,20 +423,49 @@ TEST(ProcInfoInspect, JsonCarriesProcInfoAndVmCframe) {
 TEST(ProcInfoWalker, RecordMirrorsTheFields) {
   LuaJITProcInfo info = extract("/usr/bin/tarantool");
   ASSERT_FALSE(info.fields.empty());
-  lj_luajit_info w = luajit::to_walker_info(info);
+  auto walker = luajit::to_walker_info(info);
+  ASSERT_TRUE(walker.ok()) << walker.message();
+  const lj_luajit_info& w = *walker;
   EXPECT_EQ(w.version, static_cast<uint32_t>(LJ_LUAJIT_INFO_VERSION));
   EXPECT_EQ(w.arch, LJ_INFO_ARCH_X86_64);
   EXPECT_EQ(w.gc64, 0);
   EXPECT_EQ(w.dispatch_reg, 14);
   EXPECT_EQ(w.vm_begin, info.vm.begin);
-  EXPECT_EQ(w.g_cur_L, static_cast<uint32_t>(info.value(fld::kGCurL)));
-  EXPECT_EQ(w.g_jit_base, static_cast<uint32_t>(info.value(fld::kGJitBase)));
+  EXPECT_EQ(w.g_cur_L, info.value(fld::kGCurL));
+  EXPECT_EQ(w.g_jit_base, info.value(fld::kGJitBase));
   EXPECT_EQ(w.g_to_dispatch, info.value(fld::kGDispatch));
-  EXPECT_EQ(w.cframe_prev_offset, 32u);
+  EXPECT_EQ(w.g_jit_sizetrace, info.value(fld::kGJitTrace) + 12);
+  EXPECT_EQ(w.cframe_prev_offset, 32);
   EXPECT_EQ(w.vmst_exit, info.value(fld::kVmstExit));
   EXPECT_EQ(w.vmst_lfunc, 0);
   EXPECT_EQ(w.str_data, info.value(fld::kStrData));
   EXPECT_EQ(w.ref_size, 4);
+  for (const luajit::Field& f : info.fields) {
+    EXPECT_EQ(w.*luajit::field_spec(f.id).member, f.value) << f.name;
+  }
+}
+
+// luajit_info.h: a field the build needs that extraction did not fill is an error naming it,
+// never a 0 the walker would read as an offset; an OPTIONAL one may be absent.
+TEST(ProcInfoWalker, AMissingRequiredFieldIsAnErrorNeverZero) {
+  LuaJITProcInfo info = extract("/usr/bin/tarantool");
+  ASSERT_FALSE(info.fields.empty());
+  auto without = [](LuaJITProcInfo i, luajit::FieldId id) {
+    std::erase_if(i.fields, [&](const luajit::Field& f) { return f.id == id; });
+    return i;
+  };
+  auto missing = luajit::to_walker_info(without(info, luajit::FieldId::LStack));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("lua_State.stack"), std::string::npos) << missing.message();
+  auto optional = luajit::to_walker_info(without(info, luajit::FieldId::GGcRoot));
+  ASSERT_TRUE(optional.ok()) << optional.message();
+  EXPECT_EQ(optional->g_gc_root, 0);
+  // CFRAME_SIZE comes from x86-64's CFI only; an AArch64 build does without it.
+  LuaJITProcInfo arm = extract(kArm64Luajit);
+  EXPECT_EQ(arm.field(luajit::FieldId::CframeSize), nullptr);
+  EXPECT_TRUE(luajit::to_walker_info(arm).ok());
+  auto x86 = luajit::to_walker_info(without(info, luajit::FieldId::CframeSize));
+  EXPECT_FALSE(x86.ok());
 }
 
 }  // namespace
