@@ -66,7 +66,8 @@ void walk_core(benchmark::State& state, const std::string& exe, const std::strin
   for (auto _ : state) {
     ljprof::core::ThreadStack stack = g.walker->walk(thread);
     for (const auto& f : stack.frames) {
-      if (f.kind == ljprof::core::FrameKind::Lua || f.kind == ljprof::core::FrameKind::CFunc) {
+      if (f.kind == ljprof::symbolize::FrameKind::Lua ||
+          f.kind == ljprof::symbolize::FrameKind::CFunc) {
         ++lua;
       } else {
         ++native;

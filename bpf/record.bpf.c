@@ -233,15 +233,14 @@ struct convert_ctx {
 
 LJ_INLINE void lua_frame_info(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                               struct lj_rec_frame* f) {
-  uint64_t first_ins = 0, proto, lineinfo = 0, pos;
-  uint32_t sizebc = 0, numline = 0, width;
+  uint64_t first_ins = 0, proto;
   f->proto = 0;
   f->chunkname = 0;
   f->firstline = 0;
-  f->line = -1;
   /* lj_obj.h funcproto(): the GCproto header sits right before the function's first
    * instruction, GCfuncL.pc. */
-  if (lj_read_ref(env, lj, f->pc + lj->fn_pc, &first_ins) != 0 || first_ins < lj->pt_size) {
+  if (lj_read_ref(env, lj, f->pc + lj->fn_pc, &first_ins) != 0 ||
+      first_ins < (uint64_t)lj->pt_size) {
     count(LJ_REC_CTR_LUA_INFO_FAULT);
     return;
   }
@@ -251,36 +250,9 @@ LJ_INLINE void lua_frame_info(struct lj_walk_env* env, const struct lj_luajit_in
     count(LJ_REC_CTR_LUA_INFO_FAULT);
     return;
   }
+  /* The agent decodes the line from this prototype after checking it is still this one
+   * (record/sample_frames.cc); the kernel only identifies it. */
   f->proto = proto;
-  /* The line of the instruction before the return pc `b` (lj_debug.c debug_framepc and
-   * lj_debug_line; symbolize.cc proto_location does the same for core files). */
-  if (f->b == 0 || f->b < first_ins + 4 || ((f->b - first_ins) & 3) != 0) return;
-  if (lj_walk_read(env, &sizebc, 4, proto + lj->pt_sizebc) != 0 ||
-      lj_walk_read(env, &numline, 4, proto + lj->pt_numline) != 0 ||
-      lj_read_ref(env, lj, proto + lj->pt_lineinfo, &lineinfo) != 0)
-    return;
-  pos = (f->b - first_ins) / 4 - 1;
-  if (pos > sizebc || lineinfo == 0) return;
-  if (pos == sizebc) {
-    f->line = f->firstline + (int32_t)numline;
-    return;
-  }
-  if (pos == 0) {
-    f->line = f->firstline;
-    return;
-  }
-  width = numline < 256 ? 1 : numline < 65536 ? 2 : 4;
-  if (width == 1) {
-    uint8_t d = 0;
-    if (lj_walk_read(env, &d, 1, lineinfo + (pos - 1)) == 0) f->line = f->firstline + d;
-  } else if (width == 2) {
-    uint16_t d = 0;
-    if (lj_walk_read(env, &d, 2, lineinfo + (pos - 1) * 2) == 0) f->line = f->firstline + d;
-  } else {
-    uint32_t d = 0;
-    if (lj_walk_read(env, &d, 4, lineinfo + (pos - 1) * 4) == 0)
-      f->line = f->firstline + (int32_t)d;
-  }
 }
 
 static long convert_frame(uint64_t i, void* ctx) {
@@ -297,7 +269,7 @@ static long convert_frame(uint64_t i, void* ctx) {
   f->proto = 0;
   f->chunkname = 0;
   f->firstline = 0;
-  f->line = -1;
+  f->pad = 0;
   if (wf->kind == LJ_FRAME_LUA && c->lj) lua_frame_info(c->env, c->lj, f);
   return 0;
 }

@@ -58,7 +58,7 @@ struct lj_rec_frame {
   uint64_t proto;     /* Lua: the GCproto, 0 if it could not be read */
   uint64_t chunkname; /* Lua: GCproto.chunkname (a GCstr) */
   int32_t firstline;  /* Lua: GCproto.firstline */
-  int32_t line;       /* Lua: the line of `b` at sample time, -1 unknown */
+  uint32_t pad;
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_frame) == 48, "lj_rec_frame: 48 bytes, no padding");
 

@@ -1,5 +1,7 @@
 #include "core/core_walk.h"
 
+#include "symbolize/walk_frames.h"
+
 #include <elf.h>
 
 #include <cstring>
@@ -18,26 +20,6 @@ int lookup_callback(void* ctx, uint64_t pc, lj_cfi_row* row) {
 }
 
 }  // namespace
-
-const char* frame_kind_name(FrameKind kind) {
-  switch (kind) {
-    case FrameKind::Native:
-      return "native";
-    case FrameKind::Lua:
-      return "lua";
-    case FrameKind::CFunc:
-      return "cfunc";
-    case FrameKind::Root:
-      return "root";
-    case FrameKind::Trace:
-      return "trace";
-    case FrameKind::Ffi:
-      return "ffi";
-    case FrameKind::Unknown:
-      break;
-  }
-  return "unknown";
-}
 
 Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
   std::unique_ptr<CoreWalker> w(new CoreWalker(core));
@@ -170,7 +152,7 @@ int CoreWalker::lookup(uint64_t pc, lj_cfi_row* row) const {
   return 0;
 }
 
-void CoreWalker::symbolize_native(StackFrame& frame, bool exact_pc) const {
+void CoreWalker::symbolize_native(symbolize::Frame& frame, bool exact_pc) const {
   const Module* mod = module_at(frame.pc);
   if (mod == nullptr) return;
   frame.module = mod->path;
@@ -184,112 +166,57 @@ void CoreWalker::symbolize_native(StackFrame& frame, bool exact_pc) const {
   if (mod->lines) frame.source = mod->lines->at(frame.module_offset - back);
 }
 
-// lj_vm_ffi_call (vm_x64.dasc / vm_arm64.dasc), the VM's trampoline for FFI calls from the
-// interpreter (lj_ccall_func -> lj_vm_ffi_call -> the C function). buildvm emits its FDE right
-// after the interpreter's, starting where that one ends (readelf: tarantool 0x5eec52, luajit
-// 0x74525, arm64 luajit 0x6ecdc, OpenResty libluajit 0xde92), so it is found without a symbol.
-bool CoreWalker::in_ffi_call_trampoline(const StackFrame& frame) const {
-  if (frame.kind != FrameKind::Native || !luajit_ || frame.module != luajit_file_) return false;
+bool CoreWalker::in_ffi_call_trampoline(const symbolize::Frame& frame) const {
+  if (frame.kind != symbolize::FrameKind::Native || !luajit_ || frame.module != luajit_file_)
+    return false;
   const Module* mod = module_at(frame.pc);
   if (mod == nullptr || !mod->table) return false;
-  const uint64_t call = frame.module_offset - 1;  // a return address: the call's last byte
-  std::optional<uint64_t> start = mod->table->function_start(call);
-  std::optional<uint64_t> interpreter_end = mod->table->function_end(luajit_->vm.begin);
-  return start && interpreter_end && *start == *interpreter_end;
+  return luajit::is_ffi_call_return(*mod->table, luajit_->vm, frame.module_offset);
 }
+
+// A core file's memory and modules, for the shared walk-to-frames converter. A core does not
+// change, so nothing read here needs validating or caching.
+class CoreFrameSource final : public symbolize::FrameSource {
+ public:
+  CoreFrameSource(const CoreWalker& walker, const lj_walk_env& env) : w_(walker), env_(env) {}
+  void symbolize_native(symbolize::Frame& frame, bool exact_pc) override {
+    w_.symbolize_native(frame, exact_pc);
+  }
+  bool in_ffi_call_trampoline(const symbolize::Frame& frame) override {
+    return w_.in_ffi_call_trampoline(frame);
+  }
+  Result<symbolize::LuaLocation> lua_location(size_t, const symbolize::WalkedFrame& f) override {
+    return symbolize::lua_location(env_.mem, w_.info_, f.pc, f.b);
+  }
+  Result<std::optional<symbolize::CallSiteName>> call_site_name(
+      size_t, const symbolize::WalkedFrame& caller) override {
+    return symbolize::call_site_name(env_.mem, w_.info_, caller.pc, caller.b);
+  }
+  Result<symbolize::TraceInfo> trace_info(size_t, const symbolize::WalkedFrame& f) override {
+    return symbolize::trace_info(env_.mem, w_.info_, f.b);
+  }
+  std::string no_luajit_reason() const override { return w_.luajit_error_; }
+
+ private:
+  const CoreWalker& w_;
+  const lj_walk_env& env_;
+};
 
 // Symbolizes a walk's frames into `out` (the same for thread stacks and Lua-only walks).
 void CoreWalker::add_frames(const lj_walk_result& result, const lj_walk_env& env,
                             ThreadStack& out) const {
-  for (uint32_t i = 0; i < result.nframes; ++i) {
+  std::vector<symbolize::WalkedFrame> walk;
+  const uint32_t n = std::min<uint32_t>(result.nframes, LJ_WALK_MAX_FRAMES);
+  walk.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
     const lj_walk_frame& wf = result.frames[i];
-    StackFrame f;
-    f.lua_state = wf.lua_state;
-    switch (wf.kind) {
-      case LJ_FRAME_LUA: {
-        f.kind = FrameKind::Lua;
-        f.gcfunc = wf.pc;
-        f.bcpc = wf.b;
-        auto loc = symbolize::lua_location(env.mem, info_, wf.pc, wf.b);
-        if (loc.ok()) {
-          f.lua = std::move(*loc);
-        } else {
-          f.reason = loc.message();
-        }
-        break;
-      }
-      case LJ_FRAME_CFUNC:
-        f.kind = FrameKind::CFunc;
-        f.gcfunc = wf.pc;
-        f.pc = wf.b;
-        symbolize_native(f, true);
-        break;
-      case LJ_FRAME_TRACE: {
-        f.kind = FrameKind::Trace;
-        f.pc = wf.pc;
-        f.gctrace = wf.b;
-        auto trace = symbolize::trace_info(env.mem, info_, wf.b);
-        if (trace.ok()) {
-          f.trace = std::move(*trace);
-        } else {
-          f.reason = trace.message();
-        }
-        break;
-      }
-      case LJ_FRAME_C_GAP:
-        f.kind = FrameKind::Unknown;
-        f.pc = wf.pc;
-        f.reason = "C code called from Lua here (a Lua-only walk does not step its native frames)";
-        break;
-      case LJ_FRAME_ROOT:
-        f.kind = FrameKind::Root;
-        f.pc = wf.pc;
-        symbolize_native(f, i == 0);
-        break;
-      default:
-        f.kind = FrameKind::Native;
-        f.pc = wf.pc;
-        symbolize_native(f, i == 0);
-        break;
-    }
-    out.frames.push_back(std::move(f));
+    walk.push_back({wf.kind, wf.pc, wf.b, wf.lua_state});
   }
-  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
-    if (out.frames[i].kind == FrameKind::Native && in_ffi_call_trampoline(out.frames[i + 1])) {
-      out.frames[i].kind = FrameKind::Ffi;
-    }
-  }
-  // Names from call sites (lj_debug.c lj_debug_funcname): only when the next frame out is the
-  // Lua function that made the call, in the same lua_State; a function called from C, by
-  // pcall or by the VM entry has a C frame (or none) there and gets no name, as in the VM's
-  // own traceback.
-  for (size_t i = 0; i + 1 < out.frames.size(); ++i) {
-    StackFrame& f = out.frames[i];
-    const StackFrame& caller = out.frames[i + 1];
-    if (f.kind != FrameKind::Lua && f.kind != FrameKind::CFunc) continue;
-    if (caller.kind != FrameKind::Lua || caller.lua_state != f.lua_state || caller.bcpc == 0)
-      continue;
-    auto name = symbolize::call_site_name(env.mem, info_, caller.gcfunc, caller.bcpc);
-    if (name.ok()) {
-      f.call_name = std::move(*name);
-    } else {
-      f.name_error = name.message();
-    }
-  }
+  CoreFrameSource source(*this, env);
+  out.frames = symbolize::frames_of_walk(walk, {result.end, result.end_pc}, source);
   out.reached_root = result.end == LJ_END_ROOT;
   out.g = result.g;
   out.end = symbolize::walk_end_name(result.end);
-  if (result.end != LJ_END_ROOT && result.end != LJ_END_RA_ZERO) {
-    StackFrame unknown;
-    unknown.kind = FrameKind::Unknown;
-    unknown.pc = result.end_pc;
-    unknown.reason =
-        fmt::format("{} at {:#x}", symbolize::walk_end_name(result.end), result.end_pc);
-    if (result.end == LJ_END_NO_LUAJIT && !luajit_error_.empty()) {
-      unknown.reason += ": " + luajit_error_;
-    }
-    out.frames.push_back(std::move(unknown));
-  }
 }
 
 ThreadStack CoreWalker::walk(const Thread& thread) const {

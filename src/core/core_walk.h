@@ -13,47 +13,20 @@
 #include "common/result.h"
 #include "core/core_file.h"
 #include "luajit/proc_info.h"
-#include "symbolize/call_site.h"
+#include "symbolize/frame.h"
 #include "symbolize/source_line.h"
-#include "symbolize/symbolize.h"
-#include "symbolize/trace.h"
 
 struct lj_walk_result;
 struct lj_walk_env;
 
 namespace ljprof::core {
 
-// Ffi: the C function an FFI call from the interpreter entered (the native frame that
-// lj_vm_ffi_call called); otherwise a native frame.
-enum class FrameKind { Native, Lua, CFunc, Root, Trace, Ffi, Unknown };
-// "native", "lua", "cfunc", "root", "trace", "ffi", "unknown"
-const char* frame_kind_name(FrameKind kind);
-
-struct StackFrame {
-  FrameKind kind = FrameKind::Native;
-  uint64_t pc = 0;             // native/root/cfunc: code address; lua: 0
-  std::string module;          // mapped file of pc (native, root, cfunc)
-  uint64_t module_offset = 0;  // pc - load bias (the link-time address)
-  std::string symbol;          // ELF symbol containing the pc, "" if none
-  uint64_t symbol_offset = 0;
-  std::optional<symbolize::SourceLine> source;  // native/ffi/root/cfunc: DWARF file:line
-  uint64_t gcfunc = 0;                          // lua/cfunc: the GCfunc object
-  uint64_t bcpc = 0;                            // lua: bytecode pc (0 = unknown)
-  std::optional<symbolize::LuaLocation> lua;
-  // lua/cfunc: the name the calling Lua frame gave this function (symbolize/call_site), when
-  // the next frame out is that caller; name_error says why reading it failed, if it did.
-  std::optional<symbolize::CallSiteName> call_name;
-  std::string name_error;
-  uint32_t lua_state = 0;  // which lua_State segment (lua/cfunc/trace)
-  uint64_t gctrace = 0;    // trace: the GCtrace object (pc is the machine-code pc)
-  std::optional<symbolize::TraceInfo> trace;
-  std::string reason;  // unknown: why; lua: symbolization error, if any
-};
+class CoreFrameSource;
 
 struct ThreadStack {
   uint32_t tid = 0;
   int32_t signal = 0;
-  std::vector<StackFrame> frames;
+  std::vector<symbolize::Frame> frames;
   std::string end;  // how the walk ended: "root", "no CFI at 0x…", ...
   bool reached_root = false;
   uint64_t g = 0;  // the global_State the walk proved (0: none)
@@ -106,9 +79,10 @@ class CoreWalker {
     std::string table_error;
     std::shared_ptr<symbolize::SourceLines> lines;  // null: the file has no DWARF line table
   };
+  friend class CoreFrameSource;
   const Module* module_at(uint64_t pc) const;
-  void symbolize_native(StackFrame& frame, bool exact_pc) const;
-  bool in_ffi_call_trampoline(const StackFrame& frame) const;
+  void symbolize_native(symbolize::Frame& frame, bool exact_pc) const;
+  bool in_ffi_call_trampoline(const symbolize::Frame& frame) const;
   void add_frames(const ::lj_walk_result& result, const ::lj_walk_env& env, ThreadStack& out) const;
   void find_global_state();
   void load_vdso();

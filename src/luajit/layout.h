@@ -56,16 +56,28 @@ struct FieldSpec {
 
 inline constexpr std::array<FieldSpec, kFieldCount> kFieldSpecs = {{
 #define LJ_LAYOUT_SPEC(id, name, member, need, width, from, gc64, gc32, header, dwarf) \
-  {FieldId::id, name, &lj_luajit_info::member, FieldNeed::need, \
-   (#width[0] == 'R' ? kRefWidth : width + 0), FieldFrom::from, gc64, gc32, header, dwarf},
+  {FieldId::id,                                                                        \
+   name,                                                                               \
+   &lj_luajit_info::member,                                                            \
+   FieldNeed::need,                                                                    \
+   (#width[0] == 'R' ? kRefWidth : width + 0),                                         \
+   FieldFrom::from,                                                                    \
+   gc64,                                                                               \
+   gc32,                                                                               \
+   header,                                                                             \
+   dwarf},
 #define REF 0
     LJ_LAYOUT_FIELDS(LJ_LAYOUT_SPEC)
 #undef REF
 #undef LJ_LAYOUT_SPEC
 }};
 
-constexpr const FieldSpec& field_spec(FieldId id) { return kFieldSpecs[static_cast<size_t>(id)]; }
-constexpr std::string_view field_name(FieldId id) { return field_spec(id).name; }
+constexpr const FieldSpec& field_spec(FieldId id) {
+  return kFieldSpecs[static_cast<size_t>(id)];
+}
+constexpr std::string_view field_name(FieldId id) {
+  return field_spec(id).name;
+}
 // The spec of a field by its stable name; nullptr if there is none.
 const FieldSpec* find_field_spec(std::string_view name);
 

@@ -207,6 +207,14 @@ Result<VmInterval> find_vm_interval(const elf::ElfFile& file) {
   return vm;
 }
 
+bool is_ffi_call_return(const cfi::UnwindTable& table, const VmInterval& vm,
+                        uint64_t link_return_address) {
+  const uint64_t call = link_return_address - 1;  // the call's last byte
+  std::optional<uint64_t> start = table.function_start(call);
+  std::optional<uint64_t> interpreter_end = table.function_end(vm.begin);
+  return start && interpreter_end && *start == *interpreter_end;
+}
+
 const char* vmstate_numbering_name(VmstateNumbering n) {
   return n == VmstateNumbering::Tarantool ? "tarantool" : "upstream";
 }

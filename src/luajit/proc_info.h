@@ -70,6 +70,14 @@ struct LuaJITProcInfo {
 // here, so they agree.
 Result<VmInterval> find_vm_interval(const elf::ElfFile& file);
 
+// Whether return address `link_return_address` (link-time) is in lj_vm_ffi_call
+// (vm_x64.dasc / vm_arm64.dasc), the VM's trampoline for FFI calls from the interpreter
+// (lj_ccall_func -> lj_vm_ffi_call -> the C function). buildvm emits its FDE right after the
+// interpreter's, starting where that one ends (readelf: tarantool 0x5eec52, luajit 0x74525,
+// arm64 luajit 0x6ecdc, OpenResty libluajit 0xde92), so it is found without a symbol.
+bool is_ffi_call_return(const cfi::UnwindTable& table, const VmInterval& vm,
+                        uint64_t link_return_address);
+
 // Extracts the LuaJITProcInfo of a file that links LuaJIT in (tarantool, luajit, libluajit).
 // `runtime` decides the jit_base policy: Tarantool must match the exit handler.
 Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runtime);

@@ -1,7 +1,10 @@
 #include "record/sample_frames.h"
 
+#include <fmt/format.h>
+
+#include "report/frames.h"
 #include "symbolize/symbolize.h"
-#include "symbolize/trace.h"
+#include "symbolize/walk_frames.h"
 
 namespace ljprof::record {
 
@@ -12,171 +15,149 @@ std::string basename_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-report::Frame unknown_frame(std::string reason) {
-  report::Frame f;
-  f.kind = report::FrameKind::Unknown;
-  f.function = "[unknown: " + reason + "]";
-  return f;
-}
-
 }  // namespace
 
-report::Frame SampleSymbolizer::native_frame(const ProcessContext& ctx, uint64_t pc, bool exact,
-                                             report::FrameKind kind, uint64_t* symbol_start) {
-  auto key = std::make_tuple(ctx.pid, pc, exact);
-  auto it = natives_.find(key);
-  if (it != natives_.end()) {
-    report::Frame f = it->second.frame;
-    f.kind = kind;
-    if (symbol_start != nullptr) *symbol_start = it->second.symbol_start;
-    return f;
+// A live process's memory, read after the sample, for the shared walk-to-frames converter:
+// every Lua reading is checked against what the kernel read at sample time.
+class SampleFrameSource final : public symbolize::FrameSource {
+ public:
+  SampleFrameSource(SampleSymbolizer& s, const lj_rec_sample& sample, const ProcessContext& ctx,
+                    std::map<std::string, uint64_t>& counters)
+      : s_(s), sample_(sample), ctx_(ctx), counters_(counters) {}
+
+  void symbolize_native(symbolize::Frame& frame, bool exact_pc) override {
+    auto key = std::make_tuple(ctx_.pid, frame.pc, exact_pc);
+    auto it = s_.natives_.find(key);
+    if (it == s_.natives_.end()) it = s_.natives_.emplace(key, resolve(frame.pc, exact_pc)).first;
+    const symbolize::Frame& n = it->second.frame;
+    frame.module = n.module;
+    frame.build_id = n.build_id;
+    frame.module_offset = n.module_offset;
+    frame.symbol = n.symbol;
+    frame.symbol_offset = n.symbol_offset;
   }
-  uint64_t start = 0;
-  report::Frame f;
-  f.kind = kind;
-  f.address = pc;
-  if (const ModuleView* m = ctx.module_at(pc)) {
+
+  bool in_ffi_call_trampoline(const symbolize::Frame& frame) override {
+    if (frame.kind != symbolize::FrameKind::Native || ctx_.luajit == nullptr) return false;
+    const MappedObject* vm = ctx_.luajit->object;
+    const ModuleView* m = ctx_.module_at(frame.pc);
+    if (m == nullptr || m->object != vm || !vm->table || !vm->luajit) return false;
+    return luajit::is_ffi_call_return(*vm->table, vm->luajit->vm, frame.module_offset);
+  }
+
+  Result<symbolize::LuaLocation> lua_location(size_t index,
+                                              const symbolize::WalkedFrame& f) override {
+    auto loc = checked_location(index, f.b);
+    if (!loc.ok()) ++counters_["lua frame not named: " + loc.message()];
+    return loc;
+  }
+
+  Result<std::optional<symbolize::CallSiteName>> call_site_name(
+      size_t caller_index, const symbolize::WalkedFrame& caller) override {
+    const ProtoKeyResult key = proto_key(caller_index, caller.b);
+    if (!key.ok()) return key.error();
+    auto it = s_.call_names_.find(*key);
+    if (it != s_.call_names_.end()) return it->second;
+    LJ_TRY(checked_location(caller_index, 0));
+    // The caller's function object must still hold the prototype the kernel saw.
+    const lj_luajit_info& info = ctx_.luajit->object->info;
+    uint64_t first_ins = 0;
+    if (ctx_.mem->read(caller.pc + info.fn_pc, &first_ins, info.ref_size) != 0 ||
+        first_ins - info.pt_size != key->proto) {
+      return make_error("Lua function changed since the sample");
+    }
+    auto name = symbolize::call_site_name(ctx_.mem->reader(), info, caller.pc, caller.b);
+    if (!name.ok()) return name;
+    return s_.call_names_.emplace(*key, std::move(*name)).first->second;
+  }
+
+  Result<symbolize::TraceInfo> trace_info(size_t, const symbolize::WalkedFrame& f) override {
+    if (ctx_.luajit == nullptr || !ctx_.mem) return make_error("no LuaJIT layout or memory");
+    auto t = symbolize::trace_info(ctx_.mem->reader(), ctx_.luajit->object->info, f.b);
+    if (!t.ok()) ++counters_["trace not named"];
+    return t;
+  }
+
+  std::string no_luajit_reason() const override { return {}; }
+
+ private:
+  using ProtoKeyResult = Result<SampleSymbolizer::ProtoKey>;
+
+  ProtoKeyResult proto_key(size_t index, uint64_t bcpc) const {
+    if (ctx_.luajit == nullptr || !ctx_.mem) {
+      return make_error("no LuaJIT layout or memory for this process");
+    }
+    const lj_rec_frame& rf = sample_.frames[index];
+    if (rf.proto == 0) return make_error("Lua prototype unreadable at sample time");
+    return SampleSymbolizer::ProtoKey{ctx_.pid, rf.proto, rf.chunkname, rf.firstline, bcpc};
+  }
+
+  // The prototype of Lua frame `index` at `bcpc`, if it is still the one of the sample.
+  Result<symbolize::LuaLocation> checked_location(size_t index, uint64_t bcpc) {
+    LJ_ASSIGN_OR_RETURN(SampleSymbolizer::ProtoKey key, proto_key(index, bcpc));
+    auto it = s_.locations_.find(key);
+    if (it != s_.locations_.end()) return it->second;
+    const lj_luajit_info& info = ctx_.luajit->object->info;
+    uint64_t chunkname = 0;
+    if (ctx_.mem->read(key.proto + info.pt_chunkname, &chunkname, info.ref_size) != 0) {
+      return make_error("Lua prototype unreadable (process exited?)");
+    }
+    LJ_ASSIGN_OR_RETURN(symbolize::LuaLocation loc,
+                        symbolize::proto_location(ctx_.mem->reader(), info, key.proto, bcpc));
+    if (chunkname != key.chunkname || loc.firstline != key.firstline) {
+      return make_error("Lua prototype changed since the sample");
+    }
+    // Failures are not cached: the next sample may find the prototype readable.
+    return s_.locations_.emplace(key, std::move(loc)).first->second;
+  }
+
+  // The module and symbol of a code address. A return address points after the call: the
+  // call's last byte is named, so a call at the very end of a function is not attributed to
+  // the next one.
+  SampleSymbolizer::NativeEntry resolve(uint64_t pc, bool exact) const {
+    SampleSymbolizer::NativeEntry e;
+    symbolize::Frame& f = e.frame;
+    const ModuleView* m = ctx_.module_at(pc);
+    if (m == nullptr || !m->object->elf) return e;
     f.module = m->object->path;
     f.build_id = m->object->elf->build_id().value_or("");
     f.module_offset = pc - m->bias;
-    // A return address points after the call: name the call's last byte, so a call at the very
-    // end of a function is not attributed to the next one.
     const uint64_t back = exact ? 0 : 1;
     symbolize::NativeSymbol sym = symbolize::native_symbol(*m->object->elf, f.module_offset - back);
     if (!sym.name.empty()) {
-      f.function = sym.name;
-      start = pc - back - sym.offset;
+      f.symbol = sym.name;
+      f.symbol_offset = sym.offset + back;
     } else if (auto fde = m->object->table
                               ? m->object->table->function_start(f.module_offset - back)
                               : std::nullopt) {
-      // Stripped code (libm's __sin_fma, LuaJIT's static lib functions): the FDE that covers the
-      // pc is the function it belongs to, so samples anywhere in it aggregate under one name.
-      f.function = fmt::format("{}:sub_{:x}", basename_of(f.module), *fde);
-      start = m->bias + *fde;
-    } else {
-      f.function = fmt::format("{}+{:#x}", basename_of(f.module), f.module_offset);
+      // Stripped code (libm's __sin_fma, LuaJIT's static lib functions): the FDE that covers
+      // the pc is the function it belongs to, so samples anywhere in it aggregate under one
+      // name.
+      f.symbol = fmt::format("{}:sub_{:x}", basename_of(f.module), *fde);
+      f.symbol_offset = f.module_offset - *fde;
     }
-  } else {
-    f.function = fmt::format("{:#x}", pc);
+    return e;
   }
-  natives_.emplace(key, NativeEntry{f, start});
-  if (symbol_start != nullptr) *symbol_start = start;
-  return f;
-}
 
-SampleSymbolizer::LuaName SampleSymbolizer::lua_name(const ProcessContext& ctx,
-                                                     const lj_rec_frame& f) {
-  LuaKey key{ctx.pid, f.proto, f.chunkname, f.firstline};
-  auto it = lua_names_.find(key);
-  if (it != lua_names_.end()) return it->second;
-  LuaName name;
-  if (ctx.luajit == nullptr || !ctx.mem) {
-    name.error = "no LuaJIT layout or memory for this process";
-  } else {
-    const lj_luajit_info& info = ctx.luajit->object->info;
-    const ljprof_mem_reader mem = ctx.mem->reader();
-    uint64_t chunkname = 0;
-    if (ctx.mem->read(f.proto + info.pt_chunkname, &chunkname, info.ref_size) != 0) {
-      name.error = "Lua prototype unreadable (process exited?)";
-    } else {
-      auto loc = symbolize::proto_location(mem, info, f.proto, 0);
-      if (!loc.ok()) {
-        name.error = loc.message();
-      } else if (chunkname != f.chunkname || loc->firstline != f.firstline) {
-        name.error = "Lua prototype changed since the sample";
-      } else {
-        name.ok = true;
-        name.short_src = loc->short_src;
-        name.main_chunk = loc->main_chunk;
-      }
-    }
-  }
-  // Failures are not cached: the next sample may find the prototype readable.
-  if (!name.ok) return name;
-  return lua_names_.emplace(key, std::move(name)).first->second;
-}
+  SampleSymbolizer& s_;
+  const lj_rec_sample& sample_;
+  const ProcessContext& ctx_;
+  std::map<std::string, uint64_t>& counters_;
+};
 
 std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
                                                     const ProcessContext& ctx,
                                                     std::map<std::string, uint64_t>& counters) {
-  std::vector<report::Frame> out;
   const uint32_t n = std::min<uint32_t>(sample.nframes, LJ_WALK_MAX_FRAMES);
-  out.reserve(n + 1);
-  uint64_t prev_native_symbol_start = 0;  // runtime start of the previous native frame's symbol
+  std::vector<symbolize::WalkedFrame> walk;
+  walk.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
-    const lj_rec_frame& wf = sample.frames[i];
-    switch (wf.kind) {
-      case LJ_FRAME_LUA: {
-        if (wf.proto == 0) {
-          out.push_back(unknown_frame("Lua prototype unreadable at sample time"));
-          ++counters["lua frame unreadable"];
-          break;
-        }
-        const LuaName name = lua_name(ctx, wf);
-        if (!name.ok) {
-          out.push_back(unknown_frame(name.error));
-          ++counters["lua frame not named: " + name.error];
-          break;
-        }
-        report::Frame f;
-        f.kind = report::FrameKind::Lua;
-        f.file = name.short_src;
-        f.start_line = wf.firstline;
-        f.line = wf.line > 0 ? wf.line : 0;
-        f.function = name.main_chunk
-                         ? "main chunk"
-                         : fmt::format("function <{}:{}>", name.short_src, wf.firstline);
-        out.push_back(std::move(f));
-        break;
-      }
-      case LJ_FRAME_CFUNC: {
-        report::Frame f = native_frame(ctx, wf.b, true, report::FrameKind::CFunc);
-        // The native frame just before (leaf side) running this very function is the same call.
-        if (!out.empty() && out.back().kind == report::FrameKind::Native &&
-            prev_native_symbol_start == wf.b) {
-          f.address = out.back().address;
-          f.module_offset = out.back().module_offset;
-          out.pop_back();
-        }
-        out.push_back(std::move(f));
-        break;
-      }
-      case LJ_FRAME_TRACE: {
-        report::Frame f;
-        f.kind = report::FrameKind::Trace;
-        f.address = wf.pc;
-        if (ctx.luajit != nullptr && ctx.mem) {
-          auto t = symbolize::trace_info(ctx.mem->reader(), ctx.luajit->object->info, wf.b);
-          if (t.ok()) {
-            f.function = fmt::format("trace {}", t->traceno);
-            f.file = t->start.short_src;
-            f.line = t->start.line > 0 ? t->start.line : 0;
-            f.start_line = t->start.firstline;
-          } else {
-            f.function = "trace ?";
-            ++counters["trace not named"];
-          }
-        } else {
-          f.function = "trace ?";
-        }
-        out.push_back(std::move(f));
-        break;
-      }
-      case LJ_FRAME_ROOT:
-        out.push_back(native_frame(ctx, wf.pc, i == 0, report::FrameKind::Root));
-        break;
-      default: {
-        out.push_back(
-            native_frame(ctx, wf.pc, i == 0, report::FrameKind::Native, &prev_native_symbol_start));
-        break;
-      }
-    }
-    if (wf.kind != LJ_FRAME_NATIVE) prev_native_symbol_start = 0;
+    const lj_rec_frame& f = sample.frames[i];
+    walk.push_back({f.kind, f.pc, f.b, f.lua_state});
   }
-  if (sample.end != LJ_END_ROOT && sample.end != LJ_END_RA_ZERO) {
-    out.push_back(unknown_frame(symbolize::walk_end_name(sample.end)));
-  }
-  return out;
+  SampleFrameSource source(*this, sample, ctx, counters);
+  return report::profile_frames(
+      symbolize::frames_of_walk(walk, {sample.end, sample.end_pc}, source));
 }
 
 }  // namespace ljprof::record

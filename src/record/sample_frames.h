@@ -1,10 +1,12 @@
 // record/sample_frames.h: turns one ring-buffer sample (bpf/record/record_types.h) into the
-// report's frames, leaf first, reading names from the live process.
-//  - Lua frames are named only if the prototype still has the chunkname and firstline the
-//    kernel read at sample time; otherwise the frame is "[unknown: ...]" and counted — a
+// report's frames, leaf first, through the same walk-to-frames converter as `ljprof core`
+// (symbolize/walk_frames.h), reading names from the live process after the sample.
+//  - A live process moves on after the sample: a Lua frame is named only if its prototype
+//    still has the chunkname and firstline the kernel read at sample time (and its function
+//    still points at that prototype), otherwise the frame is "[unknown: ...]" and counted — a
 //    prototype freed and reused since the sample is never misattributed.
-//  - A C function called from Lua appears twice in the raw walk: as the native frame running
-//    its code and as the Lua stack's cfunc slot. The two merge into one cfunc frame.
+//  - Names are cached: native symbols per (pid, pc), prototypes and lines per (pid, prototype
+//    as read at sample time, pc), call-site names per (pid, caller prototype, caller pc).
 //  - A walk that did not reach a proven root ends with one "[unknown: reason]" frame.
 #pragma once
 
@@ -16,6 +18,7 @@
 
 #include "record/process_context.h"
 #include "report/profile.h"
+#include "symbolize/frame.h"
 
 extern "C" {
 #include "record/record_types.h"
@@ -31,28 +34,21 @@ class SampleSymbolizer {
                                     std::map<std::string, uint64_t>& counters);
 
  private:
-  // `symbol_start`, if given, gets the runtime start of the symbol holding pc (0: none).
-  report::Frame native_frame(const ProcessContext& ctx, uint64_t pc, bool exact,
-                             report::FrameKind kind, uint64_t* symbol_start = nullptr);
-  struct LuaKey {
+  friend class SampleFrameSource;
+  // The prototype a Lua frame had at sample time (lj_rec_frame), and a bytecode pc in it.
+  struct ProtoKey {
     uint32_t pid;
     uint64_t proto, chunkname;
     int32_t firstline;
-    auto operator<=>(const LuaKey&) const = default;
+    uint64_t bcpc;
+    auto operator<=>(const ProtoKey&) const = default;
   };
-  struct LuaName {
-    bool ok = false;
-    std::string short_src;
-    bool main_chunk = false;
-    std::string error;
-  };
-  LuaName lua_name(const ProcessContext& ctx, const lj_rec_frame& f);
-  std::map<LuaKey, LuaName> lua_names_;
   struct NativeEntry {
-    report::Frame frame;
-    uint64_t symbol_start = 0;
+    symbolize::Frame frame;  // module, build_id, module_offset, symbol, symbol_offset
   };
   std::map<std::tuple<uint32_t, uint64_t, bool>, NativeEntry> natives_;
+  std::map<ProtoKey, symbolize::LuaLocation> locations_;
+  std::map<ProtoKey, std::optional<symbolize::CallSiteName>> call_names_;
 };
 
 }  // namespace ljprof::record

@@ -15,10 +15,19 @@ std::string basename_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// A Lua chunk's file as labels show it: a path's last component ("app.lua"); a string chunk's
+// short form ("[string \"...\"]", "=stdin") as it is.
+std::string display_file(const std::string& file) {
+  if (file.empty() || file.front() == '[' || file.front() == '=') return file;
+  return basename_of(file);
+}
+
 std::string where(const Frame& f, int64_t line) {
   if (f.file.empty()) return "";
-  if (line <= 0) return fmt::format(" ({})", f.file);
-  return fmt::format(" ({}:{})", f.file, line);
+  const std::string file =
+      f.kind == FrameKind::Lua || f.kind == FrameKind::Trace ? display_file(f.file) : f.file;
+  if (line <= 0) return fmt::format(" ({})", file);
+  return fmt::format(" ({}:{})", file, line);
 }
 
 std::string native_name(const Frame& f) {
@@ -30,6 +39,7 @@ std::string native_name(const Frame& f) {
 std::string label(const Frame& f, int64_t line) {
   switch (f.kind) {
     case FrameKind::Lua:
+    case FrameKind::Trace:
       return (f.function.empty() ? std::string("?") : f.function) + where(f, line);
     case FrameKind::Native:
       return native_name(f);
@@ -37,11 +47,6 @@ std::string label(const Frame& f, int64_t line) {
     case FrameKind::Ffi:
     case FrameKind::Root:
       return fmt::format("{} [{}]", native_name(f), frame_kind_name(f.kind));
-    case FrameKind::Trace: {
-      // Producers name a trace "trace 12"; brackets mark it as not a function of the program.
-      std::string name = f.function.empty() ? std::string("trace") : f.function;
-      return fmt::format("[{}]{}", name, where(f, line));
-    }
     case FrameKind::Unknown:
       // The producer already writes "[unknown: reason]"; a bare reason gets the same shape.
       if (f.function.starts_with("[unknown")) return f.function;
@@ -51,14 +56,96 @@ std::string label(const Frame& f, int64_t line) {
   return f.function;
 }
 
+Frame native_profile_frame(const symbolize::Frame& w) {
+  Frame f;
+  f.kind = w.kind;
+  f.function = w.symbol;
+  f.module = w.module;
+  f.build_id = w.build_id;
+  f.address = w.pc;
+  f.module_offset = w.module_offset;
+  if (w.source) {
+    f.file = w.source->file;
+    f.line = w.source->line;
+  }
+  return f;
+}
+
+Frame unknown_profile_frame(const std::string& reason) {
+  Frame f;
+  f.kind = FrameKind::Unknown;
+  f.function = "[unknown: " + reason + "]";
+  return f;
+}
+
+// A Lua function of `lua`, named `call_name` by its caller if it was.
+Frame lua_profile_frame(FrameKind kind, const symbolize::LuaLocation& lua,
+                        const std::optional<symbolize::CallSiteName>& call_name, int32_t line) {
+  Frame f;
+  f.kind = kind;
+  // lj_debug_shortname: "@path" is a file; anything else is a string chunk, shown short.
+  f.file = lua.chunk.starts_with("@") ? lua.chunk.substr(1) : lua.short_src;
+  f.line = line > 0 ? line : 0;
+  f.start_line = lua.firstline;
+  if (call_name) {
+    f.function = call_name->name;
+  } else if (lua.main_chunk) {
+    f.function = "main chunk";
+  } else {
+    f.function = fmt::format("function <{}:{}>", display_file(f.file), lua.firstline);
+  }
+  return f;
+}
+
 }  // namespace
 
-std::optional<FrameKind> frame_kind_from_name(std::string_view name) {
-  for (FrameKind k : {FrameKind::Native, FrameKind::Lua, FrameKind::CFunc, FrameKind::Ffi,
-                      FrameKind::Trace, FrameKind::Root, FrameKind::Unknown}) {
-    if (name == frame_kind_name(k)) return k;
+std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk) {
+  std::vector<Frame> out;
+  out.reserve(walk.size());
+  for (size_t i = 0; i < walk.size(); ++i) {
+    const symbolize::Frame& w = walk[i];
+    switch (w.kind) {
+      case FrameKind::Lua:
+        if (!w.lua) {
+          out.push_back(unknown_profile_frame(w.reason));
+        } else {
+          out.push_back(lua_profile_frame(FrameKind::Lua, *w.lua, w.call_name, w.lua->line));
+        }
+        break;
+      case FrameKind::Trace: {
+        if (!w.trace) {
+          out.push_back(unknown_profile_frame("JIT trace unreadable: " + w.reason));
+          break;
+        }
+        // The trace runs in the function of the next Lua frame out when it starts in that
+        // function's prototype: that frame becomes the JIT-compiled one, at the trace's line.
+        const symbolize::LuaLocation& start = w.trace->start;
+        const symbolize::Frame* next = i + 1 < walk.size() ? &walk[i + 1] : nullptr;
+        if (next != nullptr && next->kind == FrameKind::Lua && next->lua &&
+            next->lua->proto == start.proto) {
+          out.push_back(lua_profile_frame(FrameKind::Trace, start, next->call_name, start.line));
+          ++i;
+        } else {
+          out.push_back(lua_profile_frame(FrameKind::Trace, start, std::nullopt, start.line));
+        }
+        break;
+      }
+      case FrameKind::CFunc: {
+        Frame f = native_profile_frame(w);
+        if (w.call_name) f.function = w.call_name->name;
+        out.push_back(std::move(f));
+        break;
+      }
+      case FrameKind::Unknown:
+        out.push_back(unknown_profile_frame(
+            w.walk_end ? std::string(symbolize::walk_end_name(*w.walk_end)) : w.reason));
+        break;
+      default:
+        out.push_back(native_profile_frame(w));
+        break;
+    }
   }
-  return std::nullopt;
+  return out;
 }
 
 std::string frame_label(const Frame& frame) {
@@ -66,8 +153,8 @@ std::string frame_label(const Frame& frame) {
 }
 
 std::string function_label(const Frame& frame) {
-  // Only Lua has a distinct "function" line; a trace's line is where the trace starts.
-  return label(frame, frame.kind == FrameKind::Lua ? frame.start_line : frame.line);
+  const bool lua = frame.kind == FrameKind::Lua || frame.kind == FrameKind::Trace;
+  return label(frame, lua ? frame.start_line : frame.line);
 }
 
 std::vector<Sample> aggregate_samples(const std::vector<Sample>& samples) {

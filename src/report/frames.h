@@ -11,14 +11,19 @@
 
 namespace ljprof::report {
 
-// Inverse of frame_kind_name(); nullopt for anything else.
-std::optional<FrameKind> frame_kind_from_name(std::string_view name);
+// A walk's frames (leaf first) as profiles show them: Lua functions by the name their caller
+// used (else as the traceback words an unnamed function), the file a chunk was loaded from in
+// `file` and only its last component in labels; a JIT trace's machine code as the Lua
+// function the trace starts in (kind Trace), folded into that function's frame when it is the
+// next one out; an unreadable frame as "[unknown: reason]".
+std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk);
 
 // The text a person reads for one frame (the folded-stack / flame-graph node format):
-//   lua      "name (file:line)"   ("name (file)" when the line is unknown, "name" without file)
+//   lua      "name (file:line)"   ("name (file)" when the line is unknown, "name" without file;
+//            file: the last component of a file chunk's path)
 //   native   "symbol", else "module-basename+0xoff", else "0xaddress"
 //   cfunc    "name [cfunc]"       (ffi, root likewise: "[ffi]", "[root]")
-//   trace    "[trace 12] (file:line)"
+//   trace    "name (file:line)" like lua (JIT-compiled Lua code; the kind tells them apart)
 //   unknown  "[unknown: reason]"
 // Frames with the same label are the same node of a flame graph.
 std::string frame_label(const Frame& frame);

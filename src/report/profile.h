@@ -9,18 +9,24 @@
 #include <string>
 #include <vector>
 
+#include "symbolize/frame.h"
+
 namespace ljprof::report {
 
-// The frame model of DESIGN.md ("Frame model"): what every output shows.
-enum class FrameKind { Native, Lua, CFunc, Ffi, Trace, Root, Unknown };
-const char* frame_kind_name(FrameKind kind);  // "native", "lua", "cfunc", "ffi", "trace", ...
+// The frame kinds of DESIGN.md ("Frame model"), symbolize/frame.h's.
+using symbolize::frame_kind_from_name;
+using symbolize::frame_kind_name;
+using symbolize::FrameKind;
 
+// One frame as profiles show and aggregate it (report::profile_frames makes it from the walk's
+// symbolize::Frame; `ljprof report` reads it back from a pprof file). Kind Trace is Lua code
+// that ran as JIT-compiled machine code: `function` names the Lua function, like a Lua frame.
 struct Frame {
   FrameKind kind = FrameKind::Native;
-  // What a person reads: native symbol (demangled), Lua function name or
-  // "function <file:firstline>", "trace 12", "[unknown: reason]".
+  // What a person reads: native symbol (demangled), Lua function name ("alpha", else
+  // "function <app.lua:12>" or "main chunk"), "[unknown: reason]".
   std::string function;
-  std::string file;            // Lua: short_src (e.g. "app.lua"); native: source file if known
+  std::string file;            // Lua: the chunk's file as loaded; native: source file if known
   int64_t line = 0;            // current line (0 = unknown)
   int64_t start_line = 0;      // Lua: the function's first line (GCproto firstline)
   std::string module;          // native/cfunc/root: path of the mapped file; "" if none

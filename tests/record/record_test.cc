@@ -66,12 +66,17 @@ struct VmReport {
     return r;
   }
 
-  // What the profile calls the part's Lua function: "function <CHUNK:LINEDEFINED>".
-  std::string label(const std::string& name) const {
+  // What the profile calls the part's Lua function: the name its caller used, as
+  // debug.traceback() does; the comparator, called by table.sort (C), has none and is
+  // "function <split.lua:LINEDEFINED>".
+  std::string function(const std::string& name) const {
+    if (name != "cmp") return name;
     auto it = parts.find(name);
-    return "function <" + test::record_workloads_dir() +
-           "/split.lua:" + std::to_string(it == parts.end() ? -1 : it->second.first) + ">";
+    return "function <split.lua:" + std::to_string(it == parts.end() ? -1 : it->second.first) + ">";
   }
+  // The start of its folded-stack label: "NAME (split.lua" (":LINE)" follows, or ")" where
+  // the current line is unknown).
+  std::string label(const std::string& name) const { return function(name) + " (split.lua"; }
 
   // The CPU seconds each part spent between `before` and this report (the same process).
   VmReport since(const VmReport& before) const {
@@ -526,16 +531,17 @@ TEST(RecordPprof, GoToolPprofTopListsTheWorkloadsLuaFunctions) {
   ASSERT_EQ(top.exit_code, 0) << top.err;
   const auto rows = test::parse_pprof_top(top.out);
   for (const char* name : {"burn_a", "burn_b", "in_c", "in_ffi", "cmp"}) {
-    EXPECT_EQ(rows.count(vm.label(name)), 1u) << name << " (" << vm.label(name) << ")\n" << top.out;
+    EXPECT_EQ(rows.count(vm.function(name)), 1u) << name << " (" << vm.function(name) << ")\n"
+                                                 << top.out;
   }
   double vm_total = 0, prof_total = 0;
   for (const char* name : kParts) {
     vm_total += vm.parts.at(name).second;
-    if (rows.count(vm.label(name))) prof_total += std::stod(rows.at(vm.label(name)).cum);
+    if (rows.count(vm.function(name))) prof_total += std::stod(rows.at(vm.function(name)).cum);
   }
   for (const char* name : kParts) {
-    if (!rows.count(vm.label(name))) continue;
-    const double prof = 100 * std::stod(rows.at(vm.label(name)).cum) / prof_total;
+    if (!rows.count(vm.function(name))) continue;
+    const double prof = 100 * std::stod(rows.at(vm.function(name)).cum) / prof_total;
     const double share = 100 * vm.parts.at(name).second / vm_total;
     EXPECT_NEAR(prof, share, 5.0) << name << ": pprof cum " << prof << "% vs the VM's clock "
                                   << share << "%\n"
@@ -556,9 +562,9 @@ namespace {
 // frame with no Lua frame), and the collector's steps from a trace (workloads/gc_in_trace.lua:
 // lj_gc_step_jit, with vmstate switched to GC, entered at cur_L's C frame with BASE =
 // jit_base). By LuaJIT's design every sample inside that function is called from the trace of
-// the workload's loop function, so the frame right before it (rootward; after the trace's own
-// frame when one is shown) must be that function at the linedefined the VM reports, and no Lua
-// frame may appear inside it (nothing in these workloads runs Lua there).
+// the workload's loop function, so the frame right before it (rootward) must be that function,
+// by the name the VM reports, and no Lua frame may appear inside it (nothing in these
+// workloads runs Lua there).
 struct FromTraceCase {
   std::string workload;   // in test::record_workloads_dir(); reports "NAME LINEDEFINED"
   std::string native;     // the C function the trace calls
@@ -584,8 +590,9 @@ TEST_P(RecordFromTrace, CalleeNestsUnderTheTracedFunction) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto fields = split(slurp(report), ' ');
   ASSERT_EQ(fields.size(), 2u) << slurp(report);
-  const std::string traced = "function <" + test::record_workloads_dir() + "/" + c.workload + ":" +
-                             std::to_string(std::stoi(fields[1])) + ">";
+  // The loop function, by the name its caller used (the report's first field) and its file;
+  // JIT-compiled code of it carries the same label.
+  const std::string traced = fields[0] + " (" + c.workload;
   double total = 0, with_context = 0, inside = 0, nested = 0, rooted = 0;
   for (const FoldedStack& stack : read_folded(folded)) {
     const std::vector<std::string>& frames = stack.frames;
@@ -596,13 +603,11 @@ TEST_P(RecordFromTrace, CalleeNestsUnderTheTracedFunction) {
     for (size_t i = 0; i < frames.size(); ++i) {
       if (frames[i] != c.native) continue;
       inside += n;
-      // Right before it: the traced function, or the trace itself when the sample came
-      // while vmstate still named it (then the traced function is before that).
-      size_t caller = i;
-      while (caller > 0 && frames[caller - 1].rfind("[trace ", 0) == 0) --caller;
-      if (caller > 0 && frames[caller - 1].rfind(traced, 0) == 0) nested += n;
+      // Right before it: the traced function (the trace's machine code is shown as the Lua
+      // function it runs).
+      if (i > 0 && frames[i - 1].rfind(traced, 0) == 0) nested += n;
       for (size_t k = i + 1; k < frames.size(); ++k) {
-        EXPECT_EQ(frames[k].find("function <"), std::string::npos) << stack.line;
+        EXPECT_EQ(frames[k].find(".lua:"), std::string::npos) << stack.line;
       }
       break;
     }

@@ -89,9 +89,10 @@ Profile make_profile() {
   Frame odd = native("odd;name\nx", lib, kLibBase, 0x4000);
   Frame trace;
   trace.kind = FrameKind::Trace;
-  trace.function = "trace 3";
-  trace.file = "app.lua";
+  trace.function = "hot_loop";  // JIT-compiled Lua code: named like a Lua frame
+  trace.file = "/srv/app.lua";
   trace.line = 40;
+  trace.start_line = 38;
   Frame unknown;
   unknown.kind = FrameKind::Unknown;
   unknown.function = "[unknown: read fault]";
@@ -121,12 +122,12 @@ Profile make_profile() {
 TEST(Folded, ExactOutput) {
   EXPECT_EQ(folded_text(make_profile()),
             "main [root];[unknown: read fault] 1\n"
-            "main [root];lua_pcall;[trace 3] (app.lua:40) 2\n"
             "main [root];lua_pcall;handler (app.lua:12);crc32 [ffi] 1\n"
             "main [root];lua_pcall;handler (app.lua:12);string.gsub [cfunc] 3\n"
             "main [root];lua_pcall;handler (app.lua:12);string.gsub [cfunc];callback "
             "(app.lua:30) 7\n"
             "main [root];lua_pcall;handler (app.lua:14);libfoo.so+0x500 4\n"
+            "main [root];lua_pcall;hot_loop (app.lua:40) 2\n"
             "main [root];lua_pcall;odd:name x 1\n");
 }
 
@@ -140,7 +141,7 @@ TEST(Top, FlatAndCumPerFunction) {
   EXPECT_EQ(got["libfoo.so+0x500"], P(4, 4));
   EXPECT_EQ(got["main [root]"], P(0, 19));
   EXPECT_EQ(got["lua_pcall"], P(0, 18));
-  EXPECT_EQ(got["[trace 3] (app.lua:40)"], P(2, 2));
+  EXPECT_EQ(got["hot_loop (app.lua:38)"], P(2, 2));
   EXPECT_EQ(got["[unknown: read fault]"], P(1, 1));
 
   std::ostringstream out;
@@ -181,7 +182,7 @@ TEST(Pprof, GoToolPprofTopListsFlatCounts) {
   auto cpu_rows = pprof_flat(cpu.out);
   EXPECT_EQ(cpu_rows["callback"], "70ms") << cpu.out;
   EXPECT_EQ(cpu_rows["string.gsub"], "30ms") << cpu.out;
-  EXPECT_EQ(cpu_rows["trace 3"], "20ms") << cpu.out;
+  EXPECT_EQ(cpu_rows["hot_loop"], "20ms") << cpu.out;
   EXPECT_NE(cpu.out.find("Duration: 2s"), std::string::npos) << cpu.out;
 
   auto counts = go_pprof(dir, {"-top", "-nodecount=50", "-sample_index=samples", path});
@@ -189,7 +190,7 @@ TEST(Pprof, GoToolPprofTopListsFlatCounts) {
   auto rows = pprof_flat(counts.out);
   EXPECT_EQ(rows["callback"], "7") << counts.out;
   EXPECT_EQ(rows["string.gsub"], "3") << counts.out;
-  EXPECT_EQ(rows["trace 3"], "2") << counts.out;
+  EXPECT_EQ(rows["hot_loop"], "2") << counts.out;
   EXPECT_EQ(rows["[unknown: read fault]"], "1") << counts.out;
   EXPECT_EQ(rows["crc32"], "1") << counts.out;
   EXPECT_EQ(rows["handler"], "0") << counts.out;  // one function over lines 12 and 14
@@ -261,7 +262,7 @@ TEST(FlameGraph, HtmlRenderedByHeadlessChromium) {
            R"x(data-name="callback (app.lua:30)" data-kind="lua")x",
            R"x(data-name="string.gsub [cfunc]" data-kind="cfunc")x",
            R"x(data-name="crc32 [ffi]" data-kind="ffi")x",
-           R"x(data-name="[trace 3] (app.lua:40)" data-kind="trace")x",
+           R"x(data-name="hot_loop (app.lua:40)" data-kind="trace")x",
            R"x(data-name="[unknown: read fault]" data-kind="unknown")x",
            R"x(data-name="libfoo.so+0x500" data-kind="native")x",
            R"x(data-name="evil&lt;/script&gt;&lt;b&gt;x" data-kind="native")x",
@@ -286,7 +287,7 @@ TEST(FlameGraph, SvgHasFramesAndTitles) {
   EXPECT_NE(svg.find("<title>callback (app.lua:30) (7 samples, 36.84%)</title>"),
             std::string::npos);
   EXPECT_NE(svg.find("<title>all (19 samples, 100.00%)</title>"), std::string::npos);
-  EXPECT_NE(svg.find("<title>[trace 3] (app.lua:40) (2 samples, 10.53%)</title>"),
+  EXPECT_NE(svg.find("<title>hot_loop (app.lua:40) (2 samples, 10.53%)</title>"),
             std::string::npos);
   EXPECT_EQ(occurrences(svg, "<g class=\"frame\">"), 12u);
   EXPECT_EQ(occurrences(svg, "<g"), occurrences(svg, "</g>"));
@@ -657,6 +658,61 @@ TEST(ReportCommand, HelpAndBadInput) {
   EXPECT_NE(bad.err.find(path), std::string::npos) << bad.err;
   EXPECT_EQ(run({test::ljprof_bin(), "report", dir.file("missing.pb.gz")}).exit_code, 2);
   EXPECT_EQ(run({test::ljprof_bin(), "report"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace ljprof::report
+
+namespace ljprof::report {
+namespace {
+
+symbolize::Frame lua_walk_frame(uint64_t proto, const char* chunk, int32_t firstline, int32_t line,
+                                const char* call_name) {
+  symbolize::Frame f;
+  f.kind = FrameKind::Lua;
+  symbolize::LuaLocation loc;
+  loc.proto = proto;
+  loc.chunk = chunk;
+  loc.short_src = symbolize::short_source(chunk);
+  loc.firstline = firstline;
+  loc.line = line;
+  loc.main_chunk = firstline == 0;
+  f.lua = loc;
+  if (call_name != nullptr) f.call_name = symbolize::CallSiteName{"local", call_name};
+  return f;
+}
+
+symbolize::Frame trace_walk_frame(uint32_t traceno, const symbolize::LuaLocation& start) {
+  symbolize::Frame f;
+  f.kind = FrameKind::Trace;
+  f.trace = symbolize::TraceInfo{traceno, start};
+  f.trace->start.line = start.firstline + 1;
+  return f;
+}
+
+// Profiles name Lua functions by their call site, keep only a file's last path component in
+// labels (the whole path in `file`, pprof's Function.filename), and show a trace's machine
+// code as the Lua function it runs: folded into the next frame out when the trace starts in
+// that function's prototype, else as the trace's start function.
+TEST(ProfileFrames, LuaNamesShortLabelsAndTracesAsTheirFunction) {
+  const symbolize::Frame alpha = lua_walk_frame(0x1000, "@/srv/app/split.lua", 12, 14, "alpha");
+  const symbolize::Frame main = lua_walk_frame(0x2000, "@/srv/app/split.lua", 0, 40, nullptr);
+  std::vector<Frame> folded = profile_frames({trace_walk_frame(3, *alpha.lua), alpha, main});
+  ASSERT_EQ(folded.size(), 2u);
+  EXPECT_EQ(folded[0].kind, FrameKind::Trace);
+  EXPECT_EQ(folded[0].function, "alpha");
+  EXPECT_EQ(folded[0].file, "/srv/app/split.lua");
+  EXPECT_EQ(folded[0].line, 13);
+  EXPECT_EQ(folded[0].start_line, 12);
+  EXPECT_EQ(frame_label(folded[0]), "alpha (split.lua:13)");
+  EXPECT_EQ(frame_label(folded[1]), "main chunk (split.lua:40)");
+
+  const symbolize::Frame other = lua_walk_frame(0x3000, "=stdin", 5, 6, nullptr);
+  std::vector<Frame> apart = profile_frames({trace_walk_frame(4, *other.lua), alpha});
+  ASSERT_EQ(apart.size(), 2u);
+  EXPECT_EQ(frame_label(apart[0]), "function <stdin:5> (stdin:6)");
+  EXPECT_EQ(apart[0].kind, FrameKind::Trace);
+  EXPECT_EQ(frame_label(apart[1]), "alpha (split.lua:14)");
 }
 
 }  // namespace

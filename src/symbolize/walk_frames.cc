@@ -1,0 +1,115 @@
+#include "symbolize/walk_frames.h"
+
+#include <fmt/format.h>
+
+extern "C" {
+#include <stdint.h>
+
+#include "walker/walk_types.h"
+}
+
+namespace ljprof::symbolize {
+
+namespace {
+
+Frame symbolize_one(size_t i, const WalkedFrame& wf, FrameSource& source) {
+  Frame f;
+  f.lua_state = wf.lua_state;
+  switch (wf.kind) {
+    case LJ_FRAME_LUA: {
+      f.kind = FrameKind::Lua;
+      f.gcfunc = wf.pc;
+      f.bcpc = wf.b;
+      auto loc = source.lua_location(i, wf);
+      if (loc.ok()) {
+        f.lua = std::move(*loc);
+      } else {
+        f.reason = loc.message();
+      }
+      break;
+    }
+    case LJ_FRAME_CFUNC:
+      f.kind = FrameKind::CFunc;
+      f.gcfunc = wf.pc;
+      f.pc = wf.b;
+      source.symbolize_native(f, true);
+      break;
+    case LJ_FRAME_TRACE: {
+      f.kind = FrameKind::Trace;
+      f.pc = wf.pc;
+      f.gctrace = wf.b;
+      auto trace = source.trace_info(i, wf);
+      if (trace.ok()) {
+        f.trace = std::move(*trace);
+      } else {
+        f.reason = trace.message();
+      }
+      break;
+    }
+    case LJ_FRAME_C_GAP:
+      f.kind = FrameKind::Unknown;
+      f.pc = wf.pc;
+      f.reason = "C code called from Lua here (a Lua-only walk does not step its native frames)";
+      break;
+    case LJ_FRAME_ROOT:
+      f.kind = FrameKind::Root;
+      f.pc = wf.pc;
+      source.symbolize_native(f, i == 0);
+      break;
+    default:
+      f.kind = FrameKind::Native;
+      f.pc = wf.pc;
+      source.symbolize_native(f, i == 0);
+      break;
+  }
+  return f;
+}
+
+// Names from call sites (lj_debug.c lj_debug_funcname): only when the next frame out is the
+// Lua function that made the call, in the same lua_State; a function called from C, by pcall
+// or by the VM entry has a C frame (or none) there and gets no name, as in the VM's own
+// traceback.
+void name_from_call_sites(std::span<const WalkedFrame> walk, std::vector<Frame>& frames,
+                          FrameSource& source) {
+  for (size_t i = 0; i + 1 < frames.size() && i + 1 < walk.size(); ++i) {
+    Frame& f = frames[i];
+    const Frame& caller = frames[i + 1];
+    if (f.kind != FrameKind::Lua && f.kind != FrameKind::CFunc) continue;
+    if (caller.kind != FrameKind::Lua || caller.lua_state != f.lua_state || caller.bcpc == 0)
+      continue;
+    auto name = source.call_site_name(i + 1, walk[i + 1]);
+    if (name.ok()) {
+      f.call_name = std::move(*name);
+    } else {
+      f.name_error = name.message();
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Frame> frames_of_walk(std::span<const WalkedFrame> walk, WalkEnd end,
+                                  FrameSource& source) {
+  std::vector<Frame> frames;
+  frames.reserve(walk.size() + 1);
+  for (size_t i = 0; i < walk.size(); ++i) frames.push_back(symbolize_one(i, walk[i], source));
+  for (size_t i = 0; i + 1 < frames.size(); ++i) {
+    if (frames[i].kind == FrameKind::Native && source.in_ffi_call_trampoline(frames[i + 1])) {
+      frames[i].kind = FrameKind::Ffi;
+    }
+  }
+  name_from_call_sites(walk, frames, source);
+  if (end.end != LJ_END_ROOT && end.end != LJ_END_RA_ZERO) {
+    Frame unknown;
+    unknown.kind = FrameKind::Unknown;
+    unknown.pc = end.end_pc;
+    unknown.walk_end = end.end;
+    unknown.reason = fmt::format("{} at {:#x}", walk_end_name(end.end), end.end_pc);
+    const std::string why = source.no_luajit_reason();
+    if (end.end == LJ_END_NO_LUAJIT && !why.empty()) unknown.reason += ": " + why;
+    frames.push_back(std::move(unknown));
+  }
+  return frames;
+}
+
+}  // namespace ljprof::symbolize
