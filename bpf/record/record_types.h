@@ -12,7 +12,7 @@
 #include "walker/walk_types.h"
 
 /* Map capacities. A process or a table that does not fit is refused by the loader and counted
- * (LJ_REC_CTR_MAP_FULL), never partly uploaded. */
+ * (LJ_REC_CTR_PROCS_FULL and friends), never partly uploaded. */
 #define LJ_REC_MAX_PROCS 128       /* processes with an unwind context at one time */
 #define LJ_REC_MAX_PIDS 4096       /* processes followed (pid filter) */
 #define LJ_REC_MAX_MODULES 64      /* executable file mappings with CFI per process */
@@ -76,17 +76,47 @@ struct lj_rec_sample {
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
                  "lj_rec_sample: 40-byte header + frames");
 
-/* Per-reason counters (per-CPU array, index): LJ_END_* reasons first, then these. */
-#define LJ_REC_CTR_END_BASE 0        /* + LJ_END_* : how each delivered sample's walk ended */
-#define LJ_REC_CTR_SAMPLES 32        /* samples of followed processes */
-#define LJ_REC_CTR_NO_CONTEXT 33     /* followed, but no unwind context uploaded yet */
-#define LJ_REC_CTR_RINGBUF_FULL 34   /* the ring buffer had no room: sample dropped */
-#define LJ_REC_CTR_NO_REGS 35        /* user registers unavailable (kernel thread) */
-#define LJ_REC_CTR_LUA_INFO_FAULT 36 /* a Lua frame's prototype could not be read */
-#define LJ_REC_CTR_FORKS 37          /* child processes added to the pid filter */
-#define LJ_REC_CTR_EXECS 38          /* execs of followed processes (context re-uploaded) */
-#define LJ_REC_CTR_PIDS_FULL 39      /* a child could not be followed: pid map full */
-#define LJ_REC_NCOUNTERS 40
+/* The recorder's counters, declared once: X(ID, id, where, metric, text). KERNEL counters are
+ * slots of the BPF program's per-CPU `counters` array (ids below LJ_REC_NCOUNTERS; slots
+ * 0..LJ_END_COUNT-1 count how each delivered sample's walk ended, walk_types.h LJ_WALK_ENDS);
+ * AGENT counters are kept by the user-space recorder. Ids are stable and a retired id is never
+ * reused; `metric` is the stable snake_case name (unique, checked in src/record/counters.cc),
+ * `text` what the end-of-run summary and the pprof comments say. The BPF enum below, the
+ * summary and the metric names are all generated from this list. */
+#define LJ_REC_COUNTERS(X)                                                                       \
+  X(SAMPLES, 32, KERNEL, "samples", "samples of followed processes")                             \
+  X(NO_CONTEXT, 33, KERNEL, "no_unwind_context",                                                 \
+    "no unwind context yet (process just started or exec'd)")                                    \
+  X(RINGBUF_FULL, 34, KERNEL, "ringbuf_full", "ring buffer full (sample dropped)")               \
+  X(NO_REGS, 35, KERNEL, "no_user_registers", "no user registers")                               \
+  X(LUA_INFO_FAULT, 36, KERNEL, "lua_proto_unreadable_at_sample",                                \
+    "Lua prototype unreadable at sample time")                                                   \
+  X(FORKS, 37, KERNEL, "children_followed", "children followed")                                 \
+  X(EXECS, 38, KERNEL, "execs", "execs of followed processes")                                   \
+  X(PIDS_FULL, 39, KERNEL, "pid_map_full", "pid map full (child not followed)")                  \
+  X(BEFORE_CONTEXT, 64, AGENT, "walk_before_context",                                            \
+    "walk stopped in code whose unwind rows were published after the sample (process starting)") \
+  X(MALFORMED, 65, AGENT, "malformed_records", "malformed ring buffer records")                  \
+  X(NO_PROCESS, 66, AGENT, "sample_without_process", "sample of a process without context")      \
+  X(PROCS_FULL, 67, AGENT, "procs_map_full", "map full: processes")                              \
+  X(PID_MAP_FULL, 68, AGENT, "pid_map_full_on_follow", "pid map full")                           \
+  X(ROWS_FULL, 69, AGENT, "rows_map_full", "map full: CFI rows")                                 \
+  X(MODULES_FULL, 70, AGENT, "modules_map_full", "map full: modules per process")                \
+  X(LUA_GONE, 71, AGENT, "lua_proto_unreadable",                                                 \
+    "Lua frame not named: prototype unreadable (process exited?)")                               \
+  X(LUA_CHANGED, 72, AGENT, "lua_proto_changed",                                                 \
+    "Lua frame not named: prototype changed since the sample")                                   \
+  X(LUA_UNDECODED, 73, AGENT, "lua_proto_undecoded",                                             \
+    "Lua frame not named: prototype does not decode")                                            \
+  X(TRACE_UNREAD, 74, AGENT, "trace_unreadable", "JIT trace not named: GCtrace unreadable")
+
+#define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
+enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };
+#undef LJ_REC_COUNTER_ENUMERATOR
+#define LJ_REC_NCOUNTERS 40   /* the kernel's counters array: walk ends, then KERNEL counters */
+#define LJ_REC_COUNTER_IDS 80 /* every id, kernel and agent, is below this */
+LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
+                 "walk ends fit below the kernel counters");
 
 /* Read-only configuration of the program (set by the loader before load). */
 struct lj_rec_config {

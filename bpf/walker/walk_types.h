@@ -52,23 +52,33 @@ LJ_STATIC_ASSERT(sizeof(struct lj_native_regs) == 64, "lj_native_regs: 7 registe
 #define LJ_FRAME_TRACE 4  /* pc: machine-code pc in a JIT trace, b: its GCtrace */
 #define LJ_FRAME_C_GAP 5  /* Lua-only walks: native frames between two Lua segments, not walked */
 
-/* How a walk ended (lj_walk_result.end). */
-#define LJ_END_ROOT 0             /* reached a proven root */
-#define LJ_END_RA_ZERO 1          /* a return address of 0 ended the chain */
-#define LJ_END_NO_CFI 2           /* [unknown: no CFI at pc] */
-#define LJ_END_NO_MODULE 3        /* [unknown: pc in no known module] */
-#define LJ_END_READ_FAULT 4       /* [unknown: memory read failed] */
-#define LJ_END_BAD_FRAME 5        /* [unknown: impossible frame] */
-#define LJ_END_FP_UNKNOWN 6       /* [unknown: frame pointer lost] */
-#define LJ_END_RA_UNKNOWN 7       /* [unknown: return address register lost] */
-#define LJ_END_TRUNCATED 8        /* frame or step budget exhausted */
-#define LJ_END_NO_LUAJIT 9        /* VM pc but no LuaJIT layout for this process */
-#define LJ_END_BAD_LUA_STATE 10   /* the VM C frame's lua_State fails its checks */
-#define LJ_END_CFRAME_MISMATCH 11 /* native walk reached the VM off the cframe chain */
-#define LJ_END_BAD_LUA_FRAME 12   /* a Lua frame link is out of the Lua stack */
-#define LJ_END_NULL_JIT_BASE 13   /* in a trace, but G->jit_base is NULL (transient) */
-#define LJ_END_TRACE_NO_G 14      /* pc in no module, and no proven G to look for a trace */
-#define LJ_END_BAD_TRACE 15       /* the running trace's record fails its checks */
+/* How a walk ended (lj_walk_result.end), declared once: X(ID, value, metric, text). The value
+ * is stable — it indexes the recorder's kernel counters and is what saved summaries mean — so a
+ * retired value is never reused; `metric` is the stable snake_case name counters and metrics
+ * use ("walk_end_<metric>"), `text` what people read. src/symbolize (walk_end_name,
+ * walk_end_metric) and the recorder's summary are generated from it. */
+#define LJ_WALK_ENDS(X)                                                                  \
+  X(ROOT, 0, "root", "root")                                                             \
+  X(RA_ZERO, 1, "ra_zero", "end of chain (return address 0)")                            \
+  X(NO_CFI, 2, "no_cfi", "no CFI")                                                       \
+  X(NO_MODULE, 3, "no_module", "pc in no mapped file with CFI")                          \
+  X(READ_FAULT, 4, "read_fault", "memory read failed")                                   \
+  X(BAD_FRAME, 5, "bad_frame", "impossible frame")                                       \
+  X(FP_UNKNOWN, 6, "fp_unknown", "frame pointer lost")                                   \
+  X(RA_UNKNOWN, 7, "ra_unknown", "return address register lost")                         \
+  X(TRUNCATED, 8, "truncated", "truncated (frame budget exhausted)")                     \
+  X(NO_LUAJIT, 9, "no_luajit", "LuaJIT VM frame but no LuaJIT layout")                   \
+  X(BAD_LUA_STATE, 10, "bad_lua_state", "VM C frame holds no valid lua_State")           \
+  X(CFRAME_MISMATCH, 11, "cframe_mismatch", "VM frame off the lua_State's cframe chain") \
+  X(BAD_LUA_FRAME, 12, "bad_lua_frame", "Lua frame link outside the Lua stack")          \
+  X(NULL_JIT_BASE, 13, "null_jit_base", "in a JIT trace but G->jit_base is NULL")        \
+  X(TRACE_NO_G, 14, "trace_no_g",                                                        \
+    "pc in no mapped file with CFI (no proven global_State to look for a JIT trace)")    \
+  X(BAD_TRACE, 15, "bad_trace", "running JIT trace fails its checks")
+
+#define LJ_WALK_END_ENUMERATOR(id, value, ...) LJ_END_##id = value,
+enum lj_walk_end { LJ_WALK_ENDS(LJ_WALK_END_ENUMERATOR) LJ_END_COUNT };
+#undef LJ_WALK_END_ENUMERATOR
 
 struct lj_walk_frame {
   uint64_t pc; /* native/root: pc; Lua/cfunc: the GCfunc address */

@@ -24,6 +24,7 @@
 #include <set>
 
 #include "record.skel.h"
+#include "record/counters.h"
 #include "record/process_context.h"
 #include "record/sample_frames.h"
 #include "symbolize/symbolize.h"
@@ -50,9 +51,12 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-constexpr const char* kNoContext = "no unwind context yet (process just started or exec'd)";
-constexpr const char* kBeforeContext =
-    "walk stopped in code whose unwind rows were published after the sample (process starting)";
+// The summary's text of a counter (LJ_REC_COUNTERS).
+std::string_view counter_text(uint32_t id) {
+  for (const CounterSpec& spec : kCounterSpecs)
+    if (spec.id == id) return spec.text;
+  return "?";
+}
 
 // Online CPUs from /sys/devices/system/cpu/online ("0-3,6").
 Result<std::vector<int>> online_cpus() {
@@ -143,12 +147,13 @@ class Recorder {
   std::set<uint32_t> warned_;
   SampleSymbolizer symbolizer_;
   std::map<std::pair<uint32_t, std::vector<report::Frame>>, int64_t> stacks_;
-  std::map<std::string, uint64_t> user_counters_;
-  uint64_t delivered_ = 0, reached_root_ = 0, malformed_ = 0;
-  std::array<uint64_t, 16> before_context_{};  // per LJ_END_*: walks that ran before their rows
+  AgentCounts agent_counts_{};
+  uint64_t delivered_ = 0, reached_root_ = 0;
+  std::array<uint64_t, LJ_END_COUNT>
+      before_context_{};  // per LJ_END_*: walks that ran before their rows
   // Per LJ_END_*: where walks stopped ("module+0xOFF"); at most kMaxEndSites distinct sites
   // per reason, the rest counted under "other sites".
-  std::array<std::map<std::string, uint64_t>, 16> end_sites_;
+  std::array<std::map<std::string, uint64_t>, LJ_END_COUNT> end_sites_;
   static constexpr size_t kMaxEndSites = 4096;
   void note_end_site(const lj_rec_sample& s, const ProcessContext& ctx);
   pid_t child_ = -1;
@@ -214,7 +219,7 @@ Status Recorder::attach_perf() {
 void Recorder::follow(uint32_t pid) {
   uint32_t pending = LJ_REC_PID_PENDING;
   if (bpf_map_update_elem(bpf_map__fd(skel_->maps.pids), &pid, &pending, BPF_ANY) != 0) {
-    ++user_counters_["pid map full"];
+    ++agent_counts_[LJ_REC_CTR_PID_MAP_FULL];
     warn(fmt::format("cannot follow pid {}: pid map full", pid));
     return;
   }
@@ -241,7 +246,7 @@ void Recorder::setup(uint32_t pid) {
       auto rows = obj->table->rows();
       if (rows.size() > LJ_REC_MAX_ROWS - rows_next_) {
         obj->upload_failed = true;
-        ++user_counters_["map full: CFI rows"];
+        ++agent_counts_[LJ_REC_CTR_ROWS_FULL];
         warn(fmt::format("{}: {} CFI rows do not fit the kernel's row table ({} of {} used)",
                          obj->path, rows.size(), rows_next_, LJ_REC_MAX_ROWS));
       } else {
@@ -254,7 +259,7 @@ void Recorder::setup(uint32_t pid) {
     }
     if (!obj->uploaded) continue;
     if (rec.nmodules >= LJ_REC_MAX_MODULES) {
-      ++user_counters_["map full: modules per process"];
+      ++agent_counts_[LJ_REC_CTR_MODULES_FULL];
       continue;
     }
     rec.modules[rec.nmodules++] =
@@ -266,7 +271,7 @@ void Recorder::setup(uint32_t pid) {
     rec.g_hint = (*ctx)->g_hint;
   }
   if (free_slots_.empty()) {
-    ++user_counters_["map full: processes"];
+    ++agent_counts_[LJ_REC_CTR_PROCS_FULL];
     warn(fmt::format("pid {}: more than {} processes followed at once", pid, LJ_REC_MAX_PROCS));
     return;
   }
@@ -340,30 +345,31 @@ void Recorder::housekeeping() {
 void Recorder::handle_sample(const void* data, size_t size) {
   const size_t header = offsetof(lj_rec_sample, frames);
   if (size < header) {
-    ++malformed_;
+    ++agent_counts_[LJ_REC_CTR_MALFORMED];
     return;
   }
   lj_rec_sample s;
   std::memcpy(&s, data, std::min(size, sizeof(s)));
   if (s.nframes > LJ_WALK_MAX_FRAMES || header + s.nframes * sizeof(lj_rec_frame) > size) {
-    ++malformed_;
+    ++agent_counts_[LJ_REC_CTR_MALFORMED];
     return;
   }
   ++delivered_;
   if (s.end == LJ_END_ROOT) ++reached_root_;
   auto it = procs_.find(s.pid);
   if (it == procs_.end() || !it->second.ctx) {
-    ++user_counters_["sample of a process without context"];
+    ++agent_counts_[LJ_REC_CTR_NO_PROCESS];
     return;
   }
-  std::vector<report::Frame> frames = symbolizer_.frames(s, *it->second.ctx, user_counters_);
+  std::vector<report::Frame> frames = symbolizer_.frames(s, *it->second.ctx, agent_counts_);
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
       !frames.empty()) {
     if (const ModuleView* m = it->second.ctx->module_at(s.end_pc)) {
       auto pub = it->second.published_ns.find({m->start, m->object});
       if (pub != it->second.published_ns.end() && pub->second > s.time_ns) {
         ++before_context_[s.end];
-        frames.back().function = fmt::format("[unknown: {}]", kBeforeContext);
+        frames.back().function =
+            fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
         stacks_[{s.pid, std::move(frames)}] += 1;
         return;
       }
@@ -539,9 +545,6 @@ Result<RecordResult> Recorder::run() {
   r.delivered = delivered_;
   r.reached_root = reached_root_;
   r.command_exit_status = child_status_;
-  auto add = [&](const std::string& name, uint64_t v) {
-    if (v != 0) r.reasons.push_back({name, v, {}});
-  };
   uint64_t before_context = 0;
   for (uint32_t e = 0; e < before_context_.size(); ++e) {
     if (e == LJ_END_ROOT) continue;
@@ -550,6 +553,7 @@ Result<RecordResult> Recorder::run() {
     const uint64_t ended = c[LJ_REC_CTR_END_BASE + e] - late;
     if (ended == 0) continue;
     RecordResult::Reason reason{fmt::format("walk ended: {}", symbolize::walk_end_name(e)),
+                                fmt::format("walk_end_{}", symbolize::walk_end_metric(e)),
                                 ended,
                                 {end_sites_[e].begin(), end_sites_[e].end()}};
     std::sort(reason.sites.begin(), reason.sites.end(),
@@ -557,17 +561,15 @@ Result<RecordResult> Recorder::run() {
     if (reason.sites.size() > 3) reason.sites.resize(3);
     r.reasons.push_back(std::move(reason));
   }
-  add(kNoContext, c[LJ_REC_CTR_NO_CONTEXT]);
-  add(kBeforeContext, before_context);
+  agent_counts_[LJ_REC_CTR_BEFORE_CONTEXT] = before_context;
   r.without_context = c[LJ_REC_CTR_NO_CONTEXT] + before_context;
-  add("ring buffer full (sample dropped)", c[LJ_REC_CTR_RINGBUF_FULL]);
-  add("no user registers", c[LJ_REC_CTR_NO_REGS]);
-  add("Lua prototype unreadable at sample time", c[LJ_REC_CTR_LUA_INFO_FAULT]);
-  add("children followed", c[LJ_REC_CTR_FORKS]);
-  add("execs of followed processes", c[LJ_REC_CTR_EXECS]);
-  add("pid map full (child not followed)", c[LJ_REC_CTR_PIDS_FULL]);
-  add("malformed ring buffer records", malformed_);
-  for (auto& [name, v] : user_counters_) add(name, v);
+  // Every other counter of the registry, in its order (the sample total is the summary's
+  // first line, not a reason).
+  for (const CounterSpec& spec : kCounterSpecs) {
+    if (spec.id == LJ_REC_CTR_SAMPLES) continue;
+    const uint64_t v = spec.where == CounterWhere::KERNEL ? c[spec.id] : agent_counts_[spec.id];
+    if (v != 0) r.reasons.push_back({std::string(spec.text), std::string(spec.metric), v, {}});
+  }
 
   report::Profile& prof = r.profile;
   prof.period_ns = 1000000000LL / opt_.frequency_hz;

@@ -38,7 +38,8 @@ struct RecordResult {
   uint64_t without_context = 0;
   int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
   struct Reason {
-    std::string name;
+    std::string name;    // what people read: "walk ended: no CFI"
+    std::string metric;  // stable snake_case name (LJ_REC_COUNTERS / LJ_WALK_ENDS)
     uint64_t count = 0;
     // Where walks with this reason stopped, most frequent first (at most 3): "luajit+0x704e0"
     // (link-time address, as `ljprof cfi FILE --at` takes it) or "anonymous 0x7f..." (JIT code).

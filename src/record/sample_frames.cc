@@ -22,8 +22,8 @@ std::string basename_of(const std::string& path) {
 class SampleFrameSource final : public symbolize::FrameSource {
  public:
   SampleFrameSource(SampleSymbolizer& s, const lj_rec_sample& sample, const ProcessContext& ctx,
-                    std::map<std::string, uint64_t>& counters)
-      : s_(s), sample_(sample), ctx_(ctx), counters_(counters) {}
+                    AgentCounts& counts)
+      : s_(s), sample_(sample), ctx_(ctx), counts_(counts) {}
 
   void symbolize_native(symbolize::Frame& frame, bool exact_pc) override {
     auto key = std::make_tuple(ctx_.pid, frame.pc, exact_pc);
@@ -47,8 +47,9 @@ class SampleFrameSource final : public symbolize::FrameSource {
 
   Result<symbolize::LuaLocation> lua_location(size_t index,
                                               const symbolize::WalkedFrame& f) override {
-    auto loc = checked_location(index, f.b);
-    if (!loc.ok()) ++counters_["lua frame not named: " + loc.message()];
+    uint32_t why = 0;
+    auto loc = checked_location(index, f.b, &why);
+    if (!loc.ok() && why != 0) ++counts_[why];
     return loc;
   }
 
@@ -58,7 +59,8 @@ class SampleFrameSource final : public symbolize::FrameSource {
     if (!key.ok()) return key.error();
     auto it = s_.call_names_.find(*key);
     if (it != s_.call_names_.end()) return it->second;
-    LJ_TRY(checked_location(caller_index, 0));
+    uint32_t why = 0;
+    LJ_TRY(checked_location(caller_index, 0, &why));
     // The caller's function object must still hold the prototype the kernel saw.
     const lj_luajit_info& info = ctx_.luajit->object->info;
     uint64_t first_ins = 0;
@@ -74,7 +76,7 @@ class SampleFrameSource final : public symbolize::FrameSource {
   Result<symbolize::TraceInfo> trace_info(size_t, const symbolize::WalkedFrame& f) override {
     if (ctx_.luajit == nullptr || !ctx_.mem) return make_error("no LuaJIT layout or memory");
     auto t = symbolize::trace_info(ctx_.mem->reader(), ctx_.luajit->object->info, f.b);
-    if (!t.ok()) ++counters_["trace not named"];
+    if (!t.ok()) ++counts_[LJ_REC_CTR_TRACE_UNREAD];
     return t;
   }
 
@@ -92,23 +94,29 @@ class SampleFrameSource final : public symbolize::FrameSource {
     return SampleSymbolizer::ProtoKey{ctx_.pid, rf.proto, rf.chunkname, rf.firstline, bcpc};
   }
 
-  // The prototype of Lua frame `index` at `bcpc`, if it is still the one of the sample.
-  Result<symbolize::LuaLocation> checked_location(size_t index, uint64_t bcpc) {
+  // The prototype of Lua frame `index` at `bcpc`, if it is still the one of the sample; on
+  // failure `why` gets the agent counter it counts under (0: counted by the kernel already).
+  Result<symbolize::LuaLocation> checked_location(size_t index, uint64_t bcpc, uint32_t* why) {
     LJ_ASSIGN_OR_RETURN(SampleSymbolizer::ProtoKey key, proto_key(index, bcpc));
     auto it = s_.locations_.find(key);
     if (it != s_.locations_.end()) return it->second;
     const lj_luajit_info& info = ctx_.luajit->object->info;
     uint64_t chunkname = 0;
     if (ctx_.mem->read(key.proto + info.pt_chunkname, &chunkname, info.ref_size) != 0) {
+      *why = LJ_REC_CTR_LUA_GONE;
       return make_error("Lua prototype unreadable (process exited?)");
     }
-    LJ_ASSIGN_OR_RETURN(symbolize::LuaLocation loc,
-                        symbolize::proto_location(ctx_.mem->reader(), info, key.proto, bcpc));
-    if (chunkname != key.chunkname || loc.firstline != key.firstline) {
+    auto loc = symbolize::proto_location(ctx_.mem->reader(), info, key.proto, bcpc);
+    if (!loc.ok()) {
+      *why = LJ_REC_CTR_LUA_UNDECODED;
+      return loc.error();
+    }
+    if (chunkname != key.chunkname || loc->firstline != key.firstline) {
+      *why = LJ_REC_CTR_LUA_CHANGED;
       return make_error("Lua prototype changed since the sample");
     }
     // Failures are not cached: the next sample may find the prototype readable.
-    return s_.locations_.emplace(key, std::move(loc)).first->second;
+    return s_.locations_.emplace(key, std::move(*loc)).first->second;
   }
 
   // The module and symbol of a code address. A return address points after the call: the
@@ -142,12 +150,12 @@ class SampleFrameSource final : public symbolize::FrameSource {
   SampleSymbolizer& s_;
   const lj_rec_sample& sample_;
   const ProcessContext& ctx_;
-  std::map<std::string, uint64_t>& counters_;
+  AgentCounts& counts_;
 };
 
 std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
                                                     const ProcessContext& ctx,
-                                                    std::map<std::string, uint64_t>& counters) {
+                                                    AgentCounts& counts) {
   const uint32_t n = std::min<uint32_t>(sample.nframes, LJ_WALK_MAX_FRAMES);
   std::vector<symbolize::WalkedFrame> walk;
   walk.reserve(n);
@@ -155,7 +163,7 @@ std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
     const lj_rec_frame& f = sample.frames[i];
     walk.push_back({f.kind, f.pc, f.b, f.lua_state});
   }
-  SampleFrameSource source(*this, sample, ctx, counters);
+  SampleFrameSource source(*this, sample, ctx, counts);
   return report::profile_frames(
       symbolize::frames_of_walk(walk, {sample.end, sample.end_pc}, source));
 }

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "record/counters.h"
 #include "record/process_context.h"
 #include "report/profile.h"
 #include "symbolize/frame.h"
@@ -28,10 +29,10 @@ namespace ljprof::record {
 
 class SampleSymbolizer {
  public:
-  // Frames of `sample` of process `ctx`, leaf first. `counters` gets per-reason counts of
-  // frames that could not be named.
+  // Frames of `sample` of process `ctx`, leaf first. `counts` gets per-reason counts of frames
+  // that could not be named (LJ_REC_COUNTERS).
   std::vector<report::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
-                                    std::map<std::string, uint64_t>& counters);
+                                    AgentCounts& counts);
 
  private:
   friend class SampleFrameSource;

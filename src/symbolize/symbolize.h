@@ -54,6 +54,8 @@ struct NativeSymbol {
 NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address);
 // How a walk ended, as people read it (lj_walk_result.end, LJ_END_*): "root", "no CFI", ...
 const char* walk_end_name(uint32_t end);
+// Its stable snake_case name for counters and metrics: "root", "no_cfi", ...
+const char* walk_end_metric(uint32_t end);
 
 // A C++ mangled name in source form; anything else unchanged.
 std::string demangle(std::string_view name);

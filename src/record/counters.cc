@@ -1,0 +1,22 @@
+#include "record/counters.h"
+
+namespace ljprof::record {
+
+// The registry's rules: ids below their bound and unique, kernel ids inside the BPF array and
+// above the walk ends, agent ids outside it, metric names unique.
+static_assert(
+    [] {
+      for (size_t i = 0; i < std::size(kCounterSpecs); ++i) {
+        const CounterSpec& a = kCounterSpecs[i];
+        if (a.id >= LJ_REC_COUNTER_IDS) return false;
+        const bool kernel = a.where == CounterWhere::KERNEL;
+        if (kernel != (a.id < LJ_REC_NCOUNTERS) || (kernel && a.id < LJ_END_COUNT)) return false;
+        for (size_t j = i + 1; j < std::size(kCounterSpecs); ++j) {
+          if (a.id == kCounterSpecs[j].id || a.metric == kCounterSpecs[j].metric) return false;
+        }
+      }
+      return true;
+    }(),
+    "LJ_REC_COUNTERS: ids unique and in their range, metric names unique");
+
+}  // namespace ljprof::record
