@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -507,6 +509,66 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   // The target never sleeps; 2% is schedstat's accounting slack, far below a stop that matters.
   EXPECT_LT(off_cpu, 0.02 * covered) << slurp(report);
   test::run({"rm", "-rf", dir});
+}
+
+// The Lua function names of one folded stack, root first: every frame whose label has a Lua
+// file (".lua"), cut at " (".
+std::vector<std::string> lua_names(const std::vector<std::string>& frames) {
+  std::vector<std::string> out;
+  for (const std::string& f : frames) {
+    if (f.find(".lua") == std::string::npos) continue;
+    out.push_back(f.substr(0, f.find(" (")));
+  }
+  return out;
+}
+
+// `ljprof record` and `ljprof core` share one frame model and one converter: the same process,
+// recorded live and then dumped with gcore while it still holds the stack, shows the same Lua
+// functions under the same names (the VM's own traceback wording) in the same order, both
+// under a proven root.
+TEST(RecordAndCore, OneProcessShowsTheSameLuaFramesLiveAndInItsCore) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir dir;
+  test::Background target({"/usr/bin/luajit", test::record_workloads_dir() + "/same_stack.lua"});
+  const std::string pid = std::to_string(target.pid());
+  test::CommandResult r = test::run({test::ljprof_bin(), "record", "-F", "499", "-d", "2", "-q",
+                                     "-p", pid, "--folded", dir.file("stacks.folded")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  test::CommandResult g = test::run({"gcore", "-o", dir.file("core"), pid});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  test::CommandResult c =
+      test::run({test::ljprof_bin(), "core", "--json", dir.file("core") + "." + pid});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+
+  // The core's Lua frames, root first, named as the traceback names them.
+  const auto core = nlohmann::json::parse(c.out);
+  const auto& frames = core["threads"][0]["frames"];
+  ASSERT_TRUE(core["threads"][0]["reached_root"].get<bool>()) << c.out;
+  std::vector<std::string> from_core;
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+    if ((*it)["kind"] != "lua") continue;
+    if ((*it)["main_chunk"].get<bool>()) {
+      from_core.push_back("main chunk");
+    } else {
+      ASSERT_TRUE((*it)["name"].is_string()) << it->dump();
+      from_core.push_back((*it)["name"].get<std::string>());
+    }
+  }
+  ASSERT_FALSE(from_core.empty()) << c.out;
+
+  // The recording: every rooted stack's Lua part is that of the core (the leaf function may be
+  // `outer` between two calls of `spin`); most samples are in the core's very stack.
+  double total = 0, same = 0;
+  for (const FoldedStack& stack : read_folded(dir.file("stacks.folded"))) {
+    if (!stack.rooted()) continue;
+    total += stack.count;
+    const std::vector<std::string> live = lua_names(stack.frames);
+    if (live == from_core) same += stack.count;
+    const size_t n = std::min(live.size(), from_core.size());
+    EXPECT_TRUE(std::equal(live.begin(), live.begin() + n, from_core.begin())) << stack.line;
+  }
+  ASSERT_GT(total, 100) << r.err;
+  EXPECT_GT(same, 0.9 * total) << "core: " << c.out;
 }
 
 // The pprof file `ljprof record -o` writes opens in the real `go tool pprof` (Debian golang-go),
