@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "luajit/disasm.h"
+#include "disasm/disasm.h"
 #include "luajit/matchers.h"
 #include "luajit/proc_info.h"
 
@@ -26,7 +26,7 @@ bool aligned_in(int64_t v, int64_t lo, int64_t hi, int64_t align) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const elf::Arch arch = (data[0] & 1) ? elf::Arch::AArch64 : elf::Arch::X86_64;
-  auto insns = disassemble(arch, {data + 1, size - 1}, 0x400000);
+  auto insns = disasm::disassemble(arch, {data + 1, size - 1}, 0x400000);
   if (!insns.ok()) return 0;
   const Code code{arch, "fuzz", *insns};
   const bool x86 = arch == elf::Arch::X86_64;

@@ -1,6 +1,5 @@
 // The LuaJIT VM and its CFI: finding the interpreter FDE, correcting the sub-ranges where its
 // one blanket row is wrong, and deriving the VM C-frame geometry from the table.
-#include <capstone/capstone.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <tuple>
 
 #include "cfi/internal.h"
+#include "disasm/disasm.h"
 
 namespace ljprof::cfi {
 
@@ -70,155 +70,88 @@ lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint) {
 
 namespace {
 
-// One decoded instruction, reduced to what the patterns look at.
-struct Insn {
-  uint64_t addr = 0;
-  uint32_t size = 0;
-  unsigned id = 0;
-  uint8_t op_count = 0;
-  struct Op {
-    enum Kind : uint8_t { None, Reg, Imm, Mem } kind = None;
-    unsigned reg = 0;    // Reg; Mem: base
-    int64_t value = 0;   // Imm; Mem: displacement
-    unsigned index = 0;  // Mem: index register (x86-64), 0 if none
-  } ops[3];
-  // x86-64: writes the interpreter's BASE (rdx) or PC (rbx) register at any width, explicitly
-  // or implicitly (Capstone's register access lists: div, cqo, cpuid, ...).
-  bool writes_vm_regs = false;
-  uint64_t end() const { return addr + size; }
-};
+using disasm::Insn;
+using disasm::InsnKind;
+using OpKind = disasm::Operand::Kind;
+using disasm::kA64Fp;
+using disasm::kA64Lr;
+using disasm::kA64Sp;
+using disasm::kX86Rbp;
+using disasm::kX86Rbx;
+using disasm::kX86Rdx;
+using disasm::kX86Rsp;
 
-// Linear sweep of [begin, end) with Capstone. The LuaJIT VM (DynASM output of vm_x64.dasc /
-// vm_arm64.dasc) is code only; a byte Capstone cannot decode is skipped and breaks any
-// pattern across it (the pattern then simply does not match: fail closed).
-std::vector<Insn> disassemble(const elf::ElfFile& file, uint64_t begin, uint64_t end) {
-  std::vector<Insn> out;
-  auto bytes = file.read(begin, end - begin);
-  if (!bytes.ok()) return out;
-  csh handle;
-  const bool a64 = file.arch() == elf::Arch::AArch64;
-  if (cs_open(a64 ? CS_ARCH_ARM64 : CS_ARCH_X86, a64 ? CS_MODE_ARM : CS_MODE_64, &handle) !=
-      CS_ERR_OK) {
-    return out;
-  }
-  cs_option(handle, CS_OPT_DETAIL, CS_OPT_ON);
-  cs_insn* insn = cs_malloc(handle);
-  const uint8_t* code = bytes->data();
-  size_t size = bytes->size();
-  uint64_t addr = begin;
-  while (size > 0) {
-    if (!cs_disasm_iter(handle, &code, &size, &addr, insn)) {
-      Insn gap;  // undecodable byte: an id-0 marker no pattern accepts
-      gap.addr = addr;
-      gap.size = a64 ? 4 : 1;
-      out.push_back(gap);
-      size_t skip = std::min<size_t>(size, gap.size);
-      code += skip;
-      size -= skip;
-      addr += skip;
-      continue;
-    }
-    Insn d;
-    d.addr = insn->address;
-    d.size = insn->size;
-    d.id = insn->id;
-    if (a64) {
-      const cs_arm64& x = insn->detail->arm64;
-      d.op_count = static_cast<uint8_t>(std::min<int>(x.op_count, 3));
-      for (int i = 0; i < d.op_count; ++i) {
-        const cs_arm64_op& op = x.operands[i];
-        if (op.type == ARM64_OP_REG) d.ops[i] = {Insn::Op::Reg, static_cast<unsigned>(op.reg), 0};
-        if (op.type == ARM64_OP_IMM) d.ops[i] = {Insn::Op::Imm, 0, op.imm};
-        if (op.type == ARM64_OP_MEM) {
-          d.ops[i] = {Insn::Op::Mem, static_cast<unsigned>(op.mem.base), op.mem.disp};
-        }
-      }
-    } else {
-      const cs_x86& x = insn->detail->x86;
-      d.op_count = static_cast<uint8_t>(std::min<int>(x.op_count, 3));
-      for (int i = 0; i < d.op_count; ++i) {
-        const cs_x86_op& op = x.operands[i];
-        if (op.type == X86_OP_REG) d.ops[i] = {Insn::Op::Reg, static_cast<unsigned>(op.reg), 0};
-        if (op.type == X86_OP_IMM) d.ops[i] = {Insn::Op::Imm, 0, op.imm};
-        if (op.type == X86_OP_MEM) {
-          d.ops[i] = {Insn::Op::Mem, static_cast<unsigned>(op.mem.base), op.mem.disp,
-                      static_cast<unsigned>(op.mem.index)};
-        }
-      }
-      cs_regs read, written;
-      uint8_t nread = 0, nwritten = 0;
-      if (cs_regs_access(handle, insn, read, &nread, written, &nwritten) != CS_ERR_OK) {
-        d.writes_vm_regs = true;  // unknown: assume the worst
-      }
-      for (uint8_t k = 0; k < nwritten; ++k) {
-        switch (written[k]) {
-          case X86_REG_RDX:
-          case X86_REG_EDX:
-          case X86_REG_DX:
-          case X86_REG_DL:
-          case X86_REG_DH:
-          case X86_REG_RBX:
-          case X86_REG_EBX:
-          case X86_REG_BX:
-          case X86_REG_BL:
-          case X86_REG_BH:
-            d.writes_vm_regs = true;
-            break;
-          default:
-            break;
-        }
-      }
-    }
-    out.push_back(d);
-  }
-  cs_free(insn, 1);
-  cs_close(&handle);
-  return out;
-}
-
-bool is_reg(const Insn& i, int n, unsigned reg) {
-  return i.op_count > n && i.ops[n].kind == Insn::Op::Reg && i.ops[n].reg == reg;
+// Operand n is the full-width register `reg` (x86-64 rsp, not esp).
+bool is_reg(const Insn& i, int n, int reg) {
+  return i.op_count > n && i.ops[n].is_reg64(reg);
 }
 bool is_imm(const Insn& i, int n) {
-  return i.op_count > n && i.ops[n].kind == Insn::Op::Imm;
+  return i.op_count > n && i.ops[n].kind == OpKind::Imm;
+}
+bool is_kind(const Insn& i, InsnKind kind, uint8_t op_count) {
+  return i.kind == kind && i.op_count == op_count;
+}
+
+// Any transfer of control, or undecodable bytes (which may be one): the end of straight-line
+// code for every window below.
+bool is_transfer(const Insn& i) {
+  switch (i.kind) {
+    case InsnKind::Gap:
+    case InsnKind::CallDirect:
+    case InsnKind::CallIndirect:
+    case InsnKind::Jump:
+    case InsnKind::JumpIndirect:
+    case InsnKind::Ret:
+    case InsnKind::Branch:
+      return true;
+    default:
+      return false;
+  }
+}
+bool is_call(const Insn& i) {
+  return i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect;
+}
+// An unconditional jump (direct, through a register or through memory).
+bool is_jmp(const Insn& i) {
+  return i.kind == InsnKind::Jump || i.kind == InsnKind::JumpIndirect;
 }
 
 // x86-64 instruction shapes.
 bool x_push(const Insn& i) {
-  return i.id == X86_INS_PUSH && i.op_count == 1 && i.ops[0].kind == Insn::Op::Reg;
+  return is_kind(i, InsnKind::Push, 1) && i.ops[0].kind == OpKind::Reg;
 }
 bool x_pop(const Insn& i) {
-  return i.id == X86_INS_POP && i.op_count == 1 && i.ops[0].kind == Insn::Op::Reg;
+  return is_kind(i, InsnKind::Pop, 1) && i.ops[0].kind == OpKind::Reg;
 }
-bool x_rsp_imm(const Insn& i, unsigned id) {
-  return i.id == id && i.op_count == 2 && is_reg(i, 0, X86_REG_RSP) && is_imm(i, 1) &&
-         i.ops[1].value > 0;
+bool x_rsp_imm(const Insn& i, InsnKind kind) {
+  return is_kind(i, kind, 2) && is_reg(i, 0, kX86Rsp) && is_imm(i, 1) && i.ops[1].imm > 0;
 }
 bool x_jmp_reg(const Insn& i) {
-  return i.id == X86_INS_JMP && i.op_count == 1 && i.ops[0].kind == Insn::Op::Reg;
+  return is_kind(i, InsnKind::JumpIndirect, 1) && i.ops[0].kind == OpKind::Reg;
 }
 bool x_mov_rsp_reg(const Insn& i) {
-  return i.id == X86_INS_MOV && i.op_count == 2 && is_reg(i, 0, X86_REG_RSP) &&
-         i.ops[1].kind == Insn::Op::Reg;
+  return is_kind(i, InsnKind::Mov, 2) && is_reg(i, 0, kX86Rsp) && i.ops[1].kind == OpKind::Reg;
 }
 bool x_store_rsp(const Insn& i) {
-  return i.id == X86_INS_MOV && i.op_count == 2 && i.ops[0].kind == Insn::Op::Mem &&
-         i.ops[0].reg == X86_REG_RSP;
+  return is_kind(i, InsnKind::Mov, 2) && i.ops[0].kind == OpKind::Mem && i.ops[0].base == kX86Rsp;
 }
-
 bool x_load_rsp(const Insn& i) {
-  return i.id == X86_INS_MOV && i.op_count == 2 && i.ops[0].kind == Insn::Op::Reg &&
-         i.ops[1].kind == Insn::Op::Mem && i.ops[1].reg == X86_REG_RSP && i.ops[1].index == 0;
+  return is_kind(i, InsnKind::Mov, 2) && i.ops[0].kind == OpKind::Reg &&
+         i.ops[1].kind == OpKind::Mem && i.ops[1].base == kX86Rsp &&
+         i.ops[1].index == disasm::kNoReg;
 }
 // `mov [base + disp], reg` with a base other than rsp: a store into a heap object (lua_State).
 bool x_store_heap(const Insn& i) {
-  return i.id == X86_INS_MOV && i.op_count == 2 && i.ops[0].kind == Insn::Op::Mem &&
-         i.ops[0].reg != X86_REG_RSP && i.ops[0].reg != X86_REG_INVALID &&
-         i.ops[1].kind == Insn::Op::Reg;
+  return is_kind(i, InsnKind::Mov, 2) && i.ops[0].kind == OpKind::Mem && i.ops[0].base != kX86Rsp &&
+         i.ops[0].base != disasm::kNoReg && i.ops[1].kind == OpKind::Reg;
 }
-bool x_branch(const Insn& i) {
-  return i.id == X86_INS_JMP || i.id == X86_INS_CALL || i.id == X86_INS_RET ||
-         (i.id >= X86_INS_JAE && i.id <= X86_INS_JS) || i.id == 0;
+// rsp, or a writer of rsp other than push/pop, as the first operand (cmp/test only read it).
+bool x_writes_rsp(const Insn& i) {
+  return is_reg(i, 0, kX86Rsp) && !x_push(i) && !x_pop(i) && i.kind != InsnKind::Compare;
+}
+// The interpreter's BASE (rdx) and PC (rbx) registers (vm_x64.dasc), at any width.
+bool writes_vm_regs(const Insn& i) {
+  return i.may_write(kX86Rdx) || i.may_write(kX86Rbx);
 }
 
 lj_cfi_row invalid() {
@@ -272,18 +205,18 @@ void add_linked_empty_window(Finder& f, const std::vector<Insn>& code, size_t st
                              const std::string& who, int64_t frame, int32_t blanket_fp) {
   constexpr size_t kMaxWindowInsns = 32;
   if (start >= code.size()) return;
-  const uint64_t begin = code[start].addr;
+  const uint64_t begin = code[start].address;
   uint64_t end = begin;
   for (size_t i = start; i < code.size() && i < start + kMaxWindowInsns; ++i) {
     const Insn& insn = code[i];
-    if (f.covers(insn.addr) || insn.id == 0 || x_jmp_reg(insn) || insn.id == X86_INS_JMP ||
-        insn.id == X86_INS_RET) {
+    if (f.covers(insn.address) || insn.kind == InsnKind::Gap || is_jmp(insn) ||
+        insn.kind == InsnKind::Ret) {
       break;
     }
     end = insn.end();
     // A conditional branch ends the window after itself (nothing is pushed by the branch);
     // vm_cpcall's call of its C function is followed by `test rax, rax; jz ->vm_leave_cp`.
-    if (x_branch(insn) && insn.id != X86_INS_CALL) break;
+    if (is_transfer(insn) && !is_call(insn)) break;
   }
   f.add(begin, end, fmt::format("{} C frame linked, no Lua frame on it yet", who), "pattern",
         sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_EMPTY));
@@ -302,49 +235,50 @@ void add_unlinked_entry_window(Finder& f, const std::vector<Insn>& code,
                                const std::map<uint64_t, size_t>& index, size_t start,
                                const std::string& who, int64_t frame, int32_t blanket_fp) {
   constexpr size_t kMaxWindowInsns = 64;
-  std::set<unsigned> holds_rsp = {X86_REG_RSP};
+  std::set<int> holds_rsp = {kX86Rsp};  // 64-bit registers
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   bool linked = false;
   size_t i = start;
   for (size_t n = 0; n < kMaxWindowInsns && i < code.size(); ++n) {
     const Insn& insn = code[i];
-    if (f.covers(insn.addr)) {
+    if (f.covers(insn.address)) {
       linked = true;  // joins a window already proven from another entry (vm_pcall -> vm_call)
       break;
     }
     auto extend = [&] {
-      if (!ranges.empty() && ranges.back().second == insn.addr) {
+      if (!ranges.empty() && ranges.back().second == insn.address) {
         ranges.back().second = insn.end();
       } else {
-        ranges.emplace_back(insn.addr, insn.end());
+        ranges.emplace_back(insn.address, insn.end());
       }
     };
-    if (x_store_heap(insn) && holds_rsp.count(insn.ops[1].reg)) {
+    if (x_store_heap(insn) && insn.ops[1].size == 8 && holds_rsp.count(insn.ops[1].reg)) {
       extend();
       linked = true;
       add_linked_empty_window(f, code, i + 1, who, frame, blanket_fp);
       break;
     }
-    if (insn.id == X86_INS_CALL) {
+    if (is_call(insn)) {
       extend();
       linked = true;
       break;
     }
-    if (insn.id == X86_INS_JMP && is_imm(insn, 0)) {
+    if (insn.kind == InsnKind::Jump && is_imm(insn, 0)) {
       extend();
-      auto t = index.find(static_cast<uint64_t>(insn.ops[0].value));
+      auto t = index.find(static_cast<uint64_t>(insn.ops[0].imm));
       if (t == index.end()) break;
       i = t->second;
       continue;
     }
-    if (x_branch(insn) || x_jmp_reg(insn)) break;
+    if (is_transfer(insn)) break;
     // Track registers holding rsp or rsp + a CFRAME_* flag (vm_resume: lea r15, [rsp+1]).
-    if (insn.op_count == 2 && insn.ops[0].kind == Insn::Op::Reg) {
-      const unsigned dst = insn.ops[0].reg;
-      const bool from_rsp = (insn.id == X86_INS_LEA && insn.ops[1].kind == Insn::Op::Mem &&
-                             insn.ops[1].reg == X86_REG_RSP && insn.ops[1].index == 0 &&
-                             insn.ops[1].value >= 0 && insn.ops[1].value < 4) ||
-                            (insn.id == X86_INS_MOV && is_reg(insn, 1, X86_REG_RSP));
+    if (insn.op_count == 2 && insn.ops[0].kind == OpKind::Reg) {
+      const int dst = insn.ops[0].reg;
+      const bool from_rsp = insn.ops[0].size == 8 &&
+                            ((insn.kind == InsnKind::Lea && insn.ops[1].kind == OpKind::Mem &&
+                              insn.ops[1].base == kX86Rsp && insn.ops[1].index == disasm::kNoReg &&
+                              insn.ops[1].disp >= 0 && insn.ops[1].disp < 4) ||
+                             (insn.kind == InsnKind::Mov && is_reg(insn, 1, kX86Rsp)));
       if (from_rsp) {
         holds_rsp.insert(dst);
       } else {
@@ -361,7 +295,7 @@ void add_unlinked_entry_window(Finder& f, const std::vector<Insn>& code,
   }
 }
 
-// The trace exit handler [code[first].addr, stop): entered from a trace's exit stub with an
+// The trace exit handler [code[first].address, stop): entered from a trace's exit stub with an
 // rsp only the trace knows, so no rule from rsp. Up to and including the first byte of its
 // `call lj_trace_exit` the C frame is the running lua_State's cframe and the exiting trace's
 // BASE is G->jit_base: hint VM_EXIT (sampled pcs only). The rest of the call instruction, the
@@ -373,40 +307,40 @@ void add_exit_handler(Finder& f, const std::vector<Insn>& code,
                       const std::map<uint64_t, size_t>& index, size_t first, size_t mov_rsp,
                       uint64_t stop, int64_t frame, int32_t blanket_fp) {
   const char* what = "trace exit handler (all GPRs pushed, rsp from the trace)";
-  const std::string how = f.how(code[first].addr, "lj_vm_exit_handler");
+  const std::string how = f.how(code[first].address, "lj_vm_exit_handler");
   const lj_cfi_row cur_l =
       sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_CUR_L);
   size_t call = code.size();
   for (size_t k = first; k < mov_rsp && k < code.size(); ++k) {
-    if (code[k].id == X86_INS_CALL && is_imm(code[k], 0)) call = k;
+    if (code[k].kind == InsnKind::CallDirect && is_imm(code[k], 0)) call = k;
   }
   if (call == code.size() || mov_rsp >= code.size()) {
-    f.add(code[first].addr, stop, what, how, invalid());
+    f.add(code[first].address, stop, what, how, invalid());
     return;
   }
-  f.add(code[first].addr, code[call].addr + 1, what, how,
+  f.add(code[first].address, code[call].address + 1, what, how,
         sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_EXIT));
-  f.add(code[call].addr + 1, code[call].end(), "trace exit handler: return from lj_trace_exit", how,
-        cur_l);
+  f.add(code[call].address + 1, code[call].end(), "trace exit handler: return from lj_trace_exit",
+        how, cur_l);
   // The `1:` label: a direct jmp after the call targets it; from there to `mov rsp, reg`
   // only register loads.
   size_t label = code.size();
   for (size_t k = call + 1; k < mov_rsp; ++k) {
-    if (code[k].id != X86_INS_JMP || !is_imm(code[k], 0)) continue;
-    auto t = index.find(static_cast<uint64_t>(code[k].ops[0].value));
+    if (code[k].kind != InsnKind::Jump || !is_imm(code[k], 0)) continue;
+    auto t = index.find(static_cast<uint64_t>(code[k].ops[0].imm));
     if (t != index.end() && t->second > k && t->second <= mov_rsp) label = t->second;
   }
   bool loads_only = label < code.size();
   for (size_t k = label; loads_only && k < mov_rsp; ++k) {
-    loads_only = code[k].id == X86_INS_MOV && code[k].op_count == 2 &&
-                 code[k].ops[0].kind == Insn::Op::Reg && code[k].ops[1].kind == Insn::Op::Mem;
+    loads_only = is_kind(code[k], InsnKind::Mov, 2) && code[k].ops[0].kind == OpKind::Reg &&
+                 code[k].ops[1].kind == OpKind::Mem;
   }
   if (!loads_only) {
     f.add(code[call].end(), stop, what, how, invalid());
     return;
   }
-  f.add(code[call].end(), code[label].addr, what, how, invalid());
-  f.add(code[label].addr, stop, "trace exit to interpreter, C frame in a register", how, cur_l);
+  f.add(code[call].end(), code[label].address, what, how, invalid());
+  f.add(code[label].address, stop, "trace exit to interpreter, C frame in a register", how, cur_l);
 }
 
 // vm_return, returning from Lua to C (vm_x64.dasc "Return to C"): `and PC, -8; sub PC, BASE;
@@ -419,9 +353,11 @@ void add_exit_handler(Finder& f, const std::vector<Insn>& code,
 // a few straight-line instructions; otherwise nothing changes.
 void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t frame,
                             int32_t blanket_fp) {
-  auto is_pc_reg = [](const Insn& i, int n) {
-    return is_reg(i, n, X86_REG_RBX) || is_reg(i, n, X86_REG_EBX);
+  // rbx (GC64) or ebx: the 64-bit and the 32-bit form of the interpreter's PC (and BASE, rdx).
+  auto is_vm_reg = [](const Insn& i, int n, int reg) {
+    return i.op_count > n && i.ops[n].is_reg(reg) && (i.ops[n].size == 8 || i.ops[n].size == 4);
   };
+  auto is_pc_reg = [&](const Insn& i, int n) { return is_vm_reg(i, n, kX86Rbx); };
   uint64_t leave_cp = 0;
   for (const VmSubRange& r : f.out) {
     if (r.row.hint == LJ_CFI_VM_EMPTY && r.what.rfind("vm_leave_cp", 0) == 0) leave_cp = r.begin;
@@ -429,16 +365,14 @@ void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t fr
   if (leave_cp == 0) return;
   for (size_t i = 0; i + 2 < code.size(); ++i) {
     const Insn& a = code[i];
-    // -8 as Capstone gives it for the 64-bit and the 32-bit (non-GC64) form.
-    if (!(a.id == X86_INS_AND && is_pc_reg(a, 0) && is_imm(a, 1) &&
-          (a.ops[1].value == -8 || a.ops[1].value == 0xfffffff8))) {
+    // -8 in the 64-bit and the 32-bit (non-GC64) form (immediates are sign-extended).
+    if (!(a.kind == InsnKind::And && is_pc_reg(a, 0) && is_imm(a, 1) && a.ops[1].imm == -8)) {
       continue;
     }
     const Insn& b = code[i + 1];
     const Insn& c = code[i + 2];
-    if (!(b.id == X86_INS_SUB && is_pc_reg(b, 0) &&
-          (is_reg(b, 1, X86_REG_RDX) || is_reg(b, 1, X86_REG_EDX)) && c.id == X86_INS_NEG &&
-          is_pc_reg(c, 0))) {
+    if (!(b.kind == InsnKind::Sub && is_pc_reg(b, 0) && is_vm_reg(b, 1, kX86Rdx) &&
+          c.kind == InsnKind::Neg && is_pc_reg(c, 0))) {
       continue;
     }
     size_t store = i + 3;
@@ -448,20 +382,22 @@ void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t fr
     if (store >= code.size() || store >= i + 16) continue;
     size_t k = store + 1;
     bool straight = true;
-    while (k < code.size() && k < store + 16 && code[k].addr < leave_cp) {
+    while (k < code.size() && k < store + 16 && code[k].address < leave_cp) {
       const Insn& insn = code[k];
-      straight &= insn.id != 0 && insn.id != X86_INS_CALL && insn.id != X86_INS_RET &&
-                  insn.id != X86_INS_JMP;
+      straight &= insn.kind != InsnKind::Gap && !is_call(insn) && insn.kind != InsnKind::Ret &&
+                  !is_jmp(insn);
       ++k;
     }
-    if (!straight || k >= code.size() || code[k].addr != leave_cp || f.covers(a.addr)) continue;
-    f.add(a.addr, c.end(), "vm_return: PC becomes the previous base", f.how(a.addr, "lj_vm_return"),
-          invalid());
+    if (!straight || k >= code.size() || code[k].address != leave_cp || f.covers(a.address)) {
+      continue;
+    }
+    f.add(a.address, c.end(), "vm_return: PC becomes the previous base",
+          f.how(a.address, "lj_vm_return"), invalid());
     f.add(c.end(), code[store].end(), "vm_return: results moved over the returning frame",
-          f.how(a.addr, "lj_vm_return"),
+          f.how(a.address, "lj_vm_return"),
           sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_RETURNED));
     f.add(code[store].end(), leave_cp, "vm_return: C frame linked, no Lua frame",
-          f.how(a.addr, "lj_vm_return"),
+          f.how(a.address, "lj_vm_return"),
           sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_EMPTY));
   }
 }
@@ -479,7 +415,7 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
     if (x_push(code[i])) {
       size_t j = i;
       int pushes = 0;
-      while (j < code.size() && (x_push(code[j]) || code[j].id == X86_INS_LEA)) {
+      while (j < code.size() && (x_push(code[j]) || code[j].kind == InsnKind::Lea)) {
         pushes += x_push(code[j]) ? 1 : 0;
         ++j;
       }
@@ -488,15 +424,15 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
         while (k < code.size() && k < j + 256 && !x_mov_rsp_reg(code[k])) ++k;
         uint64_t stop = k < code.size() && x_mov_rsp_reg(code[k]) ? code[k].end() : f.vm.end;
         add_exit_handler(f, code, index, i, k, stop, frame, blanket_fp);
-        while (i + 1 < code.size() && code[i + 1].addr < stop) ++i;
+        while (i + 1 < code.size() && code[i + 1].address < stop) ++i;
         continue;
       }
       // Entry prologue: pushes then `sub rsp, imm` completing the C frame.
-      if (j < code.size() && x_rsp_imm(code[j], X86_INS_SUB) && j > i) {
+      if (j < code.size() && x_rsp_imm(code[j], InsnKind::Sub) && j > i) {
         int n = static_cast<int>(j - i);
-        int64_t d0 = frame - code[j].ops[1].value - 8 * n;
+        int64_t d0 = frame - code[j].ops[1].imm - 8 * n;
         bool pushes_rbp = false;
-        for (size_t k = i; k < j; ++k) pushes_rbp |= is_reg(code[k], 0, X86_REG_RBP);
+        for (size_t k = i; k < j; ++k) pushes_rbp |= is_reg(code[k], 0, kX86Rbp);
         // d0 == 8: called (RA only). d0 == 16 without push rbp: the FFI callback stub pushed
         // rbp before jumping here (vm_ffi_callback's saveregs_).
         if ((d0 == 8) || (d0 == 16 && !pushes_rbp)) {
@@ -508,19 +444,19 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
           std::string how = "pattern", who = "VM entry";
           for (const char* nm : names) {
             const elf::Symbol* sym = f.file.find_symbol(nm);
-            if (sym != nullptr && sym->value == code[i].addr) {
+            if (sym != nullptr && sym->value == code[i].address) {
               how = "symbol";
               who = nm;
             }
           }
           for (size_t k = i; k <= j; ++k) {
             // Not Keep: the C frame is not built yet, the caller's stack is as at the call.
-            f.add(code[k].addr, code[k].end(),
-                  fmt::format("{} prologue before sub rsp,{:#x}", who, code[j].ops[1].value), how,
+            f.add(code[k].address, code[k].end(),
+                  fmt::format("{} prologue before sub rsp,{:#x}", who, code[j].ops[1].imm), how,
                   sp_row(static_cast<int32_t>(d), fp_rule, fp_off, LJ_CFI_OK));
             if (k < j) {
               d += 8;
-              if (is_reg(code[k], 0, X86_REG_RBP)) {
+              if (is_reg(code[k], 0, kX86Rbp)) {
                 fp_rule = LJ_CFI_RULE_AT_CFA;
                 fp_off = static_cast<int32_t>(-d);
               }
@@ -533,47 +469,47 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
       }
     }
     // Epilogue: `add rsp, imm; pop...; ret` unwinding the C frame (vm_leave_*).
-    if (x_rsp_imm(code[i], X86_INS_ADD)) {
+    if (x_rsp_imm(code[i], InsnKind::Add)) {
       size_t j = i + 1;
       while (j < code.size() && x_pop(code[j])) ++j;
       int n = static_cast<int>(j - i - 1);
-      if (j < code.size() && code[j].id == X86_INS_RET &&
-          frame - code[i].ops[1].value - 8 * n == 8) {
+      if (j < code.size() && code[j].kind == InsnKind::Ret &&
+          frame - code[i].ops[1].imm - 8 * n == 8) {
         // Every path into `add rsp` (vm_leave_unw) has already unlinked this C frame from
         // L->cframe: vm_leave_cp restores SAVE_CFRAME just before, the error unwinder
         // (lj_err.c) and lj_ccallback_leave in C. From here on the frame is plain native code
         // for the walker: Ok rows, not Keep (the Lua walk would attach this L's frames to a
         // C frame that no longer holds them).
         const char* what = "VM exit epilogue (C frame unlinked)";
-        f.add(code[i].addr, code[i].end(), what, "pattern",
+        f.add(code[i].address, code[i].end(), what, "pattern",
               sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_OK));
         // vm_leave_cp: `mov reg, [rsp+SAVE_CFRAME]; mov [L+cframe], reg; (no store or
         // branch)*` right before it: the frame is unlinked after that store too.
         for (size_t k = i; k-- > 1 && k + 4 > i;) {
-          if (x_branch(code[k]) || code[k].id == X86_INS_PUSH) break;
+          if (is_transfer(code[k]) || code[k].kind == InsnKind::Push) break;
           if (x_store_heap(code[k]) && x_load_rsp(code[k - 1]) &&
               code[k - 1].ops[0].reg == code[k].ops[1].reg) {
             // vm_leave_cp itself, up to its store: still linked, but it is reached only when
             // the frame holds no Lua frame any more (vm_return after moving the results and
             // setting L->base/L->top, vm_cpcall with no function to call): VM_EMPTY.
-            f.add(code[k - 1].addr, code[k].end(), "vm_leave_cp: C frame linked, no Lua frame",
-                  f.how(code[k - 1].addr, "lj_vm_leave_cp"),
+            f.add(code[k - 1].address, code[k].end(), "vm_leave_cp: C frame linked, no Lua frame",
+                  f.how(code[k - 1].address, "lj_vm_leave_cp"),
                   sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp,
                          LJ_CFI_VM_EMPTY));
-            f.add(code[k].end(), code[i].addr, what, "pattern",
+            f.add(code[k].end(), code[i].address, what, "pattern",
                   sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_OK));
             break;
           }
-          if (code[k].op_count > 0 && code[k].ops[0].kind == Insn::Op::Mem) break;
+          if (code[k].op_count > 0 && code[k].ops[0].kind == OpKind::Mem) break;
         }
-        int64_t d = frame - code[i].ops[1].value;
+        int64_t d = frame - code[i].ops[1].imm;
         uint8_t fp_rule = LJ_CFI_RULE_AT_CFA;
         int32_t fp_off = blanket_fp;
         for (size_t k = i + 1; k <= j; ++k) {
-          f.add(code[k].addr, code[k].end(), what, "pattern",
+          f.add(code[k].address, code[k].end(), what, "pattern",
                 sp_row(static_cast<int32_t>(d), fp_rule, fp_off, LJ_CFI_OK));
           d -= 8;
-          if (is_reg(code[k], 0, X86_REG_RBP)) {
+          if (is_reg(code[k], 0, kX86Rbp)) {
             fp_rule = LJ_CFI_RULE_SAME;
             fp_off = 0;
           }
@@ -583,14 +519,14 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
       }
     }
     // JLOOP: `sub rsp, imm; (mov [rsp+N], reg)*; jmp reg` enters a trace with the JIT frame.
-    if (x_rsp_imm(code[i], X86_INS_SUB)) {
+    if (x_rsp_imm(code[i], InsnKind::Sub)) {
       size_t j = i + 1;
       while (j < code.size() && j < i + 4 && x_store_rsp(code[j])) ++j;
       if (j < code.size() && x_jmp_reg(code[j])) {
-        jit_extra = code[i].ops[1].value;
+        jit_extra = code[i].ops[1].imm;
         f.add(code[i].end(), code[j].end(),
               fmt::format("JLOOP after sub rsp,{:#x} (trace entry)", jit_extra),
-              f.how(code[i].addr, "lj_BC_JLOOP"),
+              f.how(code[i].address, "lj_BC_JLOOP"),
               sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp,
                      LJ_CFI_VM_CUR_L));
         i = j;
@@ -603,12 +539,12 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
   // label reached from traces, which run with the JIT frame).
   if (jit_extra > 0) {
     for (size_t i = 1; i < code.size(); ++i) {
-      if (code[i - 1].id == X86_INS_JMP && x_rsp_imm(code[i], X86_INS_ADD) &&
-          code[i].ops[1].value == jit_extra) {
-        if (f.covers(code[i].addr)) continue;
-        f.add(code[i].addr, code[i].end(),
+      if (is_jmp(code[i - 1]) && x_rsp_imm(code[i], InsnKind::Add) &&
+          code[i].ops[1].imm == jit_extra) {
+        if (f.covers(code[i].address)) continue;
+        f.add(code[i].address, code[i].end(),
               fmt::format("trace exit to interpreter before add rsp,{:#x}", jit_extra),
-              f.how(code[i].addr, "lj_vm_exit_interp"),
+              f.how(code[i].address, "lj_vm_exit_interp"),
               sp_row(static_cast<int32_t>(frame + jit_extra), LJ_CFI_RULE_AT_CFA, blanket_fp,
                      LJ_CFI_VM_CUR_L));
       }
@@ -620,17 +556,17 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
 // holds only once x29 points at this frame's saved fp/lr pair.
 void detect_arm64(Finder& f, const std::vector<Insn>& code) {
   auto sub_sp = [](const Insn& i) {
-    return i.id == ARM64_INS_SUB && i.op_count == 3 && is_reg(i, 0, ARM64_REG_SP) &&
-           is_reg(i, 1, ARM64_REG_SP) && is_imm(i, 2);
+    return is_kind(i, InsnKind::Sub, 3) && is_reg(i, 0, kA64Sp) && is_reg(i, 1, kA64Sp) &&
+           is_imm(i, 2);
   };
   auto add_sp = [](const Insn& i) {
-    return i.id == ARM64_INS_ADD && i.op_count == 3 && is_reg(i, 0, ARM64_REG_SP) &&
-           is_reg(i, 1, ARM64_REG_SP) && is_imm(i, 2);
+    return is_kind(i, InsnKind::Add, 3) && is_reg(i, 0, kA64Sp) && is_reg(i, 1, kA64Sp) &&
+           is_imm(i, 2);
   };
-  auto fp_lr_pair = [](const Insn& i, unsigned id) {
-    return i.id == id && i.op_count == 3 && is_reg(i, 0, ARM64_REG_X29) &&
-           is_reg(i, 1, ARM64_REG_X30) && i.ops[2].kind == Insn::Op::Mem &&
-           i.ops[2].reg == ARM64_REG_SP;
+  // stp/ldp x29, x30, [sp, #off] (no writeback: those are InsnKind::Other).
+  auto fp_lr_pair = [](const Insn& i, InsnKind kind) {
+    return is_kind(i, kind, 3) && is_reg(i, 0, kA64Fp) && is_reg(i, 1, kA64Lr) &&
+           i.ops[2].kind == OpKind::Mem && i.ops[2].base == kA64Sp;
   };
   auto row = [](uint8_t base, int32_t cfa, bool saved) {
     lj_cfi_row r{};
@@ -645,31 +581,30 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
   };
   for (size_t i = 0; i + 2 < code.size(); ++i) {
     // Prologue: sub sp, sp, #S; stp x29, x30, [sp, #S-16]; add x29, sp, #S-16.
-    if (sub_sp(code[i]) && fp_lr_pair(code[i + 1], ARM64_INS_STP) &&
-        code[i + 2].id == ARM64_INS_ADD && is_reg(code[i + 2], 0, ARM64_REG_X29) &&
-        is_reg(code[i + 2], 1, ARM64_REG_SP)) {
-      int64_t size = code[i].ops[2].value;
-      int64_t slot = code[i + 1].ops[2].value;
-      if (slot + 16 != size || !is_imm(code[i + 2], 2) || code[i + 2].ops[2].value != slot)
-        continue;
+    if (sub_sp(code[i]) && fp_lr_pair(code[i + 1], InsnKind::StorePair) &&
+        code[i + 2].kind == InsnKind::Add && is_reg(code[i + 2], 0, kA64Fp) &&
+        is_reg(code[i + 2], 1, kA64Sp)) {
+      int64_t size = code[i].ops[2].imm;
+      int64_t slot = code[i + 1].ops[2].disp;
+      if (slot + 16 != size || !is_imm(code[i + 2], 2) || code[i + 2].ops[2].imm != slot) continue;
       std::string what = fmt::format("VM entry prologue before add x29, sp, #{:#x}", slot);
-      f.add(code[i].addr, code[i].end(), what, "pattern", row(LJ_CFI_REG_SP, 0, false));
-      f.add(code[i + 1].addr, code[i + 1].end(), what, "pattern",
+      f.add(code[i].address, code[i].end(), what, "pattern", row(LJ_CFI_REG_SP, 0, false));
+      f.add(code[i + 1].address, code[i + 1].end(), what, "pattern",
             row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
-      f.add(code[i + 2].addr, code[i + 2].end(), what, "pattern",
+      f.add(code[i + 2].address, code[i + 2].end(), what, "pattern",
             row(LJ_CFI_REG_SP, static_cast<int32_t>(size), true));
       i += 2;
       continue;
     }
     // Epilogue: ldp x29, x30, [sp, #S-16]; add sp, sp, #S; ret.
-    if (fp_lr_pair(code[i], ARM64_INS_LDP) && add_sp(code[i + 1]) &&
-        code[i + 2].id == ARM64_INS_RET) {
-      int64_t size = code[i + 1].ops[2].value;
-      if (code[i].ops[2].value + 16 != size) continue;
-      f.add(code[i + 1].addr, code[i + 1].end(), "VM exit epilogue after ldp x29, x30", "pattern",
-            row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
-      f.add(code[i + 2].addr, code[i + 2].end(), "VM exit epilogue after ldp x29, x30", "pattern",
-            row(LJ_CFI_REG_SP, 0, false));
+    if (fp_lr_pair(code[i], InsnKind::LoadPair) && add_sp(code[i + 1]) &&
+        code[i + 2].kind == InsnKind::Ret) {
+      int64_t size = code[i + 1].ops[2].imm;
+      if (code[i].ops[2].disp + 16 != size) continue;
+      f.add(code[i + 1].address, code[i + 1].end(), "VM exit epilogue after ldp x29, x30",
+            "pattern", row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
+      f.add(code[i + 2].address, code[i + 2].end(), "VM exit epilogue after ldp x29, x30",
+            "pattern", row(LJ_CFI_REG_SP, 0, false));
       i += 2;
     }
   }
@@ -692,8 +627,8 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
   constexpr size_t kMaxHelperTargets = 64;
   std::set<uint64_t> targets;
   for (const Insn& insn : code) {
-    if (insn.id != X86_INS_CALL || !is_imm(insn, 0)) continue;
-    const auto target = static_cast<uint64_t>(insn.ops[0].value);
+    if (insn.kind != InsnKind::CallDirect || !is_imm(insn, 0)) continue;
+    const auto target = static_cast<uint64_t>(insn.ops[0].imm);
     if (target >= f.vm.begin && target < f.vm.end && !f.covers(target)) targets.insert(target);
     if (targets.size() > kMaxHelperTargets) return;
   }
@@ -707,27 +642,24 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
       work.pop_back();
       if (!reached.insert(i).second) continue;
       const Insn& insn = code[i];
-      const bool touches_rsp =
-          is_reg(insn, 0, X86_REG_RSP) && insn.id != X86_INS_CMP && insn.id != X86_INS_TEST;
-      if (reached.size() > kMaxHelperInsns || insn.id == 0 || x_push(insn) || x_pop(insn) ||
-          touches_rsp || f.covers(insn.addr)) {
+      if (reached.size() > kMaxHelperInsns || insn.kind == InsnKind::Gap || x_push(insn) ||
+          x_pop(insn) || x_writes_rsp(insn) || f.covers(insn.address)) {
         ok = false;
         break;
       }
-      if (insn.id == X86_INS_RET) continue;
-      const bool jcc = insn.id >= X86_INS_JAE && insn.id <= X86_INS_JS && insn.id != X86_INS_JMP;
-      if (insn.id == X86_INS_JMP || jcc) {
+      if (insn.kind == InsnKind::Ret) continue;
+      if (is_jmp(insn) || insn.kind == InsnKind::Branch) {
         if (!is_imm(insn, 0)) {
           ok = false;
           break;
         }
-        auto t = index.find(static_cast<uint64_t>(insn.ops[0].value));
+        auto t = index.find(static_cast<uint64_t>(insn.ops[0].imm));
         if (t == index.end()) {
           ok = false;
           break;
         }
         work.push_back(t->second);
-        if (insn.id == X86_INS_JMP) continue;
+        if (is_jmp(insn)) continue;
       }
       if (i + 1 >= code.size()) {
         ok = false;
@@ -737,16 +669,16 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
     }
     if (!ok) continue;
     bool keeps_vm_regs = true;
-    for (size_t i : reached) keeps_vm_regs &= !code[i].writes_vm_regs;
+    for (size_t i : reached) keeps_vm_regs &= !writes_vm_regs(code[i]);
     const lj_cfi_row leaf =
         sp_row(8, LJ_CFI_RULE_SAME, 0, keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK);
     const std::string what = fmt::format("leaf helper called from the VM at {:#x}", target);
     std::vector<VmSubRange> rows;
     for (size_t i : reached) {  // std::set: ascending addresses
-      if (!rows.empty() && rows.back().end == code[i].addr) {
+      if (!rows.empty() && rows.back().end == code[i].address) {
         rows.back().end = code[i].end();
       } else {
-        rows.push_back({code[i].addr, code[i].end(), what, "pattern", leaf});
+        rows.push_back({code[i].address, code[i].end(), what, "pattern", leaf});
       }
     }
     for (VmSubRange& r : rows) f.add(std::move(r));
@@ -756,13 +688,18 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
 std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,
                                             const lj_cfi_row& blanket) {
   Finder f{file, vm, {}, {}};
-  if (vm.end <= vm.begin || vm.end - vm.begin > (64u << 20)) return {};
-  std::vector<Insn> code = disassemble(file, vm.begin, vm.end);
+  if (vm.end <= vm.begin) return {};
+  // The LuaJIT VM (DynASM output of vm_x64.dasc / vm_arm64.dasc) is code only; undecodable
+  // bytes are Gap instructions, which end every pattern (fail closed). A VM that cannot be
+  // decoded at all (unreadable, over the disassembler's cap) keeps its blanket rule.
+  auto decoded = disasm::disassemble_range(file, vm.begin, vm.end - vm.begin);
+  if (!decoded.ok()) return {};
+  const std::vector<Insn>& code = *decoded;
   if (file.arch() == elf::Arch::X86_64) {
     if (blanket.cfa_base != LJ_CFI_REG_SP) return {};
     // Instruction index by address, for following direct jumps and calls.
     std::map<uint64_t, size_t> index;
-    for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].addr, i);
+    for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].address, i);
     detect_x86(f, code, index, blanket.cfa_offset,
                blanket.fp_rule == LJ_CFI_RULE_AT_CFA ? blanket.fp_offset : -16);
     // C-callable leaf helpers that live inside the VM FDE (vm_x64.dasc "Math helper
@@ -781,16 +718,14 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
       uint64_t covered = s->value;
       bool keeps_vm_regs = true;
       for (const Insn& insn : code) {
-        if (insn.addr >= s->value && insn.addr < s->value + s->size)
-          keeps_vm_regs &= !insn.writes_vm_regs;
+        if (insn.address >= s->value && insn.address < s->value + s->size)
+          keeps_vm_regs &= !writes_vm_regs(insn);
       }
       for (const Insn& insn : code) {
-        if (insn.addr < s->value || insn.addr >= s->value + s->size) continue;
-        if (insn.addr != covered || insn.id == 0) ok = false;
+        if (insn.address < s->value || insn.address >= s->value + s->size) continue;
+        if (insn.address != covered || insn.kind == InsnKind::Gap) ok = false;
         covered = insn.end();
-        bool writes_rsp = is_reg(insn, 0, X86_REG_RSP) && !x_push(insn) && !x_pop(insn) &&
-                          insn.id != X86_INS_CMP && insn.id != X86_INS_TEST;
-        if (!ok || writes_rsp || depth < 8) {
+        if (!ok || x_writes_rsp(insn) || depth < 8) {
           ok = false;
           break;
         }
@@ -799,12 +734,12 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
         if (!rows.empty() && rows.back().row.cfa_offset == r.cfa_offset) {
           rows.back().end = insn.end();
         } else {
-          rows.push_back({insn.addr, insn.end(), fmt::format("{}: C-callable leaf helper", name),
+          rows.push_back({insn.address, insn.end(), fmt::format("{}: C-callable leaf helper", name),
                           "symbol", r});
         }
         if (x_push(insn)) depth += 8;
         if (x_pop(insn)) depth -= 8;
-        if (insn.id == X86_INS_RET) depth = 8;  // a later path starts from the entry depth
+        if (insn.kind == InsnKind::Ret) depth = 8;  // a later path starts from the entry depth
       }
       if (!ok || covered != s->value + s->size) {
         f.add(s->value, s->value + s->size, fmt::format("{}: unexpected stack use", name), "symbol",

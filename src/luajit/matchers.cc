@@ -100,12 +100,18 @@ bool starts_with(const std::string& s, const char* prefix) {
   return s.rfind(prefix, 0) == 0;
 }
 
-// Whether `i` may change `reg` (conservative: unknown instructions with `reg` first do).
+// Whether `i` may change `reg` (conservative: unknown instructions with `reg` first do, and
+// undecodable bytes may hide anything).
 bool writes_reg(const Code& c, const Insn& i, int reg) {
   switch (i.kind) {
+    case InsnKind::Gap:
+      return true;
     case InsnKind::Store:
     case InsnKind::StorePair:
+    case InsnKind::Compare:
+    case InsnKind::Push:
     case InsnKind::Branch:
+    case InsnKind::Jump:
     case InsnKind::JumpIndirect:
     case InsnKind::Ret:
       return false;
@@ -117,19 +123,38 @@ bool writes_reg(const Code& c, const Insn& i, int reg) {
     default:
       break;
   }
-  for (const char* p : {"cmp", "cmn", "test", "tst", "push", "cbz", "cbnz", "tbz", "tbnz"}) {
-    if (starts_with(i.text, p)) return false;
-  }
   if (is_x86(c) && i.kind == InsnKind::Mov && i.op_count == 2 && i.ops[0].kind == Kind::Mem) {
     return false;
   }
   return i.op_count > 0 && i.ops[0].is_reg(reg);
 }
 
+// Windows of consecutive instructions never reach across a Gap: the undecodable bytes may
+// hide any instruction, so a pattern that needs the instructions on both sides is unproven.
+// The end (exclusive) of the forward window [from, from + len): the first Gap in it, else its
+// end within the code.
+size_t window_end(const Code& c, size_t from, size_t len) {
+  const size_t limit = std::min(c.insns.size(), from + len);
+  for (size_t i = from; i < limit; ++i) {
+    if (c.insns[i].kind == InsnKind::Gap) return i;
+  }
+  return limit;
+}
+
+// The start of the backward window of up to `len` instructions before insns[at]: right after
+// the nearest Gap in it.
+size_t window_begin(const Code& c, size_t at, size_t len) {
+  const size_t lo = at > len ? at - len : 0;
+  for (size_t i = at; i-- > lo;) {
+    if (c.insns[i].kind == InsnKind::Gap) return i + 1;
+  }
+  return lo;
+}
+
 // The constant held by `reg` just before insns[at], if the nearest earlier write to it
 // (within `window` instructions) is a move of an immediate (or x86 `xor r, r`).
 std::optional<int64_t> const_before(const Code& c, size_t at, int reg, size_t window) {
-  size_t lo = at > window ? at - window : 0;
+  const size_t lo = window_begin(c, at, window);
   for (size_t j = at; j-- > lo;) {
     const Insn& i = c.insns[j];
     if (!writes_reg(c, i, reg)) continue;
@@ -185,7 +210,7 @@ Result<LuaCloseMatch> match_lua_close(const Code& c) {
       if (a == r) return true;
     return false;
   };
-  const size_t n = std::min<size_t>(c.insns.size(), 96);
+  const size_t n = window_end(c, 0, 96);  // data flow from the entry: up to a Gap
   for (size_t k = 0; k < n; ++k) {
     const Insn& i = c.insns[k];
     if (i.kind == InsnKind::Mov && i.op_count == 2 && i.ops[0].kind == Kind::Reg &&
@@ -259,7 +284,7 @@ Result<ExitHandlerMatch> match_exit_handler(const Code& c) {
     if (!st || !st->is_imm || st->imm != 0 || (st->size != 4 && st->size != 8)) continue;
     if (!valid_base(c, st->base)) continue;
     size_t call = 0;
-    for (size_t q = k + 1; q < std::min(n, k + 4); ++q) {
+    for (size_t q = k + 1; q < window_end(c, k + 1, 3); ++q) {
       if (c.insns[q].kind == InsnKind::CallDirect) {
         call = q;
         break;
@@ -279,7 +304,7 @@ Result<ExitHandlerMatch> match_exit_handler(const Code& c) {
     m.ref_width = st->size;
     m.jit_base = st->disp;
     m.site = clear.address;
-    const size_t lo = k > 48 ? k - 48 : 0;
+    const size_t lo = window_begin(c, k, 48);
     // BASE = [D + jit_base]
     std::optional<size_t> jb_load;
     int base_reg = kNoReg;
@@ -353,10 +378,10 @@ Result<ExitHandlerMatch> match_exit_handler(const Code& c) {
       return kNoReg;
     }();
     bool have_cframe = false;
-    for (size_t q = call + 1; q < std::min(n, call + 5) && !have_cframe; ++q) {
+    for (size_t q = call + 1; q < window_end(c, call + 1, 4) && !have_cframe; ++q) {
       auto cl = as_load(c, c.insns[q]);
       if (!cl || cl->base != l_reg || cl->size != 8) continue;
-      for (size_t r = q + 1; r < std::min(n, q + 4); ++r) {
+      for (size_t r = q + 1; r < window_end(c, q + 1, 3); ++r) {
         const Insn& a = c.insns[r];
         if (a.kind != InsnKind::And) continue;
         const bool src_ok = is_x86(c) ? (a.op_count == 2 && a.ops[0].is_reg(cl->dst) &&
@@ -369,7 +394,7 @@ Result<ExitHandlerMatch> match_exit_handler(const Code& c) {
         m.evidence.push_back(evidence_of(c, a, "& CFRAME_RAWMASK"));
         have_cframe = true;
         const int frame = a.ops[0].reg;
-        for (size_t t = r + 1; t < std::min(n, r + 8); ++t) {
+        for (size_t t = r + 1; t < window_end(c, r + 1, 7); ++t) {
           const Insn& fi = c.insns[t];
           const bool via_frame = [&] {
             for (int o = 0; o < fi.op_count; ++o)
@@ -378,7 +403,10 @@ Result<ExitHandlerMatch> match_exit_handler(const Code& c) {
             return false;
           }();
           if (!via_frame) {
-            if (fi.kind == InsnKind::Branch || fi.kind == InsnKind::JumpIndirect) break;
+            if (fi.kind == InsnKind::Branch || fi.kind == InsnKind::Jump ||
+                fi.kind == InsnKind::JumpIndirect) {
+              break;
+            }
             continue;
           }
           if (auto fs = as_store(c, fi); fs && !fs->is_imm && fs->src == l_reg && m.cframe_L < 0) {
@@ -428,12 +456,14 @@ Result<StateStoreMatch> match_exit_interp(const Code& c, int d, int64_t jit_base
   for (size_t k = 0; k < n; ++k) {
     auto st = as_store(c, c.insns[k]);
     if (!st || st->base != d || st->disp != jit_base || !st->is_imm || st->imm != 0) continue;
+    // A Gap may hide the call: such a site is not shown to be call-free.
     bool call_follows = false;
     for (size_t q = k + 1; q < std::min(n, k + 4); ++q) {
-      if (c.insns[q].kind == InsnKind::CallDirect) call_follows = true;
+      const InsnKind kind = c.insns[q].kind;
+      if (kind == InsnKind::CallDirect || kind == InsnKind::Gap) call_follows = true;
     }
     if (call_follows) continue;
-    for (size_t q = k + 1; q < std::min(n, k + 7); ++q) {
+    for (size_t q = k + 1; q < window_end(c, k + 1, 6); ++q) {
       auto vs = as_store(c, c.insns[q]);
       if (!vs || vs->base != d || vs->disp != vmstate || vs->size != 4) continue;
       auto v = stored_value(c, q, *vs);
@@ -470,7 +500,7 @@ Result<StateStoreMatch> match_c_call_state(const Code& c, int d, int64_t vmstate
     auto vs = as_store(c, c.insns[k]);
     if (!vs || vs->base != d || vs->disp != vmstate || vs->size != 4) continue;
     size_t call = 0;
-    for (size_t q = k + 1; q < std::min(n, k + 3); ++q) {
+    for (size_t q = k + 1; q < window_end(c, k + 1, 2); ++q) {
       if (c.insns[q].kind == InsnKind::CallIndirect) {
         call = q;
         break;
@@ -512,7 +542,7 @@ Result<DispatchSetupMatch> match_dispatch_setup(const Code& c, int64_t glref_off
           ld->dst == kX86Rsp) {
         continue;
       }
-      for (size_t q = k + 1; q < std::min(n, k + 11); ++q) {
+      for (size_t q = k + 1; q < window_end(c, k + 1, 10); ++q) {
         const Insn& a = c.insns[q];
         if (a.kind == InsnKind::Add && a.op_count == 2 && a.ops[0].is_reg(ld->dst) &&
             a.ops[1].kind == Kind::Imm) {
@@ -561,7 +591,7 @@ Result<DispatchSetupMatch> match_dispatch_setup(const Code& c, int64_t glref_off
         a.ops[2].shift != 3) {
       continue;
     }
-    for (size_t q = k + 1; q < std::min(n, k + 4); ++q) {
+    for (size_t q = k + 1; q < window_end(c, k + 1, 3); ++q) {
       auto ld = as_load(c, c.insns[q]);
       if (!ld || ld->base != a.ops[0].reg || ld->size != 8) continue;
       const int64_t dist = ld->disp;
@@ -638,12 +668,12 @@ Result<CframeLinkMatch> match_cframe_link(const Code& c, int64_t L_cframe) {
   for (size_t k = 0; k < n; ++k) {
     auto ld = as_load(c, c.insns[k]);
     if (!ld || ld->disp != L_cframe || ld->size != 8 || !valid_base(c, ld->base)) continue;
-    for (size_t j = k + 1; j < std::min(n, k + 13); ++j) {
+    for (size_t j = k + 1; j < window_end(c, k + 1, 12); ++j) {
       auto ps = as_store(c, c.insns[j]);
       if (ps && !ps->is_imm && ps->src == ld->dst && ps->base == sp && ps->size == 8) {
         // then L->cframe = sp
         bool linked = false;
-        for (size_t q = j + 1; q < std::min(n, j + 13) && !linked; ++q) {
+        for (size_t q = j + 1; q < window_end(c, j + 1, 12) && !linked; ++q) {
           auto cs = as_store(c, c.insns[q]);
           if (!cs || cs->is_imm || cs->disp != L_cframe || cs->size != 8 ||
               !valid_base(c, cs->base)) {
@@ -711,7 +741,7 @@ Result<JloopMatch> match_jloop(const Code& c, int d) {
         (arr->size != 4 && arr->size != 8)) {
       continue;
     }
-    for (size_t j = k + 1; j < std::min(n, k + 4); ++j) {
+    for (size_t j = k + 1; j < window_end(c, k + 1, 3); ++j) {
       const Insn& el = c.insns[j];
       const bool x86_load = is_x86(c) && el.kind == InsnKind::Mov;
       const bool a64_load = !is_x86(c) && el.kind == InsnKind::Load;
@@ -720,10 +750,10 @@ Result<JloopMatch> match_jloop(const Code& c, int d) {
         continue;
       }
       const int trace_reg = el.ops[0].reg;
-      for (size_t q = j + 1; q < std::min(n, j + 4); ++q) {
+      for (size_t q = j + 1; q < window_end(c, j + 1, 3); ++q) {
         auto mc = as_load(c, c.insns[q]);
         if (!mc || mc->base != trace_reg || mc->size != 8) continue;
-        for (size_t r = q + 1; r < std::min(n, q + 12); ++r) {
+        for (size_t r = q + 1; r < window_end(c, q + 1, 11); ++r) {
           const Insn& jmp = c.insns[r];
           if (jmp.kind == InsnKind::JumpIndirect && jmp.op_count == 1 &&
               jmp.ops[0].is_reg(mc->dst)) {
@@ -840,7 +870,7 @@ const Insn* trace_index_load(const Code& c, size_t j, size_t n, int t_reg) {
 Result<TraceinfoMatch> match_traceinfo(const Code& c, int64_t glref_offset, uint8_t ref_width) {
   constexpr size_t kWindow = 12;  // instructions from `G = G(L)` to `T = [G + disp]`
   std::vector<int> l_alias = {arg0_reg(c)};
-  const size_t n = std::min<size_t>(c.insns.size(), 128);
+  const size_t n = window_end(c, 0, 128);  // data flow from the entry: up to a Gap
   for (size_t k = 0; k < n; ++k) {
     const Insn& i = c.insns[k];
     if (i.kind == InsnKind::Mov && i.op_count == 2 && i.ops[0].kind == Kind::Reg &&
@@ -915,15 +945,18 @@ Result<TolstringMatch> match_tolstring(const Code& c) {
     }
     if (h < 12 || h > 64 || h % 4 != 0) continue;
     bool returns = false;
-    for (size_t q = k + 1; q < std::min(n, k + 9); ++q) {
-      if (c.insns[q].kind == InsnKind::Ret) {
+    for (size_t q = k + 1; q < window_end(c, k + 1, 8); ++q) {
+      const Insn& next = c.insns[q];
+      if (next.kind == InsnKind::Ret) {
         returns = true;
         break;
       }
-      if (writes_reg(c, c.insns[q], r0) || c.insns[q].kind == InsnKind::Branch) break;
+      if (writes_reg(c, next, r0) || next.kind == InsnKind::Branch || next.kind == InsnKind::Jump) {
+        break;
+      }
     }
     if (!returns) continue;
-    for (size_t j = k; j-- > (k > 6 ? k - 6 : 0);) {
+    for (size_t j = k; j-- > window_begin(c, k, 6);) {
       auto ld = as_load(c, c.insns[j]);
       if (ld && ld->base == src && ld->size == 4 && ld->disp > 0 && ld->disp < h) {
         TolstringMatch m;
@@ -960,7 +993,7 @@ Result<GettopMatch> match_gettop(const Code& c) {
       if (it->first == r) return it->second;
     return std::nullopt;
   };
-  const size_t n = std::min<size_t>(c.insns.size(), 8);
+  const size_t n = window_end(c, 0, 8);  // data flow from the entry: up to a Gap
   for (size_t k = 0; k < n; ++k) {
     const Insn& i = c.insns[k];
     if (auto ld = as_load(c, i); ld && ld->base == l && ld->size == 8) {
@@ -986,7 +1019,7 @@ Result<GettopMatch> match_gettop(const Code& c) {
     }
     if (!top || !base) continue;
     bool returns = false;
-    for (size_t q = k + 1; q < std::min(c.insns.size(), k + 4); ++q) {
+    for (size_t q = k + 1; q < window_end(c, k + 1, 3); ++q) {
       if (c.insns[q].kind == InsnKind::Ret) returns = true;
     }
     if (!returns || *top <= *base || *base <= 0 || *top >= 256 || *base % 8 || *top % 8) {
@@ -1014,13 +1047,13 @@ Result<GcRootMatch> match_gc_root(const Code& c, uint8_t ref_width) {
   for (size_t k = 0; k < n; ++k) {
     auto head = as_load(c, c.insns[k]);
     if (!head || head->size != ref_width || head->disp <= 0 || head->disp >= 512) continue;
-    for (size_t j = k + 1; j < std::min(n, k + 1 + kWindow); ++j) {
+    for (size_t j = k + 1; j < std::min(n, window_end(c, k + 1, kWindow)); ++j) {
       auto link = as_store(c, c.insns[j]);
       if (!link || link->is_imm || link->src != head->dst || link->disp != 0 ||
           link->size != ref_width || link->base == head->base) {
         continue;
       }
-      for (size_t m = j + 1; m < std::min(n, j + 1 + kWindow); ++m) {
+      for (size_t m = j + 1; m < std::min(n, window_end(c, j + 1, kWindow)); ++m) {
         auto set = as_store(c, c.insns[m]);
         if (!set || set->is_imm || set->base != head->base || set->disp != head->disp ||
             set->src != link->base || set->size != ref_width) {

@@ -1,5 +1,5 @@
 // Instruction-pattern matchers that read LuaJIT structure offsets out of a binary's own
-// machine code (x86-64 and AArch64, decoded by Capstone through disasm.h).
+// machine code (x86-64 and AArch64, decoded by disasm/disasm.h).
 //
 // Each matcher gets the decoded instructions of one function (or of the whole VM interval
 // when the binary is stripped) and either returns every value it matched together with the
@@ -17,10 +17,22 @@
 #include <vector>
 
 #include "common/result.h"
+#include "disasm/disasm.h"
 #include "elf/elf_file.h"
-#include "luajit/disasm.h"
 
 namespace ljprof::luajit {
+
+// The matchers speak the disassembler's vocabulary.
+using disasm::hex_bytes;
+using disasm::Insn;
+using disasm::InsnKind;
+using disasm::kA64Sp;
+using disasm::kA64Zr;
+using disasm::kNoReg;
+using disasm::kX86Rip;
+using disasm::kX86Rsp;
+using disasm::Operand;
+using disasm::register_name;
 
 // One instruction that proves a value.
 struct Evidence {

@@ -23,14 +23,14 @@ Result<DecodedFunction> decode_symbol(const elf::ElfFile& file, const char* name
   const elf::Symbol* sym = file.find_symbol(name);
   if (sym == nullptr) return make_error("{}: no symbol {}", file.path(), name);
   uint64_t len = sym->size ? sym->size : kUnsizedFunctionBytes;
-  if (len > DisasmLimits::kMaxFunctionBytes) {
-    return make_error("{}: {} is {} bytes, above the cap of {}", file.path(), name, len,
-                      DisasmLimits::kMaxFunctionBytes);
+  if (len > disasm::DisasmLimits::kMaxFunctionBytes) {
+    return make_error("{}: {} is {} bytes, above the cap of {} (DisasmLimits::kMaxFunctionBytes)",
+                      file.path(), name, len, disasm::DisasmLimits::kMaxFunctionBytes);
   }
-  auto insns = disassemble_range(file, sym->value, len);
+  auto insns = disasm::disassemble_range(file, sym->value, len);
   if (!insns.ok()) {
     // An unsized symbol near the end of its segment: retry with what the segment holds.
-    if (sym->size == 0) insns = disassemble_range(file, sym->value, 64);
+    if (sym->size == 0) insns = disasm::disassemble_range(file, sym->value, 64);
     if (!insns.ok())
       return make_error("{}: cannot read {}: {}", file.path(), name, insns.message());
   }
@@ -96,8 +96,8 @@ std::optional<GcRootMatch> find_gc_root(const elf::ElfFile& file, uint8_t ref_wi
     }
     for (uint64_t target : targets) {
       if (todo.size() >= 8) break;
-      auto callee = disassemble_range(file, target, 256);
-      if (!callee.ok()) callee = disassemble_range(file, target, 64);
+      auto callee = disasm::disassemble_range(file, target, 256);
+      if (!callee.ok()) callee = disasm::disassemble_range(file, target, 64);
       if (!callee.ok()) continue;
       DecodedFunction f;
       f.arch = file.arch();
@@ -359,11 +359,10 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
 
   // The VM interval and its code.
   LJ_ASSIGN_OR_RETURN(info.vm, find_vm_interval(file));
-  if (info.vm.end <= info.vm.begin || info.vm.end - info.vm.begin > DisasmLimits::kMaxVmBytes) {
-    return fail("VM interval", fmt::format("[{:#x}, {:#x}) is empty or larger than {} bytes",
-                                           info.vm.begin, info.vm.end, DisasmLimits::kMaxVmBytes));
+  if (info.vm.end <= info.vm.begin) {
+    return fail("VM interval", fmt::format("[{:#x}, {:#x}) is empty", info.vm.begin, info.vm.end));
   }
-  auto vm_insns = disassemble_range(file, info.vm.begin, info.vm.end - info.vm.begin);
+  auto vm_insns = disasm::disassemble_range(file, info.vm.begin, info.vm.end - info.vm.begin);
   if (!vm_insns.ok()) return fail("VM interval", vm_insns.message());
   const Code vm{info.arch, vm_label(info.vm), *vm_insns};
 

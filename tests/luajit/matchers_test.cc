@@ -467,5 +467,55 @@ TEST(MatchGettop, BothArches) {
   EXPECT_FALSE(luajit::match_gettop(swapped.code()).ok());
 }
 
+// Undecodable bytes (disasm's Gap instructions) end every window: no pattern matches across
+// them, on either architecture. Each input is one the tests above match without the gap.
+bool gap_before(const test::Assembled& a, luajit::InsnKind next) {
+  for (size_t i = 0; i + 1 < a.insns.size(); ++i) {
+    if (a.insns[i].kind == luajit::InsnKind::Gap && a.insns[i + 1].kind == next) return true;
+  }
+  return false;
+}
+
+TEST(MatchAcrossGap, X86LuaCloseStoreAfterUndecodableByte) {
+  const std::string head =
+      "push rbp\n push rbx\n mov rbp, qword ptr [rdi + 0x10]\n"
+      "mov rbx, qword ptr [rbp + 0xc0]\n mov rdi, rbx\n call 1f\n";
+  const std::string tail = "mov qword ptr [rbp + 0x170], 0\n 1: ret\n";
+  auto whole = assemble_code(Arch::X86_64, head + tail);
+  ASSERT_TRUE(luajit::match_lua_close(whole.code("lua_close")).ok());
+  // 0x06 (push es) is invalid in 64-bit mode.
+  auto split = assemble_code(Arch::X86_64, head + ".byte 0x06\n" + tail);
+  ASSERT_TRUE(gap_before(split, luajit::InsnKind::Mov));
+  auto m = luajit::match_lua_close(split.code("lua_close"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("no zero store through g"), std::string::npos) << m.message();
+}
+
+TEST(MatchAcrossGap, X86ExitHandlerClearThenGapThenCall) {
+  auto a = assemble_code(Arch::X86_64,
+                         tt33_exit_handler_x86("mov qword ptr [r14 - 0xe20], 0\n .byte 0x06"));
+  ASSERT_TRUE(gap_before(a, luajit::InsnKind::CallDirect));
+  EXPECT_FALSE(luajit::match_exit_handler(a.code("lj_vm_exit_handler")).ok());
+  // vm_exit_interp: a Gap right after the jit_base clear may hide a call.
+  auto interp = assemble_code(Arch::X86_64,
+                              "mov qword ptr [r14 - 0xe20], 0\n .byte 0x06\n"
+                              "mov dword ptr [r14 - 0xe58], -1\n mov eax, dword ptr [rbx]\n");
+  ASSERT_TRUE(gap_before(interp, luajit::InsnKind::Mov));
+  EXPECT_FALSE(luajit::match_exit_interp(interp.code(), kR14, -0xe20, -0xe58).ok());
+}
+
+TEST(MatchAcrossGap, Arm64ExitHandlerAndJloop) {
+  // 0x00000000 is in no allocated AArch64 encoding space.
+  auto eh = assemble_code(Arch::AArch64,
+                          tt33_exit_handler_arm64("str xzr, [x22, #496]\n .inst 0x00000000"));
+  ASSERT_TRUE(gap_before(eh, luajit::InsnKind::Add));
+  EXPECT_FALSE(luajit::match_exit_handler(eh.code()).ok());
+  auto jloop = assemble_code(Arch::AArch64,
+                             "ldr x0, [x22, #1088]\n .inst 0x00000000\n"
+                             "ldr x28, [x0, x28, lsl #3]\n ldr x27, [x28, #88]\n br x27\n");
+  ASSERT_TRUE(gap_before(jloop, luajit::InsnKind::Load));
+  EXPECT_FALSE(luajit::match_jloop(jloop.code(), kX22).ok());
+}
+
 }  // namespace
 }  // namespace ljprof
