@@ -1,8 +1,10 @@
-// Building the walker table of real binaries: ms per binary and rows/s.
+// Building the walker table of real binaries, with the overlays luajit/ computes for them (the
+// LuaJIT VM's sub-ranges in tarantool): ms per binary and rows/s.
 #include <benchmark/benchmark.h>
 
 #include "cfi/cfi.h"
 #include "elf/elf_file.h"
+#include "luajit/vm_cfi.h"
 
 namespace {
 
@@ -14,7 +16,8 @@ void BuildTable(benchmark::State& state, const char* path) {
   }
   size_t rows = 0;
   for (auto _ : state) {
-    auto table = ljprof::cfi::build_unwind_table(**file, std::nullopt);
+    auto table =
+        ljprof::cfi::build_unwind_table(**file, ljprof::luajit::unwind_overlays(**file).overlays);
     if (!table.ok()) {
       state.SkipWithError(table.message().c_str());
       return;

@@ -1,7 +1,8 @@
-// libFuzzer target for the CFI parser and table builder. The input's first byte picks the
-// architecture; the rest becomes the .eh_frame section of a small ELF built around it (with a
-// .symtab naming `coro_startup`), so every mutation lands in CFI structure rather than in ELF
-// headers. Any input must give an error or a table whose rows are sorted and addressable.
+// libFuzzer target for the CFI parser and table builder, with the LuaJIT overlays luajit/
+// computes for it. The input's first byte picks the architecture; the rest becomes the .eh_frame
+// section of a small ELF built around it (with a .symtab naming `coro_startup`), so every
+// mutation lands in CFI structure rather than in ELF headers. Any input must give an error or a
+// table whose rows are sorted and addressable.
 #include <elf.h>
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 
 #include "cfi/cfi.h"
 #include "elf/elf_file.h"
+#include "luajit/vm_cfi.h"
 
 namespace {
 
@@ -105,12 +107,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = ljprof::elf::ElfFile::from_memory(image, "cfi-fuzz-input");
   if (!file.ok()) return 0;
   namespace cfi = ljprof::cfi;
+  namespace luajit = ljprof::luajit;
   (void)cfi::list_fdes(**file);
-  (void)cfi::find_interpreter_fde(**file);
-  // The VM hint covers the fuzzed bytes themselves, so the sub-range patterns disassemble them.
-  cfi::VmHints vm{kBase + 128, kBase + 192 + size - 1};
-  for (const auto& hint : {std::optional<cfi::VmHints>{}, std::optional<cfi::VmHints>{vm}}) {
-    auto table = cfi::build_unwind_table(**file, hint);
+  (void)luajit::find_interpreter_fde(**file);
+  // The VM interval covers the fuzzed bytes themselves, so the sub-range patterns disassemble
+  // them.
+  luajit::VmInterval vm{kBase + 128, kBase + 192 + size - 1, "fuzz"};
+  for (const auto& interval :
+       {std::optional<luajit::VmInterval>{}, std::optional<luajit::VmInterval>{vm}}) {
+    auto table = cfi::build_unwind_table(**file, luajit::unwind_overlays(**file, interval));
     if (!table.ok()) continue;
     auto rows = table->rows();
     for (size_t i = 1; i < rows.size(); ++i) {
@@ -120,8 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (table->row_at(row.pc_start) != &row) __builtin_trap();
       (void)cfi::describe_row(row, table->arch());
     }
-    auto cframe = cfi::derive_vm_cframe(*table, vm.begin, vm.end);
-    if (cframe.ok()) (void)cfi::to_json(*cframe).dump();
+    auto cframe = luajit::derive_vm_cframe(*table, vm.begin, vm.end);
+    if (cframe.ok()) (void)luajit::to_json(*cframe).dump();
   }
   return 0;
 }

@@ -1,16 +1,15 @@
 // cfi: call frame information (.eh_frame / .debug_frame) -> the walker's compact rows.
 //
-// Three layers:
+// Two layers, and nothing about any particular runtime:
 //  - list_fdes / fde_rows: every FDE of a file with its full-fidelity rows (what readelf's
 //    --debug-dump=frames-interp shows: CFA rule, return-address and frame-pointer rules).
 //  - build_unwind_table: one sorted table of `lj_cfi_row` (bpf/walker/cfi_row.h) for the
-//    walker, with Invalid gaps, Stop roots, Keep VM rows and delta compaction.
-//  - derive_vm_cframe: how to step over the LuaJIT VM's C frame to its native caller.
+//    walker, with Invalid gaps, Stop roots, caller-computed overlays (luajit/ computes the
+//    LuaJIT VM's) and delta compaction.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -24,6 +23,18 @@ extern "C" {
 }
 
 namespace ljprof::cfi {
+
+// DWARF register numbers (x86-64 psABI §3.6.2; AArch64 DWARF ABI "DWARF register names") and
+// names of the registers the walker's rows use.
+struct ArchRegs {
+  uint32_t sp;
+  uint32_t fp;
+  uint32_t ra;
+  const char* sp_name;
+  const char* fp_name;
+  const char* ra_name;
+};
+ArchRegs arch_regs(elf::Arch arch);
 
 // Caps on the work one file can cost. Exceeding one fails that FDE (or the table, for the
 // per-binary caps) with a message naming the cap.
@@ -145,30 +156,38 @@ class FdeRowReader {
 // The rows of one FDE (as listed by list_fdes of the same file); opens a reader per call.
 Result<std::vector<CfiRow>> fde_rows(const elf::ElfFile& file, const FdeSummary& fde);
 
-// LuaJIT describes its whole interpreter with one large FDE whose CIE has a personality
-// (lj_err_unwind_dwarf, augmentation "zPR"). Finds that FDE in .eh_frame: the largest FDE
-// with a personality, at least kMinInterpreterBytes long, whose CFA rule is the VM's
-// (x86-64: rsp + const; AArch64: x29 + 16 or sp + const). Fails when none or more than one
-// qualifies (ambiguous), naming the candidates. When the file has `lj_vm_asm_begin`, the
-// FDE must start there.
-constexpr uint64_t kMinInterpreterBytes = 4096;
-Result<FdeSummary> find_interpreter_fde(const elf::ElfFile& file);
-
-// The VM interval [begin, end), from src/luajit when known (lj_vm_asm_begin .. end of
-// lj_vm_ffi_call or the interpreter FDE).
-struct VmHints {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-};
-
-// A known VM sub-range whose blanket CFI row is wrong, and what replaced it.
-struct VmSubRange {
+// A range whose walker rows the caller knows better than the file's CFI does. cfi/ knows no
+// runtime: luajit/ computes the LuaJIT VM's overlays (luajit/vm_cfi.h). build_unwind_table
+// applies them in order after the FDE rows, before delta compaction.
+struct Overlay {
+  enum class Kind : uint8_t {
+    Replace,  // [begin, end) gets `row` (its pc_start is ignored); the rule at `end` is kept
+    Hint,     // rows in [begin, end) whose hint is Ok keep their rule and take row.hint
+  };
   uint64_t begin = 0;
   uint64_t end = 0;
   std::string what;  // e.g. "lj_vm_resume prologue before sub rsp,0x28"
-  std::string how;   // "symbol" or "pattern"
-  lj_cfi_row row{};  // the row that replaced the blanket rule (hint Keep or Invalid)
+  std::string how;   // how the caller proved it, e.g. "symbol" or "pattern"
+  lj_cfi_row row{};
+  Kind kind = Kind::Replace;
 };
+
+// Rows for overlays (pc_start is set where they are placed): no usable rule (hint Invalid), and
+// CFA = sp + `cfa` with the return address at CFA - 8 (x86-64 code that has moved rsp since the
+// call only by pushes and constant adjustments) and the caller's frame pointer per
+// fp_rule/fp_off.
+lj_cfi_row invalid_row(uint64_t pc);
+lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint);
+
+// The walker row the table takes for `pc` from the file's CFI alone (no overlays), and the range
+// of the FDE it comes from; nullopt when no FDE covers pc. Fails like build_unwind_table when
+// the section's structure is broken.
+struct FdeRowAt {
+  uint64_t fde_begin = 0;
+  uint64_t fde_end = 0;
+  lj_cfi_row row{};
+};
+Result<std::optional<FdeRowAt>> fde_row_at(const elf::ElfFile& file, uint64_t pc);
 
 class UnwindTable {
  public:
@@ -177,12 +196,11 @@ class UnwindTable {
   // The row covering `pc` (link-time), or nullptr when pc is before the first row. A pc at
   // or past the end of the last FDE gets the final Invalid row.
   const lj_cfi_row* row_at(uint64_t pc) const;
-  // Section offset of the FDE each row came from (parallel to rows(); UINT64_MAX for gap,
-  // synthetic-root and VM sub-range rows).
+  // Section offset of the FDE each row came from (parallel to rows(); UINT64_MAX for gap and
+  // Replace overlay rows).
   std::span<const uint64_t> row_fde_offsets() const { return row_fde_offsets_; }
   std::span<const FdeError> fde_errors() const { return fde_errors_; }
-  std::span<const VmSubRange> vm_subranges() const { return vm_subranges_; }
-  std::optional<VmHints> vm() const { return vm_; }
+  std::span<const Overlay> overlays() const { return overlays_; }  // as applied
   uint64_t fde_count() const { return fde_count_; }
   CfiSection section() const { return section_; }
   // The link-time start of the FDE covering `pc` (the function it describes, for naming code in
@@ -192,14 +210,13 @@ class UnwindTable {
   std::optional<uint64_t> function_end(uint64_t pc) const;
 
  private:
-  friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, const std::optional<VmHints>&);
+  friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, std::span<const Overlay>);
   elf::Arch arch_ = elf::Arch::X86_64;
   CfiSection section_ = CfiSection::EhFrame;
   std::vector<lj_cfi_row> rows_;
   std::vector<uint64_t> row_fde_offsets_;
   std::vector<FdeError> fde_errors_;
-  std::vector<VmSubRange> vm_subranges_;
-  std::optional<VmHints> vm_;
+  std::vector<Overlay> overlays_;
   uint64_t fde_count_ = 0;
   struct FunctionRange {
     uint64_t begin = 0;
@@ -209,37 +226,15 @@ class UnwindTable {
   const FunctionRange* function_at(uint64_t pc) const;
 };
 
-// Builds the walker table from .eh_frame (from .debug_frame when the file has no .eh_frame).
-// `vm` marks the LuaJIT VM interval (rows there get hint Keep, and the known wrong sub-ranges
-// are replaced); without it, the interpreter FDE found by find_interpreter_fde is used when
-// there is exactly one.
-Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::optional<VmHints>& vm);
-
-// How to step from a pc inside the VM/JIT C frame to its native caller.
-struct VmCframe {
-  elf::Arch arch = elf::Arch::X86_64;
-  uint64_t vm_begin = 0;
-  uint64_t vm_end = 0;
-  uint8_t cfa_base = LJ_CFI_REG_SP;  // LJ_CFI_REG_SP (x86-64: CFA = rsp + frame size) or FP
-  int32_t cfa_offset = 0;            // x86-64: the C frame size (CFRAME_SIZE), e.g. 80
-  uint8_t ra_rule = LJ_CFI_RULE_AT_CFA;
-  int32_t ra_offset = 0;  // caller's PC at CFA + ra_offset
-  uint8_t fp_rule = LJ_CFI_RULE_SAME;
-  int32_t fp_offset = 0;            // caller's FP at CFA + fp_offset (when AT_CFA)
-  uint64_t fde_section_offset = 0;  // the FDE the rule came from
-  uint64_t covered_bytes = 0;       // bytes of [vm_begin, vm_end) governed by this rule
-};
-
-// The rule governing most of [vm_begin, vm_end) among the table's Ok/Keep rows. Fails when
-// the interval has no such row, or its rule is not SP/FP + offset with the RA in memory.
-Result<VmCframe> derive_vm_cframe(const UnwindTable& table, uint64_t vm_begin, uint64_t vm_end);
-
-// {"vm_begin","vm_end","cfa":"rsp+80","cfa_base":"sp","cfa_offset":80,"ra":"cfa-8",
-//  "fp":"cfa-16","fde_offset","covered_bytes"} with register names of the cframe's arch.
-nlohmann::ordered_json to_json(const VmCframe& cframe);
+// Builds the walker table from .eh_frame (from .debug_frame when the file has no .eh_frame),
+// then applies `overlays` in order.
+Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
+                                       std::span<const Overlay> overlays = {});
 
 // Human-readable forms used by `ljprof cfi` and error messages.
 std::string describe_row(const lj_cfi_row& row, elf::Arch arch);  // "rsp+80 ra=cfa-8 fp=cfa-16"
 const char* hint_name(uint8_t hint);                              // "ok", "invalid", ...
+// One register rule: "[cfa-8]" (saved at), "cfa+16" (value), `reg` (same value), "undefined".
+std::string rule_text(uint8_t rule, int32_t offset, const char* reg);
 
 }  // namespace ljprof::cfi

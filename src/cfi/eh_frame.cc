@@ -20,12 +20,12 @@ const char* cfi_section_name(CfiSection section) {
   return section == CfiSection::EhFrame ? ".eh_frame" : ".debug_frame";
 }
 
-namespace internal {
-
 ArchRegs arch_regs(elf::Arch arch) {
   if (arch == elf::Arch::AArch64) return {31, 29, 30, "sp", "x29", "x30"};
   return {7, 6, 16, "rsp", "rbp", "rip"};
 }
+
+namespace internal {
 
 std::string libdw_error() {
   const char* msg = dwarf_errmsg(-1);

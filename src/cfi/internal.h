@@ -1,5 +1,5 @@
-// Internals shared by the cfi sources: libelf/libdw handles over an ElfFile's bytes, the
-// DWARF register numbers of the two ABIs, and encoded-pointer decoding.
+// Internals shared by the cfi sources: libelf/libdw handles over an ElfFile's bytes and
+// encoded-pointer decoding.
 #pragma once
 
 #include <dwarf.h>
@@ -13,17 +13,6 @@
 #include "cfi/cfi.h"
 
 namespace ljprof::cfi::internal {
-
-// DWARF register numbers (x86-64 psABI §3.6.2; AArch64 DWARF ABI "DWARF register names").
-struct ArchRegs {
-  uint32_t sp;
-  uint32_t fp;
-  uint32_t ra;
-  const char* sp_name;
-  const char* fp_name;
-  const char* ra_name;
-};
-ArchRegs arch_regs(elf::Arch arch);
 
 // An Elf* over the ElfFile's mapping (libelf never writes to a read-only image it did not
 // open for writing, so the const_cast in the implementation is safe).
@@ -66,19 +55,6 @@ std::string libdw_error();
 }  // namespace ljprof::cfi::internal
 
 namespace ljprof::cfi::internal {
-
-// A walker row with no usable rule ("no CFI") starting at `pc` (table.cc).
-lj_cfi_row invalid_row(uint64_t pc);
-
-// A row with CFA = sp + `cfa` and the return address at CFA - 8 (x86-64: code that has not
-// moved rsp since the call except by pushes), the caller's frame pointer per fp_rule/fp_off.
-// The default hint is the VM's Keep (vm.cc); pc_start is left 0 for the caller to set.
-lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint = LJ_CFI_KEEP);
-
-// The VM sub-ranges whose blanket row `blanket` (the interpreter FDE's rule, hint Keep) is
-// wrong, found from symbols where present and Capstone patterns otherwise (vm.cc).
-std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,
-                                            const lj_cfi_row& blanket);
 
 // .eh_frame_hdr must agree with the enumerated FDEs, since libdw looks FDEs up through it
 // (table.cc). OK when the file has no .eh_frame_hdr.

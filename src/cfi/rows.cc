@@ -150,7 +150,7 @@ Result<std::vector<CfiRow>> FdeRowReader::rows(const FdeSummary& fde) const {
   if (fde.section != state_->section) return fail("reader opened for another section");
   std::vector<CfiRow> rows;
   if (fde.pc_end <= fde.pc_begin) return rows;
-  const uint32_t fp_reg = internal::arch_regs(state_->arch).fp;
+  const uint32_t fp_reg = arch_regs(state_->arch).fp;
   uint64_t addr = fde.pc_begin;
   while (addr < fde.pc_end) {
     if (rows.size() >= CfiLimits::kMaxRowsPerFde) {

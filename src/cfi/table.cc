@@ -1,5 +1,5 @@
-// The walker table: FDE rows -> sorted lj_cfi_row with Invalid gaps, Stop roots, Keep VM
-// rows, VM sub-range corrections and delta compaction.
+// The walker table: FDE rows -> sorted lj_cfi_row with Invalid gaps, Stop roots, the caller's
+// overlays and delta compaction.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,8 +11,6 @@
 namespace ljprof::cfi {
 
 namespace {
-
-using internal::invalid_row;
 
 constexpr uint64_t kNoFde = std::numeric_limits<uint64_t>::max();
 
@@ -26,7 +24,7 @@ bool fits_i32(int64_t v) {
 // end of the stack"): _start, clone/clone3 thread starts, Tarantool's coro_init. Those rows
 // become Stop.
 lj_cfi_row compact(const CfiRow& r, elf::Arch arch) {
-  internal::ArchRegs regs = internal::arch_regs(arch);
+  ArchRegs regs = arch_regs(arch);
   lj_cfi_row row = invalid_row(r.pc_begin);
   if (r.cfa.kind != CfaRule::Kind::RegOffset || !fits_i32(r.cfa.offset)) return row;
   if (r.cfa.reg == regs.sp) {
@@ -134,33 +132,29 @@ struct Builder {
     rows.insert(rows.begin() + static_cast<long>(lo), {row, after});
     origins.insert(origins.begin() + static_cast<long>(lo), {origin, after_origin});
   }
+
+  // Rows in [begin, end) with hint Ok take `hint` (the rules stay; the table's last row, past
+  // every FDE, is never one of them).
+  void rehint(uint64_t begin, uint64_t end, uint8_t hint) {
+    split(begin);
+    split(end);
+    for (size_t i = 0; i + 1 < rows.size(); ++i) {
+      if (rows[i].pc_start >= begin && rows[i].pc_start < end && rows[i].hint == LJ_CFI_OK) {
+        rows[i].hint = hint;
+      }
+    }
+  }
+
+  void apply(const Overlay& o) {
+    if (o.kind == Overlay::Kind::Hint) {
+      rehint(o.begin, o.end, o.row.hint);
+    } else {
+      overlay(o.begin, o.end, o.row, kNoFde);
+    }
+  }
 };
 
-// Tarantool's arm64 fiber trampoline (third_party/coro, coro_startup): AArch64 ELF, a .symtab
-// symbol named exactly "coro_startup", and at it `mov x0, x20; blr x19; b <anything>`. It has
-// no CFI; this exact signature proves it is the bottom of a fiber stack.
-std::vector<uint64_t> find_coro_startup(const elf::ElfFile& file) {
-  std::vector<uint64_t> found;
-  if (file.arch() != elf::Arch::AArch64) return found;
-  for (const elf::Symbol& sym : file.symbols()) {
-    if (sym.table != elf::SymbolTable::Symtab || !sym.defined() || sym.name != "coro_startup") {
-      continue;
-    }
-    auto bytes = file.read(sym.value, 12);
-    if (!bytes.ok()) continue;
-    uint32_t w[3];
-    std::memcpy(w, bytes->data(), 12);
-    const bool mov_x0_x20 = w[0] == 0xaa1403e0;              // orr x0, xzr, x20
-    const bool blr_x19 = w[1] == 0xd63f0260;                 // blr x19
-    const bool b_imm26 = (w[2] & 0xfc000000) == 0x14000000;  // b <imm26>
-    if (mov_x0_x20 && blr_x19 && b_imm26) found.push_back(sym.value);
-  }
-  return found;
-}
-
 }  // namespace
-
-namespace internal {
 
 lj_cfi_row invalid_row(uint64_t pc) {
   lj_cfi_row row{};
@@ -170,6 +164,20 @@ lj_cfi_row invalid_row(uint64_t pc) {
   row.fp_rule = LJ_CFI_RULE_UNKNOWN;
   return row;
 }
+
+lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint) {
+  lj_cfi_row r{};
+  r.hint = hint;
+  r.cfa_base = LJ_CFI_REG_SP;
+  r.cfa_offset = cfa;
+  r.ra_rule = LJ_CFI_RULE_AT_CFA;
+  r.ra_offset = -8;
+  r.fp_rule = fp_rule;
+  r.fp_offset = fp_off;
+  return r;
+}
+
+namespace internal {
 // .eh_frame_hdr's binary-search table is what libdw uses to find an FDE by pc; a table that
 // disagrees with the section would make libdw answer with another FDE's rows, so it must
 // match the enumeration exactly or the whole table fails.
@@ -268,7 +276,7 @@ const char* hint_name(uint8_t hint) {
   }
 }
 
-static std::string rule_text(uint8_t rule, int32_t offset, const char* reg) {
+std::string rule_text(uint8_t rule, int32_t offset, const char* reg) {
   switch (rule) {
     case LJ_CFI_RULE_SAME:
       return fmt::format("{}", reg);
@@ -284,7 +292,7 @@ static std::string rule_text(uint8_t rule, int32_t offset, const char* reg) {
 }
 
 std::string describe_row(const lj_cfi_row& row, elf::Arch arch) {
-  internal::ArchRegs regs = internal::arch_regs(arch);
+  ArchRegs regs = arch_regs(arch);
   if (row.hint == LJ_CFI_INVALID) return "no rule";
   return fmt::format("cfa={}{:+d} ra={} fp={}",
                      row.cfa_base == LJ_CFI_REG_SP ? regs.sp_name : regs.fp_name, row.cfa_offset,
@@ -317,7 +325,7 @@ Status expand_plt_rows(const elf::ElfFile& file, const CfiRow& r, uint64_t fde_o
   }
   const uint64_t split = static_cast<uint64_t>(r.cfa.offset);
   auto push = [&](uint64_t pc, int32_t cfa_offset) {
-    lj_cfi_row row = internal::sp_row(cfa_offset, LJ_CFI_RULE_SAME, 0, LJ_CFI_OK);
+    lj_cfi_row row = sp_row(cfa_offset, LJ_CFI_RULE_SAME, 0, LJ_CFI_OK);
     row.pc_start = pc;
     b.rows.push_back(row);
     b.origins.push_back(fde_offset);
@@ -350,134 +358,140 @@ std::optional<uint64_t> UnwindTable::function_end(uint64_t pc) const {
   return f ? std::optional<uint64_t>(f->end) : std::nullopt;
 }
 
-Result<UnwindTable> build_unwind_table(const elf::ElfFile& file, const std::optional<VmHints>& vm) {
+namespace {
+
+// The section the table is built from (.eh_frame, or .debug_frame when .eh_frame has no
+// entries at all), scanned, its FDEs sorted by pc.
+Result<CfiScan> table_scan(const elf::ElfFile& file, CfiSection* section) {
+  *section = CfiSection::EhFrame;
+  LJ_ASSIGN_OR_RETURN(CfiScan scan, internal::scan_cfi_entries(file, CfiSection::EhFrame));
+  if (scan.fdes.empty() && scan.errors.empty()) {
+    *section = CfiSection::DebugFrame;
+    LJ_ASSIGN_OR_RETURN(scan, internal::scan_cfi_entries(file, CfiSection::DebugFrame));
+  }
+  std::sort(scan.fdes.begin(), scan.fdes.end(), [](const FdeSummary& a, const FdeSummary& b) {
+    return a.pc_begin != b.pc_begin ? a.pc_begin < b.pc_begin : a.section_offset < b.section_offset;
+  });
+  return scan;
+}
+
+// The FDEs the table places, in pc order: one that describes no code is left out, one that
+// overlaps the previous placed FDE becomes an error.
+std::vector<const FdeSummary*> place_fdes(const elf::ElfFile& file,
+                                          const std::vector<FdeSummary>& sorted,
+                                          std::vector<FdeError>* errors) {
+  std::vector<const FdeSummary*> placed;
+  for (const FdeSummary& fde : sorted) {
+    if (fde.pc_end == fde.pc_begin) continue;
+    if (!placed.empty() && fde.pc_begin < placed.back()->pc_end) {
+      errors->push_back(
+          {fde.section, fde.section_offset, fde.pc_begin, fde.pc_end,
+           fmt::format("{}: FDE at {}+{:#x} (pc {:#x}..{:#x}) overlaps the FDE at {:#x}",
+                       file.path(), cfi_section_name(fde.section), fde.section_offset, fde.pc_begin,
+                       fde.pc_end, placed.back()->section_offset)});
+      continue;
+    }
+    placed.push_back(&fde);
+  }
+  return placed;
+}
+
+// One placed FDE's walker rows (an Invalid row when its program fails: the error is recorded).
+Status add_fde_rows(const elf::ElfFile& file, const FdeRowReader& reader, const FdeSummary& fde,
+                    Builder& b, std::vector<FdeError>* errors) {
+  auto rows = reader.rows(fde);
+  if (!rows.ok()) {
+    errors->push_back({fde.section, fde.section_offset, fde.pc_begin, fde.pc_end, rows.message()});
+    b.rows.push_back(invalid_row(fde.pc_begin));
+    b.origins.push_back(fde.section_offset);
+    return Ok{};
+  }
+  for (const CfiRow& r : *rows) {
+    if (r.cfa.kind == CfaRule::Kind::PltEntry && file.arch() == elf::Arch::X86_64) {
+      LJ_TRY(expand_plt_rows(file, r, fde.section_offset, b));
+      continue;
+    }
+    b.rows.push_back(compact(r, file.arch()));
+    b.origins.push_back(fde.section_offset);
+  }
+  return Ok{};
+}
+
+// Delta compaction: drop a row equal to its predecessor, unless either is Stop or Keep.
+void compact_into(const Builder& b, std::vector<lj_cfi_row>* rows, std::vector<uint64_t>* origins) {
+  for (size_t i = 0; i < b.rows.size(); ++i) {
+    const lj_cfi_row& row = b.rows[i];
+    if (!rows->empty()) {
+      const lj_cfi_row& last = rows->back();
+      bool pinned = row.hint == LJ_CFI_STOP || row.hint == LJ_CFI_KEEP ||
+                    last.hint == LJ_CFI_STOP || last.hint == LJ_CFI_KEEP;
+      if (row.pc_start == last.pc_start) {  // an empty range left by an overlay
+        rows->back() = row;
+        origins->back() = b.origins[i];
+        continue;
+      }
+      if (!pinned && same_rule(row, last)) continue;
+    }
+    rows->push_back(row);
+    origins->push_back(b.origins[i]);
+  }
+}
+
+}  // namespace
+
+Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
+                                       std::span<const Overlay> overlays) {
   UnwindTable table;
   table.arch_ = file.arch();
-  LJ_ASSIGN_OR_RETURN(CfiScan scan, internal::scan_cfi_entries(file, CfiSection::EhFrame));
-  table.section_ = CfiSection::EhFrame;
-  if (scan.fdes.empty() && scan.errors.empty()) {
-    LJ_ASSIGN_OR_RETURN(scan, internal::scan_cfi_entries(file, CfiSection::DebugFrame));
-    table.section_ = CfiSection::DebugFrame;
-  }
+  LJ_ASSIGN_OR_RETURN(CfiScan scan, table_scan(file, &table.section_));
   if (table.section_ == CfiSection::EhFrame)
     LJ_TRY(internal::check_eh_frame_hdr(file, scan.fdes, scan.errors));
   table.fde_errors_ = scan.errors;
   table.fde_count_ = scan.fdes.size() + scan.errors.size();
 
-  std::vector<FdeSummary> fdes = std::move(scan.fdes);
-  std::sort(fdes.begin(), fdes.end(), [](const FdeSummary& a, const FdeSummary& b) {
-    return a.pc_begin != b.pc_begin ? a.pc_begin < b.pc_begin : a.section_offset < b.section_offset;
-  });
-
   Builder b;
   std::optional<FdeRowReader> reader;
-  if (!fdes.empty()) {
+  if (!scan.fdes.empty()) {
     LJ_ASSIGN_OR_RETURN(FdeRowReader r, FdeRowReader::open(file, table.section_));
     reader.emplace(std::move(r));
   }
   uint64_t covered_end = 0;  // end of the last FDE placed
-  const FdeSummary* previous = nullptr;
-  for (const FdeSummary& fde : fdes) {
-    if (fde.pc_end == fde.pc_begin) continue;  // describes no code
-    if (previous != nullptr && fde.pc_begin < covered_end) {
-      table.fde_errors_.push_back(
-          {fde.section, fde.section_offset, fde.pc_begin, fde.pc_end,
-           fmt::format("{}: FDE at {}+{:#x} (pc {:#x}..{:#x}) overlaps the FDE at {:#x}",
-                       file.path(), cfi_section_name(fde.section), fde.section_offset, fde.pc_begin,
-                       fde.pc_end, previous->section_offset)});
-      continue;
-    }
-    if (!b.rows.empty() && fde.pc_begin > covered_end) {
+  for (const FdeSummary* fde : place_fdes(file, scan.fdes, &table.fde_errors_)) {
+    if (!b.rows.empty() && fde->pc_begin > covered_end) {
       b.rows.push_back(invalid_row(covered_end));  // gap between FDEs
       b.origins.push_back(kNoFde);
     }
-    auto rows = reader->rows(fde);
-    if (!rows.ok()) {
-      table.fde_errors_.push_back(
-          {fde.section, fde.section_offset, fde.pc_begin, fde.pc_end, rows.message()});
-      b.rows.push_back(invalid_row(fde.pc_begin));
-      b.origins.push_back(fde.section_offset);
-    } else {
-      for (const CfiRow& r : *rows) {
-        if (r.cfa.kind == CfaRule::Kind::PltEntry && file.arch() == elf::Arch::X86_64) {
-          LJ_TRY(expand_plt_rows(file, r, fde.section_offset, b));
-          continue;
-        }
-        b.rows.push_back(compact(r, file.arch()));
-        b.origins.push_back(fde.section_offset);
-      }
-    }
+    LJ_TRY(add_fde_rows(file, *reader, *fde, b, &table.fde_errors_));
     if (b.rows.size() > CfiLimits::kMaxRows) {
       return make_error("{}: more than {} rows (cap CfiLimits::kMaxRows)", file.path(),
                         CfiLimits::kMaxRows);
     }
-    table.functions_.push_back({fde.pc_begin, fde.pc_end});
-    covered_end = fde.pc_end;
-    previous = &fde;
+    table.functions_.push_back({fde->pc_begin, fde->pc_end});
+    covered_end = fde->pc_end;
   }
   if (!b.rows.empty()) {
     b.rows.push_back(invalid_row(covered_end));  // terminator: past the last FDE
     b.origins.push_back(kNoFde);
   }
-
-  // LuaJIT VM: Keep rows over the interval, then the sub-ranges whose blanket rule is wrong.
-  std::optional<VmHints> vm_range = vm;
-  if (!vm_range) {
-    auto interp = find_interpreter_fde(file);
-    if (interp.ok()) vm_range = VmHints{interp->pc_begin, interp->pc_end};
-  }
-  if (vm_range && vm_range->begin < vm_range->end && !b.rows.empty()) {
-    table.vm_ = vm_range;
-    // Split at the interval's edges so that marking stays inside it.
-    b.split(vm_range->begin);
-    b.split(vm_range->end);
-    // Only the interpreter's own FDE (the one at the interval's start) describes the VM C
-    // frame. Other FDEs inside the interval are ordinary native frames — lj_vm_ffi_call has
-    // its own rbp-based FDE (vm_x64.dasc) and is called from C (lj_ccall_func) — so they stay Ok.
-    const uint64_t interpreter_fde = b.origins[b.index_at(vm_range->begin)];
-    for (size_t i = 0; i + 1 < b.rows.size(); ++i) {
-      if (b.rows[i].pc_start < vm_range->begin || b.rows[i].pc_start >= vm_range->end) continue;
-      if (b.origins[i] != interpreter_fde) continue;
-      if (b.rows[i].hint == LJ_CFI_OK) b.rows[i].hint = LJ_CFI_KEEP;
-    }
-    const lj_cfi_row* blanket = &b.rows[b.index_at(vm_range->begin)];
-    if (blanket->hint == LJ_CFI_KEEP) {
-      table.vm_subranges_ = internal::detect_vm_subranges(file, *vm_range, *blanket);
-      for (const VmSubRange& s : table.vm_subranges_) b.overlay(s.begin, s.end, s.row, kNoFde);
-    }
-  }
-
-  // Proven fiber roots without CFI.
-  for (uint64_t pc : find_coro_startup(file)) {
-    lj_cfi_row stop = invalid_row(pc);
-    stop.hint = LJ_CFI_STOP;
-    stop.ra_rule = LJ_CFI_RULE_UNDEFINED;
-    stop.fp_rule = LJ_CFI_RULE_UNDEFINED;
-    if (b.rows.empty()) {
-      b.rows.push_back(invalid_row(pc + 12));
-      b.origins.push_back(kNoFde);
-    }
-    b.overlay(pc, pc + 12, stop, kNoFde);
-  }
-
-  // Delta compaction: drop a row equal to its predecessor, unless either is Stop or Keep.
-  for (size_t i = 0; i < b.rows.size(); ++i) {
-    const lj_cfi_row& row = b.rows[i];
-    if (!table.rows_.empty()) {
-      const lj_cfi_row& last = table.rows_.back();
-      bool pinned = row.hint == LJ_CFI_STOP || row.hint == LJ_CFI_KEEP ||
-                    last.hint == LJ_CFI_STOP || last.hint == LJ_CFI_KEEP;
-      if (row.pc_start == last.pc_start) {  // an empty range left by an overlay
-        table.rows_.back() = row;
-        table.row_fde_offsets_.back() = b.origins[i];
-        continue;
-      }
-      if (!pinned && same_rule(row, last)) continue;
-    }
-    table.rows_.push_back(row);
-    table.row_fde_offsets_.push_back(b.origins[i]);
-  }
+  for (const Overlay& o : overlays) b.apply(o);
+  table.overlays_.assign(overlays.begin(), overlays.end());
+  compact_into(b, &table.rows_, &table.row_fde_offsets_);
   return table;
+}
+
+Result<std::optional<FdeRowAt>> fde_row_at(const elf::ElfFile& file, uint64_t pc) {
+  CfiSection section = CfiSection::EhFrame;
+  LJ_ASSIGN_OR_RETURN(CfiScan scan, table_scan(file, &section));
+  std::vector<FdeError> ignored;  // build_unwind_table reports them
+  for (const FdeSummary* fde : place_fdes(file, scan.fdes, &ignored)) {
+    if (pc < fde->pc_begin || pc >= fde->pc_end) continue;
+    LJ_ASSIGN_OR_RETURN(FdeRowReader reader, FdeRowReader::open(file, section));
+    Builder b;
+    LJ_TRY(add_fde_rows(file, reader, *fde, b, &ignored));
+    if (b.rows.empty()) return std::optional<FdeRowAt>();
+    return std::optional<FdeRowAt>(FdeRowAt{fde->pc_begin, fde->pc_end, b.rows[b.index_at(pc)]});
+  }
+  return std::optional<FdeRowAt>();
 }
 
 }  // namespace ljprof::cfi

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "elf/elf_file.h"
 #include "luajit/proc_info.h"
+#include "luajit/vm_cfi.h"
 
 namespace ljprof::cli {
 
@@ -49,12 +50,9 @@ int run_cfi(const CfiOptions& opt) {
       return 2;
     }
   }
-  // The VM interval core and record use (luajit/): the rows shown are the rows the walker gets.
-  std::optional<cfi::VmHints> vm_hints;
-  if (auto vm = luajit::find_vm_interval(**file); vm.ok()) {
-    vm_hints = cfi::VmHints{vm->begin, vm->end};
-  }
-  auto table = cfi::build_unwind_table(**file, vm_hints);
+  // The overlays core and record use (luajit/): the rows shown are the rows the walker gets.
+  const luajit::UnwindOverlays overlays = luajit::unwind_overlays(**file);
+  auto table = cfi::build_unwind_table(**file, overlays.overlays);
   if (!table.ok()) {
     std::cerr << "ljprof cfi: " << table.message() << "\n";
     return 2;
@@ -71,10 +69,14 @@ int run_cfi(const CfiOptions& opt) {
   Json errors = Json::array();
   for (const cfi::FdeError& e : table->fde_errors()) errors.push_back(e.message);
   j["fde_errors"] = errors;
-  if (auto vm = table->vm()) {
+  if (const auto& vm = overlays.vm) {
     j["vm"] = {{"begin", fmt::format("{:#x}", vm->begin)}, {"end", fmt::format("{:#x}", vm->end)}};
     Json subs = Json::array();
-    for (const cfi::VmSubRange& s : table->vm_subranges()) {
+    for (const cfi::Overlay& s : table->overlays()) {
+      // The VM's sub-ranges: what replaced the blanket rule inside the interval.
+      if (s.kind != cfi::Overlay::Kind::Replace || s.begin < vm->begin || s.begin >= vm->end) {
+        continue;
+      }
       subs.push_back({{"begin", fmt::format("{:#x}", s.begin)},
                       {"end", fmt::format("{:#x}", s.end)},
                       {"what", s.what},
@@ -83,8 +85,8 @@ int run_cfi(const CfiOptions& opt) {
                       {"rule", cfi::describe_row(s.row, arch)}});
     }
     j["vm_subranges"] = subs;
-    auto cframe = cfi::derive_vm_cframe(*table, vm->begin, vm->end);
-    j["vm_cframe"] = cframe.ok() ? cfi::to_json(*cframe) : Json({{"error", cframe.message()}});
+    auto cframe = luajit::derive_vm_cframe(*table, vm->begin, vm->end);
+    j["vm_cframe"] = cframe.ok() ? luajit::to_json(*cframe) : Json({{"error", cframe.message()}});
   }
   Json out_rows = Json::array();
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -132,7 +132,7 @@ void add_proc_info(Json& j, const luajit::RuntimeInfo& rt, const std::string& pa
     return;
   }
   j["luajit_proc_info"] = proc_info_json(*info);
-  j["vm_cframe"] = info->vm_cframe ? Json(cfi::to_json(*info->vm_cframe)) : Json(nullptr);
+  j["vm_cframe"] = info->vm_cframe ? Json(luajit::to_json(*info->vm_cframe)) : Json(nullptr);
 }
 
 Json describe(const elf::ElfFile& file, const std::vector<std::string>& lib_dirs) {

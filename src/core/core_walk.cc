@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "luajit/vm_cfi.h"
+
 extern "C" {
 #include "walker/native_walk.h"
 #include "walker/walk_types.h"
@@ -90,7 +92,7 @@ void CoreWalker::load_vdso() {
     }
   }
   if (!placed) return;
-  auto table = cfi::build_unwind_table(*vdso_elf_, std::nullopt);
+  auto table = cfi::build_unwind_table(*vdso_elf_);
   if (table.ok()) {
     mod.table = std::move(*table);
   } else {
@@ -129,10 +131,8 @@ const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
     auto bias = core_.load_bias(m->file_index);
     if (!bias.ok()) return nullptr;
     mod.bias = *bias;
-    std::optional<cfi::VmHints> hints;
-    if (luajit_ && f.path == luajit_file_) hints = cfi::VmHints{luajit_->vm.begin, luajit_->vm.end};
     mod.lines = symbolize::SourceLines::open(*f.elf);
-    auto table = cfi::build_unwind_table(*f.elf, hints);
+    auto table = cfi::build_unwind_table(*f.elf, luajit::unwind_overlays(*f.elf).overlays);
     if (table.ok()) {
       mod.table = std::move(*table);
     } else {

@@ -169,7 +169,7 @@ Status apply_layout_rules(LuaJITProcInfo& info) {
 Result<VmInterval> find_vm_interval(const elf::ElfFile& file) {
   const elf::Symbol* begin = file.find_symbol("lj_vm_asm_begin");
   const elf::Symbol* ffi = file.find_symbol("lj_vm_ffi_call");
-  auto fde = cfi::find_interpreter_fde(file);
+  auto fde = find_interpreter_fde(file);
   if (begin != nullptr) {
     VmInterval vm;
     vm.begin = begin->value;
@@ -288,7 +288,7 @@ Result<VmstateNumbering> classify_vmstate_numbering(int32_t s_interp, int32_t s_
       s_interp, s_c);
 }
 
-Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const cfi::VmCframe& cf) {
+Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const VmCframe& cf) {
   if (arch == elf::Arch::X86_64) {
     if (cf.cfa_base != LJ_CFI_REG_SP) {
       return make_error(
@@ -444,9 +444,9 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   if (!link.ok()) return fail("vm-entry", link.message());
   info.fields.push_back(
       make_field(FieldId::CframePrev, link->prev_offset, "vm-entry", link->evidence));
-  auto table = cfi::build_unwind_table(file, cfi::VmHints{info.vm.begin, info.vm.end});
+  auto table = cfi::build_unwind_table(file, unwind_overlays(file, info.vm));
   if (!table.ok()) return fail("cfi", table.message());
-  auto cframe = cfi::derive_vm_cframe(*table, info.vm.begin, info.vm.end);
+  auto cframe = derive_vm_cframe(*table, info.vm.begin, info.vm.end);
   if (!cframe.ok()) return fail("cfi", cframe.message());
   LJ_TRY(check_cframe_against_cfi(info.arch, link->prev_offset, *cframe));
   info.vm_cframe = *cframe;

@@ -12,12 +12,12 @@
 #include <string_view>
 #include <vector>
 
-#include "cfi/cfi.h"
 #include "common/result.h"
 #include "elf/elf_file.h"
 #include "luajit/layout.h"
 #include "luajit/matchers.h"
 #include "luajit/runtime.h"
+#include "luajit/vm_cfi.h"
 
 namespace ljprof::luajit {
 
@@ -36,12 +36,6 @@ struct Field {
   std::string not_cross_checked;
 };
 
-struct VmInterval {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  std::string source;  // "symbols lj_vm_asm_begin..lj_vm_ffi_call" / "interpreter FDE"
-};
-
 enum class VmstateNumbering { Upstream, Tarantool };
 const char* vmstate_numbering_name(VmstateNumbering n);  // "upstream", "tarantool"
 
@@ -55,8 +49,8 @@ struct LuaJITProcInfo {
   int dispatch_reg = kNoReg;   // canonical register (disasm.h)
   bool dispatch_is_g = false;  // AArch64 GL
   VmstateNumbering numbering = VmstateNumbering::Upstream;
-  std::optional<cfi::VmCframe> vm_cframe;  // the VM C frame from the CFI (when derivable)
-  std::vector<Field> fields;               // in FieldId order; every required field is present
+  std::optional<VmCframe> vm_cframe;  // the VM C frame from the CFI (when derivable)
+  std::vector<Field> fields;          // in FieldId order; every required field is present
 
   const Field* field(std::string_view name) const;
   const Field* field(FieldId id) const;
@@ -97,7 +91,7 @@ Result<VmstateNumbering> classify_vmstate_numbering(int32_t interp, int32_t c_or
 // Checks the C-frame link slot against the CFI frame size (x86-64: SAVE_CFRAME is the slot
 // right below the four callee-saved pushes and the return address, so prev == size - 48:
 // 80 <-> 32, 96 <-> 48; AArch64: the link is at sp+0 and the CFA is x29-based).
-Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const cfi::VmCframe& cf);
+Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const VmCframe& cf);
 
 // The plain C record the walker consumes: every layout field into its member (luajit_info.h).
 // Fails when a field the build needs is absent or a value does not fit its member.

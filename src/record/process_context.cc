@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "luajit/runtime.h"
+#include "luajit/vm_cfi.h"
 
 namespace ljprof::record {
 
@@ -24,19 +25,17 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
   } else {
     obj->elf = std::move(*elf);
     luajit::RuntimeInfo rt = luajit::detect_runtime(*obj->elf, {});
-    std::optional<cfi::VmHints> hints;
     if (rt.source == luajit::LuaJITSource::LinkedIn) {
       auto info = luajit::extract_proc_info(*obj->elf, rt.runtime);
       auto walker_info = info.ok() ? luajit::to_walker_info(*info) : info.error();
       if (walker_info.ok()) {
         obj->luajit = std::move(*info);
         obj->info = *walker_info;
-        hints = cfi::VmHints{obj->luajit->vm.begin, obj->luajit->vm.end};
       } else {
         obj->luajit_error = walker_info.message();
       }
     }
-    auto table = cfi::build_unwind_table(*obj->elf, hints);
+    auto table = cfi::build_unwind_table(*obj->elf, luajit::unwind_overlays(*obj->elf).overlays);
     if (table.ok()) {
       obj->table = std::move(*table);
     } else {
@@ -74,7 +73,7 @@ MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& me
       obj->error = elf.message();
     } else {
       obj->elf = std::move(*elf);
-      auto table = cfi::build_unwind_table(*obj->elf, std::nullopt);
+      auto table = cfi::build_unwind_table(*obj->elf);
       if (table.ok()) {
         obj->table = std::move(*table);
       } else {

@@ -55,8 +55,8 @@ class Malformed : public ::testing::Test {
     file_ = std::move(*file);
     // The other entry points must fail closed the same way, never crash.
     (void)list_fdes(*file_);
-    (void)find_interpreter_fde(*file_);
-    return build_unwind_table(*file_, std::nullopt);
+    (void)fde_row_at(*file_, fde_pc_);
+    return build_unwind_table(*file_);
   }
 
   static void put32(std::vector<uint8_t>& b, uint64_t at, uint32_t v) {

@@ -317,7 +317,7 @@ TEST(MatchCframeLink, TarantoolNinetySixByteFrameAndCfiCrossCheck) {
   auto m = luajit::match_cframe_link(a.code(), 0x50);
   ASSERT_TRUE(m.ok()) << m.message();
   EXPECT_EQ(m->prev_offset, 48);
-  cfi::VmCframe frame;
+  luajit::VmCframe frame;
   frame.arch = Arch::X86_64;
   frame.cfa_base = LJ_CFI_REG_SP;
   frame.cfa_offset = 96;
@@ -341,7 +341,7 @@ TEST(MatchCframeLink, Arm64LinkAtSpZero) {
   auto m = luajit::match_cframe_link(a.code(), 80);
   ASSERT_TRUE(m.ok()) << m.message();
   EXPECT_EQ(m->prev_offset, 0);
-  cfi::VmCframe frame;
+  luajit::VmCframe frame;
   frame.arch = Arch::AArch64;
   frame.cfa_base = LJ_CFI_REG_FP;
   frame.cfa_offset = 16;

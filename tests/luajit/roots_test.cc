@@ -11,10 +11,18 @@
 
 #include "cfi/cfi.h"
 #include "elf/elf_file.h"
+#include "luajit/vm_cfi.h"
 #include "support/test_support.h"
 
-namespace ljprof::cfi {
+namespace ljprof::luajit {
 namespace {
+
+using cfi::UnwindTable;
+
+// The table the walker gets: the file's CFI with the overlays of luajit::unwind_overlays.
+Result<UnwindTable> build_unwind_table(const elf::ElfFile& file) {
+  return cfi::build_unwind_table(file, unwind_overlays(file).overlays);
+}
 
 using test::TempDir;
 
@@ -63,7 +71,7 @@ std::vector<uint64_t> synthetic_stops(const UnwindTable& t) {
 Result<UnwindTable> table_of(const std::string& path) {
   auto file = elf::ElfFile::open(path);
   if (!file.ok()) return file.error();
-  return build_unwind_table(**file, std::nullopt);
+  return build_unwind_table(**file);
 }
 
 const char* const kA64 = "aarch64-linux-gnu-";
@@ -131,7 +139,7 @@ TEST(SyntheticRoots, DynsymOnlyCoroStartupIsNotMarked) {
   ASSERT_TRUE(file.ok()) << file.message();
   ASSERT_FALSE((*file)->has_symbol_table(elf::SymbolTable::Symtab));
   nm_address("aarch64-linux-gnu-nm", so, "coro_startup", /*dynamic=*/true);
-  auto table = build_unwind_table(**file, std::nullopt);
+  auto table = build_unwind_table(**file);
   ASSERT_TRUE(table.ok()) << table.message();
   EXPECT_TRUE(synthetic_stops(*table).empty());
 }
@@ -160,7 +168,7 @@ TEST(RealRoots, DebianArm64LuajitHasNoSyntheticRoot) {
 TEST(RealRoots, TarantoolCoroInitStopCoroTransferInvalid) {
   auto file = elf::ElfFile::open("/usr/bin/tarantool");
   ASSERT_TRUE(file.ok());
-  auto table = build_unwind_table(**file, std::nullopt);
+  auto table = build_unwind_table(**file);
   ASSERT_TRUE(table.ok()) << table.message();
   auto nm = test::run({"nm", "-S", "/usr/bin/tarantool"});
   auto sym = [&](const std::string& name) {
@@ -187,4 +195,4 @@ TEST(RealRoots, TarantoolCoroInitStopCoroTransferInvalid) {
 }
 
 }  // namespace
-}  // namespace ljprof::cfi
+}  // namespace ljprof::luajit

@@ -1,4 +1,5 @@
-// The LuaJIT VM's CFI: the interpreter FDE, the VM C-frame rule and the corrected sub-ranges.
+// The LuaJIT VM's CFI: the interpreter FDE, the VM C-frame rule and the corrected sub-ranges
+// (the overlays luajit/ gives cfi::build_unwind_table).
 // Oracles: readelf (the "zPR" FDE and its CFA/ra/fp columns), nm (symbols), objdump (the
 // instructions whose stack effect the corrected rows must follow).
 #include <gtest/gtest.h>
@@ -14,10 +15,19 @@
 
 #include "cfi/cfi.h"
 #include "elf/elf_file.h"
+#include "luajit/vm_cfi.h"
 #include "support/test_support.h"
 
-namespace ljprof::cfi {
+namespace ljprof::luajit {
 namespace {
+
+using cfi::Overlay;
+using cfi::UnwindTable;
+
+// The table the walker gets: the file's CFI with the overlays of luajit::unwind_overlays.
+Result<UnwindTable> vm_table(const elf::ElfFile& file) {
+  return cfi::build_unwind_table(file, unwind_overlays(file).overlays);
+}
 
 struct VmOracle {
   uint64_t offset = 0, pc_begin = 0, pc_end = 0;
@@ -109,9 +119,9 @@ TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
     EXPECT_EQ(p->name, "lj_err_unwind_dwarf");  // tarantool has .symtab
   }
 
-  auto table = build_unwind_table(**file, std::nullopt);
+  ASSERT_TRUE(unwind_overlays(**file).vm.has_value());
+  auto table = vm_table(**file);
   ASSERT_TRUE(table.ok()) << table.message();
-  ASSERT_TRUE(table->vm().has_value());
   auto cframe = derive_vm_cframe(*table, fde->pc_begin, fde->pc_end);
   ASSERT_TRUE(cframe.ok()) << cframe.message();
   auto j = to_json(*cframe);
@@ -132,7 +142,7 @@ TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
     const lj_cfi_row& r = table->rows()[i];
     if (r.pc_start < fde->pc_begin || r.pc_start >= fde->pc_end) continue;
     bool from_subrange = false;
-    for (const VmSubRange& s : table->vm_subranges()) {
+    for (const Overlay& s : table->overlays()) {
       from_subrange |= s.begin <= r.pc_start && r.pc_start < s.end && s.row.hint == r.hint;
     }
     EXPECT_TRUE(r.hint == LJ_CFI_KEEP || r.hint == LJ_CFI_INVALID || from_subrange)
@@ -181,7 +191,7 @@ std::vector<std::pair<uint64_t, std::string>> objdump(const std::string& tool,
 void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t frame) {
   auto file = elf::ElfFile::open(path);
   ASSERT_TRUE(file.ok());
-  auto table = build_unwind_table(**file, std::nullopt);
+  auto table = vm_table(**file);
   ASSERT_TRUE(table.ok()) << table.message();
   auto code = objdump("objdump", path, begin, end, true);
   ASSERT_GT(code.size(), 1000u);
@@ -375,7 +385,7 @@ TEST(VmSubRanges, TarantoolByObjdumpAndSymbols) {
   check_x86_vm("/usr/bin/tarantool", fde->pc_begin, fde->pc_end, 80);
   // The named entry points from nm are each the start of a corrected prologue.
   auto nm = test::run({"nm", "/usr/bin/tarantool"});
-  auto table = build_unwind_table(**file, std::nullopt);
+  auto table = vm_table(**file);
   ASSERT_TRUE(table.ok());
   for (const char* name : {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall"}) {
     std::smatch m;
@@ -385,7 +395,7 @@ TEST(VmSubRanges, TarantoolByObjdumpAndSymbols) {
     const lj_cfi_row* r = table->row_at(at);
     EXPECT_EQ(r->cfa_offset, 8) << name;  // only the return address is on the stack
     bool named = false;
-    for (const VmSubRange& s : table->vm_subranges()) named |= s.begin == at && s.how == "symbol";
+    for (const Overlay& s : table->overlays()) named |= s.begin == at && s.how == "symbol";
     EXPECT_TRUE(named) << name;
   }
 }
@@ -395,7 +405,7 @@ TEST(VmSubRanges, TarantoolByObjdumpAndSymbols) {
 TEST(VmSubRanges, TarantoolLeafHelpersByObjdump) {
   auto file = elf::ElfFile::open("/usr/bin/tarantool");
   ASSERT_TRUE(file.ok());
-  auto table = build_unwind_table(**file, std::nullopt);
+  auto table = vm_table(**file);
   ASSERT_TRUE(table.ok());
   auto nm = test::run({"nm", "-S", "/usr/bin/tarantool"});
   int helpers = 0;
@@ -439,7 +449,7 @@ TEST(VmSubRanges, StrippedTarantoolHelpersMatchSymbols) {
   ASSERT_EQ((*file)->find_symbol("lj_vm_mod"), nullptr);
   auto fde = find_interpreter_fde(**file);
   ASSERT_TRUE(fde.ok()) << fde.message();
-  auto table = build_unwind_table(**file, std::nullopt);
+  auto table = vm_table(**file);
   ASSERT_TRUE(table.ok());
   auto nm = test::run({"nm", "-S", "/usr/bin/tarantool"});
   std::map<std::string, std::pair<uint64_t, uint64_t>> named;
@@ -454,7 +464,7 @@ TEST(VmSubRanges, StrippedTarantoolHelpersMatchSymbols) {
   }
   ASSERT_TRUE(named.count("lj_vm_mod"));
   std::set<std::string> found;
-  for (const VmSubRange& s : table->vm_subranges()) {
+  for (const Overlay& s : table->overlays()) {
     if (s.what.rfind("leaf helper called from the VM", 0) != 0) continue;
     std::string inside;
     for (const auto& [name, range] : named) {
@@ -486,7 +496,7 @@ TEST(VmSubRanges, Arm64PrologueByObjdump) {
   ASSERT_TRUE(file.ok());
   auto fde = find_interpreter_fde(**file);
   ASSERT_TRUE(fde.ok()) << fde.message();
-  auto table = build_unwind_table(**file, std::nullopt);
+  auto table = vm_table(**file);
   ASSERT_TRUE(table.ok());
   auto code = objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false);
   int prologues = 0;
@@ -513,4 +523,4 @@ TEST(VmSubRanges, Arm64PrologueByObjdump) {
 }
 
 }  // namespace
-}  // namespace ljprof::cfi
+}  // namespace ljprof::luajit

@@ -1,75 +1,21 @@
-// The LuaJIT VM and its CFI: finding the interpreter FDE, correcting the sub-ranges where its
-// one blanket row is wrong, and deriving the VM C-frame geometry from the table.
+// The LuaJIT VM's sub-ranges where the interpreter FDE's one blanket row is wrong (entry
+// prologues, epilogues, the trace exit handler, JLOOP, C-callable leaf helpers, ...), found
+// from symbols where present and from instruction patterns over the decoded VM otherwise.
+#include "luajit/vm_subranges.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
-#include <tuple>
 
-#include "cfi/internal.h"
 #include "disasm/disasm.h"
 
-namespace ljprof::cfi {
+namespace ljprof::luajit {
 
 namespace {
 
-bool is_vm_cfa(const CfaRule& cfa, elf::Arch arch) {
-  internal::ArchRegs regs = internal::arch_regs(arch);
-  if (cfa.kind != CfaRule::Kind::RegOffset) return false;
-  if (arch == elf::Arch::AArch64) {
-    return (cfa.reg == regs.fp && cfa.offset == 16) || (cfa.reg == regs.sp && cfa.offset > 0);
-  }
-  // x86-64: the VM runs with its C frame allocated (CFRAME_SIZE, lj_frame.h), so the CFA is
-  // rsp + frame size from the first byte, unlike a C function (rsp + 8 at entry).
-  return cfa.reg == regs.sp && cfa.offset > 8;
-}
-
-}  // namespace
-
-Result<FdeSummary> find_interpreter_fde(const elf::ElfFile& file) {
-  LJ_ASSIGN_OR_RETURN(std::vector<FdeSummary> fdes, list_fdes(file, CfiSection::EhFrame));
-  const elf::Symbol* anchor = file.find_symbol("lj_vm_asm_begin");
-  std::vector<const FdeSummary*> candidates;
-  for (const FdeSummary& f : fdes) {
-    if (!f.personality || f.pc_end - f.pc_begin < kMinInterpreterBytes) continue;
-    if (!f.initial_cfa || !is_vm_cfa(*f.initial_cfa, file.arch())) continue;
-    if (anchor != nullptr && f.pc_begin != anchor->value) continue;
-    candidates.push_back(&f);
-  }
-  if (candidates.size() == 1) return *candidates.front();
-  if (candidates.empty()) {
-    return make_error(
-        "{}: no LuaJIT interpreter FDE in .eh_frame (rule: personality, >= {} "
-        "bytes, VM CFA at its start{})",
-        file.path(), kMinInterpreterBytes,
-        anchor ? fmt::format(", starting at lj_vm_asm_begin {:#x}", anchor->value) : std::string());
-  }
-  std::string list;
-  for (const FdeSummary* f : candidates) {
-    list +=
-        fmt::format(" .eh_frame+{:#x} ({:#x}..{:#x})", f->section_offset, f->pc_begin, f->pc_end);
-  }
-  return make_error("{}: ambiguous LuaJIT interpreter FDE, {} candidates:{}", file.path(),
-                    candidates.size(), list);
-}
-
-namespace internal {
-
-lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint) {
-  lj_cfi_row r{};
-  r.hint = hint;
-  r.cfa_base = LJ_CFI_REG_SP;
-  r.cfa_offset = cfa;
-  r.ra_rule = LJ_CFI_RULE_AT_CFA;
-  r.ra_offset = -8;
-  r.fp_rule = fp_rule;
-  r.fp_offset = fp_off;
-  return r;
-}
-
-namespace {
-
+using cfi::sp_row;
 using disasm::Insn;
 using disasm::InsnKind;
 using OpKind = disasm::Operand::Kind;
@@ -155,13 +101,13 @@ bool writes_vm_regs(const Insn& i) {
 }
 
 lj_cfi_row invalid() {
-  return internal::invalid_row(0);  // pc_start is set when the sub-ranges are sorted
+  return cfi::invalid_row(0);  // pc_start is set when the sub-ranges are sorted
 }
 
 struct Finder {
   const elf::ElfFile& file;
-  const VmHints& vm;
-  std::vector<VmSubRange> out;
+  const VmInterval& vm;
+  std::vector<cfi::Overlay> out;
 
   // "symbol" when the symbol of that name (.symtab, else .dynsym) contains pc.
   std::string how(uint64_t pc, const char* name) const {
@@ -177,9 +123,9 @@ struct Finder {
     return it != covered.begin() && pc < std::prev(it)->second;
   }
   void add(uint64_t b, uint64_t e, std::string what, std::string how, lj_cfi_row row) {
-    add(VmSubRange{b, e, std::move(what), std::move(how), row});
+    add(cfi::Overlay{b, e, std::move(what), std::move(how), row});
   }
-  void add(VmSubRange r) {
+  void add(cfi::Overlay r) {
     if (r.begin >= r.end) return;
     uint64_t b = r.begin, e = r.end;
     // Merge with every union range that overlaps or touches [b, e).
@@ -359,7 +305,7 @@ void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t fr
   };
   auto is_pc_reg = [&](const Insn& i, int n) { return is_vm_reg(i, n, kX86Rbx); };
   uint64_t leave_cp = 0;
-  for (const VmSubRange& r : f.out) {
+  for (const cfi::Overlay& r : f.out) {
     if (r.row.hint == LJ_CFI_VM_EMPTY && r.what.rfind("vm_leave_cp", 0) == 0) leave_cp = r.begin;
   }
   if (leave_cp == 0) return;
@@ -610,8 +556,6 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
   }
 }
 
-}  // namespace
-
 // Stripped builds (Debian's luajit, OpenResty's libluajit): the same math helpers without
 // symbols. They are the targets of direct calls from bytecode handlers to inside the VM
 // (vm_x64.dasc BC_MODVN `call ->vm_mod`, math.floor `call ->vm_floor_sse`, ...). A target gets
@@ -673,7 +617,7 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
     const lj_cfi_row leaf =
         sp_row(8, LJ_CFI_RULE_SAME, 0, keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK);
     const std::string what = fmt::format("leaf helper called from the VM at {:#x}", target);
-    std::vector<VmSubRange> rows;
+    std::vector<cfi::Overlay> rows;
     for (size_t i : reached) {  // std::set: ascending addresses
       if (!rows.empty() && rows.back().end == code[i].address) {
         rows.back().end = code[i].end();
@@ -681,12 +625,14 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
         rows.push_back({code[i].address, code[i].end(), what, "pattern", leaf});
       }
     }
-    for (VmSubRange& r : rows) f.add(std::move(r));
+    for (cfi::Overlay& r : rows) f.add(std::move(r));
   }
 }
 
-std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHints& vm,
-                                            const lj_cfi_row& blanket) {
+}  // namespace
+
+std::vector<cfi::Overlay> detect_vm_subranges(const elf::ElfFile& file, const VmInterval& vm,
+                                              const lj_cfi_row& blanket) {
   Finder f{file, vm, {}, {}};
   if (vm.end <= vm.begin) return {};
   // The LuaJIT VM (DynASM output of vm_x64.dasc / vm_arm64.dasc) is code only; undecodable
@@ -712,7 +658,7 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
       if (s == nullptr || s->size == 0 || s->value < vm.begin || s->value + s->size > vm.end) {
         continue;
       }
-      std::vector<VmSubRange> rows;
+      std::vector<cfi::Overlay> rows;
       int64_t depth = 8;
       bool ok = true;
       uint64_t covered = s->value;
@@ -746,7 +692,7 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
               invalid());
         continue;
       }
-      for (VmSubRange& r : rows) f.add(std::move(r));
+      for (cfi::Overlay& r : rows) f.add(std::move(r));
     }
     add_called_leaf_helpers(f, code, index);
     // A named entry symbol whose prologue did not match gets no rule at all.
@@ -755,7 +701,7 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
       const elf::Symbol* s = file.find_symbol(name);
       if (s == nullptr || s->value < vm.begin || s->value >= vm.end) continue;
       bool found = false;
-      for (const VmSubRange& r : f.out)
+      for (const cfi::Overlay& r : f.out)
         found |= r.how == "symbol" && r.begin >= s->value &&
                  r.begin < s->value + std::max<uint64_t>(s->size, 1);
       if (!found) {
@@ -767,84 +713,9 @@ std::vector<VmSubRange> detect_vm_subranges(const elf::ElfFile& file, const VmHi
     detect_arm64(f, code);
   }
   std::sort(f.out.begin(), f.out.end(),
-            [](const VmSubRange& a, const VmSubRange& b) { return a.begin < b.begin; });
-  for (VmSubRange& r : f.out) r.row.pc_start = r.begin;
+            [](const cfi::Overlay& a, const cfi::Overlay& b) { return a.begin < b.begin; });
+  for (cfi::Overlay& r : f.out) r.row.pc_start = r.begin;
   return f.out;
 }
 
-}  // namespace internal
-
-Result<VmCframe> derive_vm_cframe(const UnwindTable& table, uint64_t vm_begin, uint64_t vm_end) {
-  using Key = std::tuple<uint8_t, int32_t, uint8_t, int32_t, uint8_t, int32_t>;
-  std::map<Key, std::pair<uint64_t, uint64_t>> bytes;  // rule -> (bytes, first FDE offset)
-  auto rows = table.rows();
-  auto origins = table.row_fde_offsets();
-  if (vm_begin >= vm_end) {
-    return make_error("VM interval {:#x}..{:#x} is empty", vm_begin, vm_end);
-  }
-  for (size_t i = 0; i + 1 < rows.size(); ++i) {
-    uint64_t lo = std::max(rows[i].pc_start, vm_begin);
-    uint64_t hi = std::min(rows[i + 1].pc_start, vm_end);
-    if (lo >= hi) continue;
-    const lj_cfi_row& r = rows[i];
-    if (r.hint != LJ_CFI_OK && r.hint != LJ_CFI_KEEP) continue;
-    Key key{r.cfa_base, r.cfa_offset, r.ra_rule, r.ra_offset, r.fp_rule, r.fp_offset};
-    auto [it, fresh] = bytes.try_emplace(key, 0, origins[i]);
-    it->second.first += hi - lo;
-    if (it->second.second == UINT64_MAX) it->second.second = origins[i];
-  }
-  if (bytes.empty()) {
-    return make_error("no Ok/Keep CFI row covers the VM interval {:#x}..{:#x}", vm_begin, vm_end);
-  }
-  auto best = std::max_element(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) {
-    return a.second.first < b.second.first;
-  });
-  VmCframe c;
-  c.arch = table.arch();
-  c.vm_begin = vm_begin;
-  c.vm_end = vm_end;
-  std::tie(c.cfa_base, c.cfa_offset, c.ra_rule, c.ra_offset, c.fp_rule, c.fp_offset) = best->first;
-  c.covered_bytes = best->second.first;
-  c.fde_section_offset = best->second.second;
-  if (c.ra_rule != LJ_CFI_RULE_AT_CFA) {
-    return make_error(
-        "the VM interval's dominant rule keeps the return address in a register "
-        "({}), not in the C frame",
-        c.ra_rule);
-  }
-  return c;
-}
-
-nlohmann::ordered_json to_json(const VmCframe& c) {
-  internal::ArchRegs regs = internal::arch_regs(c.arch);
-  auto rule = [](uint8_t kind, int32_t off, const char* reg) -> std::string {
-    switch (kind) {
-      case LJ_CFI_RULE_AT_CFA:
-        return fmt::format("[cfa{:+d}]", off);
-      case LJ_CFI_RULE_VAL_CFA:
-        return fmt::format("cfa{:+d}", off);
-      case LJ_CFI_RULE_SAME:
-        return reg;
-      case LJ_CFI_RULE_UNDEFINED:
-        return "undefined";
-      default:
-        return "unknown";
-    }
-  };
-  nlohmann::ordered_json j;
-  j["vm_begin"] = fmt::format("{:#x}", c.vm_begin);
-  j["vm_end"] = fmt::format("{:#x}", c.vm_end);
-  const char* base = c.cfa_base == LJ_CFI_REG_SP ? regs.sp_name : regs.fp_name;
-  j["cfa"] = fmt::format("{}{:+d}", base, c.cfa_offset);
-  j["cfa_base"] = c.cfa_base == LJ_CFI_REG_SP ? "sp" : "fp";
-  j["cfa_offset"] = c.cfa_offset;
-  j["ra"] = rule(c.ra_rule, c.ra_offset, regs.ra_name);
-  j["ra_offset"] = c.ra_offset;
-  j["fp"] = rule(c.fp_rule, c.fp_offset, regs.fp_name);
-  j["fp_offset"] = c.fp_offset;
-  j["fde_offset"] = fmt::format("{:#x}", c.fde_section_offset);
-  j["covered_bytes"] = c.covered_bytes;
-  return j;
-}
-
-}  // namespace ljprof::cfi
+}  // namespace ljprof::luajit
