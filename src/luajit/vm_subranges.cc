@@ -260,7 +260,9 @@ void add_exit_handler(Finder& f, const std::vector<Insn>& code,
   for (size_t k = first; k < mov_rsp && k < code.size(); ++k) {
     if (code[k].kind == InsnKind::CallDirect && is_imm(code[k], 0)) call = k;
   }
-  if (call == code.size() || mov_rsp >= code.size()) {
+  // Without its `mov rsp, reg` (not within reach, or undecodable bytes before it) the handler's
+  // end is unknown: no rule for any of it.
+  if (call == code.size() || mov_rsp >= code.size() || !x_mov_rsp_reg(code[mov_rsp])) {
     f.add(code[first].address, stop, what, how, invalid());
     return;
   }
@@ -322,10 +324,10 @@ void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t fr
       continue;
     }
     size_t store = i + 3;
-    while (store < code.size() && store < i + 16 &&
+    while (store < code.size() && store < i + 16 && code[store].kind != InsnKind::Gap &&
            !(x_store_heap(code[store]) && is_pc_reg(code[store], 1)))
       ++store;
-    if (store >= code.size() || store >= i + 16) continue;
+    if (store >= code.size() || store >= i + 16 || code[store].kind == InsnKind::Gap) continue;
     size_t k = store + 1;
     bool straight = true;
     while (k < code.size() && k < store + 16 && code[k].address < leave_cp) {
@@ -366,8 +368,13 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
         ++j;
       }
       if (pushes >= 8) {
+        // Up to `mov rsp, reg`; undecodable bytes before it leave the end unknown (no rule
+        // from the handler's start to the VM's end, as when the move is not found at all).
         size_t k = j;
-        while (k < code.size() && k < j + 256 && !x_mov_rsp_reg(code[k])) ++k;
+        while (k < code.size() && k < j + 256 && code[k].kind != InsnKind::Gap &&
+               !x_mov_rsp_reg(code[k])) {
+          ++k;
+        }
         uint64_t stop = k < code.size() && x_mov_rsp_reg(code[k]) ? code[k].end() : f.vm.end;
         add_exit_handler(f, code, index, i, k, stop, frame, blanket_fp);
         while (i + 1 < code.size() && code[i + 1].address < stop) ++i;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <regex>
@@ -14,6 +15,7 @@
 #include <sstream>
 
 #include "cfi/cfi.h"
+#include "disasm/disasm.h"
 #include "elf/elf_file.h"
 #include "luajit/vm_cfi.h"
 #include "support/test_support.h"
@@ -398,6 +400,47 @@ TEST(VmSubRanges, TarantoolByObjdumpAndSymbols) {
     for (const Overlay& s : table->overlays()) named |= s.begin == at && s.how == "symbol";
     EXPECT_TRUE(named) << name;
   }
+}
+
+// A byte the disassembler cannot decode (x86-64 0x06) in place of the first byte of
+// lj_vm_resume's `sub rsp, imm` is a Gap: the prologue pattern does not match across it, so the
+// named entry gets no rule instead of the prologue's rows.
+TEST(VmSubRanges, UndecodableByteBreaksThePrologue) {
+  const std::vector<uint8_t> original = test::read_file("/usr/bin/tarantool");
+  auto file = elf::ElfFile::from_memory(original, "tarantool");
+  ASSERT_TRUE(file.ok()) << file.message();
+  const elf::Symbol* resume = (*file)->find_symbol("lj_vm_resume");
+  ASSERT_NE(resume, nullptr);
+  auto prologue = disasm::disassemble_range(**file, resume->value, 32);
+  ASSERT_TRUE(prologue.ok()) << prologue.message();
+  auto sub = std::find_if(prologue->begin(), prologue->end(), [](const disasm::Insn& i) {
+    return i.kind == disasm::InsnKind::Sub && i.ops[0].is_reg64(disasm::kX86Rsp);
+  });
+  ASSERT_NE(sub, prologue->end());
+  auto at = (*file)->read(sub->address, 1);
+  ASSERT_TRUE(at.ok()) << at.message();
+  std::vector<uint8_t> patched = original;
+  patched[at->data() - original.data()] = 0x06;
+  auto broken = elf::ElfFile::from_memory(patched, "tarantool-patched");
+  ASSERT_TRUE(broken.ok()) << broken.message();
+  auto gap = disasm::disassemble_range(**broken, sub->address, 1);
+  ASSERT_TRUE(gap.ok()) << gap.message();
+  ASSERT_EQ(gap->front().kind, disasm::InsnKind::Gap);
+
+  auto good = vm_table(**file);
+  ASSERT_TRUE(good.ok()) << good.message();
+  EXPECT_EQ(good->row_at(resume->value)->hint, LJ_CFI_OK);
+  EXPECT_EQ(good->row_at(resume->value)->cfa_offset, 8);
+  auto table = vm_table(**broken);
+  ASSERT_TRUE(table.ok()) << table.message();
+  EXPECT_EQ(table->row_at(resume->value)->hint, LJ_CFI_INVALID);
+  EXPECT_EQ(table->row_at(sub->address)->hint, LJ_CFI_INVALID);
+  bool not_found = false;
+  for (const Overlay& o : table->overlays()) {
+    not_found |= o.begin == resume->value &&
+                 o.what == "lj_vm_resume: expected instruction pattern not found";
+  }
+  EXPECT_TRUE(not_found);
 }
 
 // C-callable helpers inside the VM FDE (nm names them): plain leaf-function rules that follow
