@@ -20,7 +20,7 @@ namespace {
 
 using test::gdb_batch;
 using test::MadeCore;
-using test::ScratchDir;
+using test::TempDir;
 
 constexpr const char* kLuajit = "/usr/bin/luajit";
 constexpr const char* kTarantool = "/usr/bin/tarantool";
@@ -226,7 +226,7 @@ void expect_build_ids_verified(const CoreFile& core) {
 }
 
 TEST(CoreFileAmd64, KernelCoreOfLuajitAbortMatchesGdb) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
   ASSERT_FALSE(made.core.empty()) << made.error;
   auto core = CoreFile::open(made.core);
@@ -286,7 +286,7 @@ TEST(CoreFileAmd64, KernelCoreOfLuajitAbortMatchesGdb) {
 
 // SIGSEGV through an FFI store to address 0x10: NT_SIGINFO carries the fault address.
 TEST(CoreFileAmd64, KernelCoreOfLuajitSegfaultHasTheFaultAddress) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::kernel_core(
       dir.path(), {kLuajit, "-e", "local ffi=require'ffi' ffi.cast('int*', 0x10)[0] = 1"});
   ASSERT_FALSE(made.core.empty()) << made.error;
@@ -312,7 +312,7 @@ TEST(CoreFileAmd64, KernelCoreOfLuajitSegfaultHasTheFaultAddress) {
 
 // Tarantool turns the SIGSEGV into abort(); the kernel core has its main and coio threads.
 TEST(CoreFileAmd64, KernelCoreOfTarantoolWithTwoThreadsMatchesGdb) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::kernel_core(
       dir.path(), {kTarantool, "-e",
                    "require('fio').stat('/') local ffi=require'ffi' ffi.cdef'int getpid(void);' "
@@ -334,7 +334,7 @@ TEST(CoreFileAmd64, KernelCoreOfTarantoolWithTwoThreadsMatchesGdb) {
 }
 
 TEST(CoreFileAmd64, GcoreOfLuajitLoopMatchesGdb) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::gcore_of(dir.path(), {kLuajit, "-e", kLoopLua});
   ASSERT_FALSE(made.core.empty()) << made.error;
   auto core = CoreFile::open(made.core);
@@ -354,7 +354,7 @@ TEST(CoreFileAmd64, GcoreOfLuajitLoopMatchesGdb) {
 }
 
 TEST(CoreFileAmd64, GcoreOfTarantoolWithTwoThreadsMatchesGdb) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::gcore_of(dir.path(), {kTarantool, "-e", kTarantoolLoopLua});
   ASSERT_FALSE(made.core.empty()) << made.error;
   auto core = CoreFile::open(made.core);
@@ -388,7 +388,7 @@ TEST(CoreFileAmd64, GcoreOfTarantoolWithTwoThreadsMatchesGdb) {
 // An nginx-lua worker (master_process off) with OpenResty's luajit2 from the fixture tree,
 // listening on a unix socket in the scratch directory (no port to collide with).
 TEST(CoreFileAmd64, GcoreOfNginxLuaWorkerMatchesGdb) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string tree = test::fixture("nginx-lua");
   const std::string conf = dir.path() + "/nginx.conf";
   {
@@ -432,7 +432,7 @@ TEST(CoreFileAmd64, GcoreOfNginxLuaWorkerMatchesGdb) {
 }
 
 TEST(CoreFileAmd64, ExecutableOverrideIsCheckedByBuildId) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
   ASSERT_FALSE(made.core.empty()) << made.error;
 
@@ -466,7 +466,7 @@ TEST(CoreFileAmd64, ExecutableOverrideIsCheckedByBuildId) {
 // where this host has it (same build-id: verified). An override executable whose file is
 // missing leaves only the core's own bytes for its mappings.
 TEST(CoreFileAmd64, SysrootWithoutTheFilesFallsBackToTheRecordedPaths) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
   ASSERT_FALSE(made.core.empty()) << made.error;
   const std::string root = dir.path() + "/empty-root";
@@ -496,7 +496,7 @@ TEST(CoreFileAmd64, SysrootWithoutTheFilesFallsBackToTheRecordedPaths) {
 }
 
 TEST(CoreFileAmd64, CReaderInterfaceMatchesRead) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::kernel_core(dir.path(), {kLuajit, "-e", kAbortLua});
   ASSERT_FALSE(made.core.empty()) << made.error;
   auto core = CoreFile::open(made.core);
@@ -535,7 +535,7 @@ TEST(CoreFileAmd64, CReaderInterfaceMatchesRead) {
 // The arm64 core: qemu-user writes no NT_FILE, so the mappings come from the executable (auxv)
 // and the dynamic linker's link_map, and the libraries are found under the sysroot.
 TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
   ASSERT_FALSE(made.core.empty()) << made.error;
   const std::string exe = test::fixture("arm64/usr/bin/luajit");
@@ -614,7 +614,7 @@ TEST(CoreFileArm64, QemuGuestCoreMatchesGdbMultiarchAndGuestMaps) {
 // is (Debian's multiarch libc6:arm64) — so it is refused and named; one qemu took from the
 // host's own tree (qemu falls back to the host path when the prefix lacks the file) is used.
 TEST(CoreFileArm64, WithoutSysrootLibrariesAreLookedForAtTheirRecordedPaths) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
   ASSERT_FALSE(made.core.empty()) << made.error;
   auto core = CoreFile::open(made.core);
@@ -670,7 +670,7 @@ TEST(CoreFileArm64, WithoutSysrootLibrariesAreLookedForAtTheirRecordedPaths) {
 // the roots is named with every path tried; a second --sysroot that holds it finds it; another
 // file in its place is refused, never used.
 TEST(CoreFileArm64, SysrootsAreSearchedInOrderAndCheckedByBuildId) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string lib_dir = dir.path() + "/private";
   std::filesystem::create_directories(lib_dir);
   std::filesystem::copy_file(kArm64Sysroot + std::string("/lib/libm.so.6"), lib_dir + "/libm.so.6");
@@ -736,7 +736,7 @@ TEST(CoreFileArm64, SysrootsAreSearchedInOrderAndCheckedByBuildId) {
 }
 
 TEST(CoreFileArm64, WrongExecutableIsRefused) {
-  ScratchDir dir;
+  TempDir dir;
   MadeCore made = test::qemu_arm64_core(dir.path(), kArm64Lua);
   ASSERT_FALSE(made.core.empty()) << made.error;
   // An x86-64 binary for an AArch64 core.
@@ -764,7 +764,7 @@ TEST(CoreFileArm64, WrongExecutableIsRefused) {
 // with more program headers than an executable may have; the values the workload wrote into its
 // pages are read back.
 TEST(CoreFileAmd64, CoreWithThousandsOfMappings) {
-  ScratchDir dir;
+  TempDir dir;
   const char* lua =
       "local ffi=require'ffi' ffi.cdef'void* mmap(void*, size_t, int, int, int, long); void "
       "abort(void);' for i=1,3000 do ffi.C.mmap(nil,4096,1,0x22,-1,0) "

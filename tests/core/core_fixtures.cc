@@ -47,18 +47,6 @@ int pid_from_output(const std::string& out) {
 
 }  // namespace
 
-ScratchDir::ScratchDir() {
-  char tmpl[] = "/tmp/ljprof-core-test-XXXXXX";
-  const char* made = mkdtemp(tmpl);
-  if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = made;
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 MadeCore kernel_core(const std::string& dir, const std::vector<std::string>& argv) {
   MadeCore made;
   std::string pattern = read_text("/proc/sys/kernel/core_pattern");

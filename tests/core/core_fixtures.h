@@ -11,19 +11,6 @@
 
 namespace ljprof::test {
 
-// A scratch directory removed (with its contents) on destruction.
-class ScratchDir {
- public:
-  ScratchDir();
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 struct MadeCore {
   std::string core;    // path of the core file ("" when none was written)
   std::string output;  // the workload's stdout

@@ -95,7 +95,7 @@ class MalformedCore : public ::testing::Test {
     EXPECT_EQ(r.message().rfind("corrupt-core: ", 0), 0u) << r.message();
   }
 
-  test::ScratchDir dir_;
+  test::TempDir dir_;
   std::string core_path_;
   std::vector<uint8_t> bytes_;
   Layout layout_;
