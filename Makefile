@@ -6,7 +6,11 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 FUZZ_SECONDS ?= 30
 
-RELEASE_CONFIGURE = cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# LIVE_TESTS_ONLY=ON (make test): the release build carries only the live-recording tests; every
+# other test runs once, in the check build.
+LIVE_TESTS_ONLY ?= OFF
+RELEASE_CONFIGURE = cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DLJPROF_LIVE_TESTS_ONLY=$(LIVE_TESTS_ONLY)
 CHECK_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(BUILD)/check -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DLJPROF_SANITIZE=ON
 
