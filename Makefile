@@ -4,10 +4,10 @@
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 BUILD ?= build
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 20
 
-# LIVE_TESTS_ONLY=ON (make test): the release build carries only the live-recording tests; every
-# other test runs once, in the check build.
+# LIVE_TESTS_ONLY=ON (make test): the release build carries ljprof and the live-recording tests
+# only (no other tests, no benchmarks); every other test runs once, in the check build.
 LIVE_TESTS_ONLY ?= OFF
 RELEASE_CONFIGURE = cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLJPROF_LIVE_TESTS_ONLY=$(LIVE_TESTS_ONLY)
