@@ -1,12 +1,11 @@
 #include "core/core_walk.h"
 
-#include "symbolize/walk_frames.h"
-
 #include <elf.h>
 
 #include <cstring>
 
 #include "luajit/vm_cfi.h"
+#include "symbolize/walk_frames.h"
 
 extern "C" {
 #include "walker/native_walk.h"

@@ -532,10 +532,12 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
                                    "freetrace; MSize sizetrace) after G->J->trace"));
   LJ_TRY(apply_layout_rules(info));
   if (auto st = check_fields_complete(info); !st.ok()) return fail("layout", st.message());
+  std::stable_sort(info.fields.begin(), info.fields.end(),
+                   [](const Field& a, const Field& b) { return a.id < b.id; });
   return info;
 }
 
-Status check_fields_complete(LuaJITProcInfo& info) {
+Status check_fields_complete(const LuaJITProcInfo& info) {
   std::array<int, kFieldCount> seen{};
   for (const Field& f : info.fields) {
     if (++seen[static_cast<size_t>(f.id)] > 1) return make_error("{} was extracted twice", f.name);
@@ -547,14 +549,11 @@ Status check_fields_complete(LuaJITProcInfo& info) {
                         spec.header, spec.from == FieldFrom::RULE ? "layout rule" : "code");
     }
   }
-  std::stable_sort(info.fields.begin(), info.fields.end(),
-                   [](const Field& a, const Field& b) { return a.id < b.id; });
   return Ok{};
 }
 
 Result<lj_luajit_info> to_walker_info(const LuaJITProcInfo& info) {
-  LuaJITProcInfo checked = info;
-  LJ_TRY(check_fields_complete(checked));
+  LJ_TRY(check_fields_complete(info));
   lj_luajit_info w{};
   w.vm_begin = info.vm.begin;
   w.vm_end = info.vm.end;
@@ -565,7 +564,7 @@ Result<lj_luajit_info> to_walker_info(const LuaJITProcInfo& info) {
   w.vmst_numbering = info.numbering == VmstateNumbering::Tarantool ? LJ_VMST_NUMBERING_TARANTOOL
                                                                    : LJ_VMST_NUMBERING_UPSTREAM;
   w.ref_size = info.ref_size;
-  for (const Field& f : checked.fields) {
+  for (const Field& f : info.fields) {
     if (f.value < INT32_MIN || f.value > INT32_MAX) {
       return make_error("{}: {} = {} does not fit the walker's int32 member", info.path, f.name,
                         f.value);

@@ -98,8 +98,8 @@ Status check_cframe_against_cfi(elf::Arch arch, int64_t prev_offset, const VmCfr
 Result<lj_luajit_info> to_walker_info(const LuaJITProcInfo& info);
 
 // Fails unless every field that `info`'s architecture and numbering need is present exactly
-// once; sorts the fields into FieldId order.
-Status check_fields_complete(LuaJITProcInfo& info);
+// once.
+Status check_fields_complete(const LuaJITProcInfo& info);
 
 // DWARF register number of a canonical register (x86-64 r14 -> 14, AArch64 x22 -> 22).
 uint8_t dwarf_register(elf::Arch arch, int canonical_reg);

@@ -59,8 +59,10 @@ class SampleFrameSource final : public symbolize::FrameSource {
     if (!key.ok()) return key.error();
     auto it = s_.call_names_.find(*key);
     if (it != s_.call_names_.end()) return it->second;
+    // The caller's own frame was located (and its failure counted) just before, at this pc:
+    // a cache hit unless its prototype changed since the sample.
     uint32_t why = 0;
-    LJ_TRY(checked_location(caller_index, 0, &why));
+    LJ_TRY(checked_location(caller_index, caller.b, &why));
     // The caller's function object must still hold the prototype the kernel saw.
     const lj_luajit_info& info = ctx_.luajit->object->info;
     uint64_t first_ins = 0;
