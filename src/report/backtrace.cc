@@ -99,7 +99,7 @@ std::string backtrace_frame_text(const symbolize::Frame& f) {
       std::string line = f.lua->line >= 0 ? std::to_string(f.lua->line) : "?";
       // As luaL_traceback words it: a call-site name first, then the main chunk.
       std::string what = f.call_name ? fmt::format("function '{}'", f.call_name->name)
-                                     : symbolize::unnamed_lua_function(*f.lua);
+                                     : symbolize::unnamed_lua_function(*f.lua, f.lua->short_src);
       return fmt::format("lua     {}:{} in {}", f.lua->short_src, line, what);
     }
     case FrameKind::CFunc:

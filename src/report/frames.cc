@@ -87,13 +87,8 @@ Frame lua_profile_frame(FrameKind kind, const symbolize::LuaLocation& lua,
   f.file = lua.chunk.starts_with("@") ? lua.chunk.substr(1) : lua.short_src;
   f.line = line > 0 ? line : 0;
   f.start_line = lua.firstline;
-  if (call_name) {
-    f.function = call_name->name;
-  } else if (lua.main_chunk) {
-    f.function = "main chunk";
-  } else {
-    f.function = fmt::format("function <{}:{}>", display_file(f.file), lua.firstline);
-  }
+  f.function =
+      call_name ? call_name->name : symbolize::unnamed_lua_function(lua, display_file(f.file));
   return f;
 }
 

@@ -37,9 +37,9 @@ std::optional<FrameKind> frame_kind_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::string unnamed_lua_function(const LuaLocation& lua) {
+std::string unnamed_lua_function(const LuaLocation& lua, std::string_view source) {
   if (lua.main_chunk) return "main chunk";
-  return fmt::format("function <{}:{}>", lua.short_src, lua.firstline);
+  return fmt::format("function <{}:{}>", source, lua.firstline);
 }
 
 }  // namespace ljprof::symbolize

@@ -49,7 +49,9 @@ struct Frame {
 };
 
 // How a Lua function is called where no call-site name is known, as luaL_traceback words it
-// (lj_debug.c): "main chunk" for a prototype with firstline 0, else "function <src:line>".
-std::string unnamed_lua_function(const LuaLocation& lua);
+// (lj_debug.c): "main chunk" for a prototype with firstline 0, else "function <source:line>"
+// (`source`: the chunk as the caller shows it — short_src in backtraces, a file's last
+// component in profile labels).
+std::string unnamed_lua_function(const LuaLocation& lua, std::string_view source);
 
 }  // namespace ljprof::symbolize
