@@ -35,7 +35,8 @@
  * NEED    ALWAYS; X86_64 (only x86-64 derives it); TARANTOOL (Tarantool vmstate numbering only);
  *         OPTIONAL (only `core --all-fibers` uses it; 0 when the pattern did not match).
  *         A field whose NEED applies and that extraction did not fill is an error, never 0.
- * WIDTH   bytes the field occupies in LuaJIT's struct: REF (a GCRef/MRef: 8 with GC64, else 4),
+ * WIDTH   bytes the field occupies in LuaJIT's struct: LJ_WIDTH_REF (a GCRef/MRef: 8 with GC64,
+ *         else 4),
  *         8, 4, 2, 1, or 0 for values that are not a member (sizes, distances, states).
  * FROM    CODE: matched in the binary's machine code (src/luajit/matchers.cc) or computed from
  *         such a value; RULE: the layout rule below, per GC64 mode (lj_obj.h GCHeader is
@@ -50,22 +51,23 @@
  *         '/ 8' (GCRef width to LJ_GC64); "" when DWARF cannot express it (lj_frame.h macros).
  */
 #define LJ_NO_RULE (-1)
+#define LJ_WIDTH_REF (-1)
 #define LJ_LAYOUT_FIELDS(X)                                                                        \
   X(Gc64, "LJ_GC64", gc64, ALWAYS, 0, CODE, 1, 0, "lj_arch.h", "sizeof(global_State.cur_L) / 8")   \
   X(GVmstate, "global_State.vmstate", g_vmstate, ALWAYS, 4, CODE, LJ_NO_RULE, LJ_NO_RULE,          \
     "lj_obj.h", "global_State.vmstate")                                                            \
-  X(GCurL, "global_State.cur_L", g_cur_L, ALWAYS, REF, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",   \
-    "global_State.cur_L")                                                                          \
-  X(GJitBase, "global_State.jit_base", g_jit_base, ALWAYS, REF, CODE, LJ_NO_RULE, LJ_NO_RULE,      \
-    "lj_obj.h", "global_State.jit_base")                                                           \
+  X(GCurL, "global_State.cur_L", g_cur_L, ALWAYS, LJ_WIDTH_REF, CODE, LJ_NO_RULE, LJ_NO_RULE,      \
+    "lj_obj.h", "global_State.cur_L")                                                              \
+  X(GJitBase, "global_State.jit_base", g_jit_base, ALWAYS, LJ_WIDTH_REF, CODE, LJ_NO_RULE,         \
+    LJ_NO_RULE, "lj_obj.h", "global_State.jit_base")                                               \
   X(GDispatch, "GG_State.dispatch-g", g_to_dispatch, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,      \
     "lj_dispatch.h", "GG_State.dispatch - GG_State.g")                                             \
   X(GJitTrace, "G->J->trace", g_jit_trace, ALWAYS, 8, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_jit.h",    \
     "GG_State.J - GG_State.g + jit_State.trace")                                                   \
   X(GJitSizetrace, "G->J->sizetrace", g_jit_sizetrace, ALWAYS, 4, CODE, LJ_NO_RULE, LJ_NO_RULE,    \
     "lj_jit.h", "GG_State.J - GG_State.g + jit_State.sizetrace")                                   \
-  X(GGcRoot, "global_State.gc.root", g_gc_root, OPTIONAL, REF, CODE, LJ_NO_RULE, LJ_NO_RULE,       \
-    "lj_obj.h", "global_State.gc + GCState.root")                                                  \
+  X(GGcRoot, "global_State.gc.root", g_gc_root, OPTIONAL, LJ_WIDTH_REF, CODE, LJ_NO_RULE,          \
+    LJ_NO_RULE, "lj_obj.h", "global_State.gc + GCState.root")                                      \
   X(CframePrev, "CFRAME_OFS_PREV", cframe_prev_offset, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,    \
     "lj_frame.h", "")                                                                              \
   X(CframeSize, "CFRAME_SIZE", cframe_size, X86_64, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_frame.h", \
@@ -86,13 +88,15 @@
     "~LJ_VMST_GC")                                                                                 \
   X(VmstExit, "vmstate.EXIT", vmst_exit, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",      \
     "~LJ_VMST_EXIT")                                                                               \
-  X(LGlref, "lua_State.glref", L_glref, ALWAYS, REF, CODE, 16, 8, "lj_obj.h", "lua_State.glref")   \
+  X(LGlref, "lua_State.glref", L_glref, ALWAYS, LJ_WIDTH_REF, CODE, 16, 8, "lj_obj.h",             \
+    "lua_State.glref")                                                                             \
   X(LBase, "lua_State.base", L_base, ALWAYS, 8, CODE, 32, 16, "lj_obj.h", "lua_State.base")        \
   X(LTop, "lua_State.top", L_top, ALWAYS, 8, CODE, 40, 24, "lj_obj.h", "lua_State.top")            \
   X(LStatus, "lua_State.status", L_status, ALWAYS, 1, RULE, 11, 7, "lj_obj.h", "lua_State.status") \
-  X(LMaxstack, "lua_State.maxstack", L_maxstack, ALWAYS, REF, RULE, 48, 32, "lj_obj.h",            \
+  X(LMaxstack, "lua_State.maxstack", L_maxstack, ALWAYS, LJ_WIDTH_REF, RULE, 48, 32, "lj_obj.h",   \
     "lua_State.maxstack")                                                                          \
-  X(LStack, "lua_State.stack", L_stack, ALWAYS, REF, RULE, 56, 36, "lj_obj.h", "lua_State.stack")  \
+  X(LStack, "lua_State.stack", L_stack, ALWAYS, LJ_WIDTH_REF, RULE, 56, 36, "lj_obj.h",            \
+    "lua_State.stack")                                                                             \
   X(LCframe, "lua_State.cframe", L_cframe, ALWAYS, 8, CODE, 80, 48, "lj_obj.h",                    \
     "lua_State.cframe")                                                                            \
   X(StrLen, "GCstr.len", str_len, ALWAYS, 4, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",             \
@@ -100,27 +104,27 @@
   X(StrData, "sizeof(GCstr)", str_data, ALWAYS, 0, CODE, LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h",       \
     "sizeof(GCstr)")                                                                               \
   X(FnFfid, "GCfunc.ffid", fn_ffid, ALWAYS, 1, RULE, 10, 6, "lj_obj.h", "GCfuncL.ffid")            \
-  X(FnPc, "GCfunc.pc", fn_pc, ALWAYS, REF, RULE, 32, 16, "lj_obj.h", "GCfuncL.pc")                 \
+  X(FnPc, "GCfunc.pc", fn_pc, ALWAYS, LJ_WIDTH_REF, RULE, 32, 16, "lj_obj.h", "GCfuncL.pc")        \
   X(FnCfunc, "GCfuncC.f", fn_cfunc_f, ALWAYS, 8, RULE, 40, 24, "lj_obj.h", "GCfuncC.f")            \
   X(PtSizebc, "GCproto.sizebc", pt_sizebc, ALWAYS, 4, RULE, 12, 8, "lj_obj.h", "GCproto.sizebc")   \
-  X(PtChunkname, "GCproto.chunkname", pt_chunkname, ALWAYS, REF, RULE, 64, 40, "lj_obj.h",         \
-    "GCproto.chunkname")                                                                           \
+  X(PtChunkname, "GCproto.chunkname", pt_chunkname, ALWAYS, LJ_WIDTH_REF, RULE, 64, 40,            \
+    "lj_obj.h", "GCproto.chunkname")                                                               \
   X(PtFirstline, "GCproto.firstline", pt_firstline, ALWAYS, 4, RULE, 72, 44, "lj_obj.h",           \
     "GCproto.firstline")                                                                           \
   X(PtNumline, "GCproto.numline", pt_numline, ALWAYS, 4, RULE, 76, 48, "lj_obj.h",                 \
     "GCproto.numline")                                                                             \
-  X(PtLineinfo, "GCproto.lineinfo", pt_lineinfo, ALWAYS, REF, RULE, 80, 52, "lj_obj.h",            \
+  X(PtLineinfo, "GCproto.lineinfo", pt_lineinfo, ALWAYS, LJ_WIDTH_REF, RULE, 80, 52, "lj_obj.h",   \
     "GCproto.lineinfo")                                                                            \
   X(PtSize, "sizeof(GCproto)", pt_size, ALWAYS, 0, RULE, 104, 64, "lj_obj.h", "sizeof(GCproto)")   \
-  X(PtK, "GCproto.k", pt_k, ALWAYS, REF, RULE, 32, 16, "lj_obj.h", "GCproto.k")                    \
+  X(PtK, "GCproto.k", pt_k, ALWAYS, LJ_WIDTH_REF, RULE, 32, 16, "lj_obj.h", "GCproto.k")           \
   X(PtSizekgc, "GCproto.sizekgc", pt_sizekgc, ALWAYS, 4, RULE, 48, 24, "lj_obj.h",                 \
     "GCproto.sizekgc")                                                                             \
-  X(PtUvinfo, "GCproto.uvinfo", pt_uvinfo, ALWAYS, REF, RULE, 88, 56, "lj_obj.h",                  \
+  X(PtUvinfo, "GCproto.uvinfo", pt_uvinfo, ALWAYS, LJ_WIDTH_REF, RULE, 88, 56, "lj_obj.h",         \
     "GCproto.uvinfo")                                                                              \
-  X(PtVarinfo, "GCproto.varinfo", pt_varinfo, ALWAYS, REF, RULE, 96, 60, "lj_obj.h",               \
+  X(PtVarinfo, "GCproto.varinfo", pt_varinfo, ALWAYS, LJ_WIDTH_REF, RULE, 96, 60, "lj_obj.h",      \
     "GCproto.varinfo")                                                                             \
   X(TrGct, "GCtrace.gct", tr_gct, ALWAYS, 1, RULE, 9, 5, "lj_jit.h", "GCtrace.gct")                \
-  X(TrStartpt, "GCtrace.startpt", tr_startpt, ALWAYS, REF, RULE, 64, 48, "lj_jit.h",               \
+  X(TrStartpt, "GCtrace.startpt", tr_startpt, ALWAYS, LJ_WIDTH_REF, RULE, 64, 48, "lj_jit.h",      \
     "GCtrace.startpt")                                                                             \
   X(TrSzmcode, "GCtrace.szmcode", tr_szmcode, ALWAYS, 4, RULE, 84, 60, "lj_jit.h",                 \
     "GCtrace.szmcode")                                                                             \

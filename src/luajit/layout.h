@@ -36,7 +36,7 @@ enum class FieldNeed : uint8_t { ALWAYS, X86_64, TARANTOOL, OPTIONAL };
 // Where its value comes from (luajit_info.h FROM).
 enum class FieldFrom : uint8_t { CODE, RULE };
 // Bytes in LuaJIT's struct; kRefWidth: a GCRef/MRef (8 with GC64, else 4).
-inline constexpr int kRefWidth = -1;
+inline constexpr int kRefWidth = LJ_WIDTH_REF;
 
 struct FieldSpec {
   FieldId id;
@@ -56,19 +56,18 @@ struct FieldSpec {
 
 inline constexpr std::array<FieldSpec, kFieldCount> kFieldSpecs = {{
 #define LJ_LAYOUT_SPEC(id, name, member, need, width, from, gc64, gc32, header, dwarf) \
-  {FieldId::id,                                                                        \
-   name,                                                                               \
-   &lj_luajit_info::member,                                                            \
-   FieldNeed::need,                                                                    \
-   (#width[0] == 'R' ? kRefWidth : width + 0),                                         \
-   FieldFrom::from,                                                                    \
-   gc64,                                                                               \
-   gc32,                                                                               \
-   header,                                                                             \
-   dwarf},
-#define REF 0
+  {                                                                                    \
+      FieldId::id,                                                                     \
+      name,                                                                            \
+      &lj_luajit_info::member,                                                         \
+      FieldNeed::need,                                                                 \
+      width,                                                                           \
+      FieldFrom::from,                                                                 \
+      gc64,                                                                            \
+      gc32,                                                                            \
+      header,                                                                          \
+      dwarf},
     LJ_LAYOUT_FIELDS(LJ_LAYOUT_SPEC)
-#undef REF
 #undef LJ_LAYOUT_SPEC
 }};
 
