@@ -269,8 +269,12 @@ static long convert_frame(uint64_t i, void* ctx) {
   f->proto = 0;
   f->chunkname = 0;
   f->firstline = 0;
-  f->pad = 0;
+  f->traceno = 0;
   if (wf->kind == LJ_FRAME_LUA && c->lj) lua_frame_info(c->env, c->lj, f);
+  if (wf->kind == LJ_FRAME_TRACE && c->lj) {
+    uint16_t traceno = 0;
+    if (lj_walk_read(c->env, &traceno, 2, wf->b + c->lj->tr_traceno) == 0) f->traceno = traceno;
+  }
   return 0;
 }
 

@@ -58,7 +58,7 @@ struct lj_rec_frame {
   uint64_t proto;     /* Lua: the GCproto, 0 if it could not be read */
   uint64_t chunkname; /* Lua: GCproto.chunkname (a GCstr) */
   int32_t firstline;  /* Lua: GCproto.firstline */
-  uint32_t pad;
+  uint32_t traceno;   /* trace: GCtrace.traceno at sample time (the agent checks it is still it) */
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_frame) == 48, "lj_rec_frame: 48 bytes, no padding");
 
@@ -108,7 +108,13 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
     "Lua frame not named: prototype changed since the sample")                                   \
   X(LUA_UNDECODED, 73, AGENT, "lua_proto_undecoded",                                             \
     "Lua frame not named: prototype does not decode")                                            \
-  X(TRACE_UNREAD, 74, AGENT, "trace_unreadable", "JIT trace not named: GCtrace unreadable")
+  X(TRACE_UNREAD, 74, AGENT, "trace_unreadable", "JIT trace not named: GCtrace unreadable")      \
+  X(JIT_NO_MCOFS, 75, AGENT, "jit_lines_unsupported",                                            \
+    "JIT code shown at its trace's start: this LuaJIT's snapshots have no machine-code offsets") \
+  X(JIT_UNPROVEN, 76, AGENT, "jit_snapshot_unproven",                                            \
+    "JIT code shown at its trace's start: its snapshot could not be proven")                     \
+  X(TRACE_CHANGED, 77, AGENT, "trace_changed",                                                   \
+    "JIT code shown at its trace's start: the trace changed since the sample")
 
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };

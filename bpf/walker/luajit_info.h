@@ -13,7 +13,7 @@
 
 #include "walker/static_assert.h"
 
-#define LJ_LUAJIT_INFO_VERSION 2
+#define LJ_LUAJIT_INFO_VERSION 3
 
 #define LJ_INFO_ARCH_X86_64 1
 #define LJ_INFO_ARCH_ARM64 2
@@ -124,6 +124,14 @@
   X(PtVarinfo, "GCproto.varinfo", pt_varinfo, ALWAYS, LJ_WIDTH_REF, RULE, 96, 60, "lj_obj.h",      \
     "GCproto.varinfo")                                                                             \
   X(TrGct, "GCtrace.gct", tr_gct, ALWAYS, 1, RULE, 9, 5, "lj_jit.h", "GCtrace.gct")                \
+  X(TrNsnap, "GCtrace.nsnap", tr_nsnap, ALWAYS, 2, RULE, 10, 6, "lj_jit.h", "GCtrace.nsnap")       \
+  X(TrIr, "GCtrace.ir", tr_ir, ALWAYS, 8, RULE, 32, 16, "lj_jit.h", "GCtrace.ir")                  \
+  X(TrNk, "GCtrace.nk", tr_nk, ALWAYS, 4, RULE, 40, 24, "lj_jit.h", "GCtrace.nk")                  \
+  X(TrNsnapmap, "GCtrace.nsnapmap", tr_nsnapmap, ALWAYS, 4, RULE, 44, 28, "lj_jit.h",              \
+    "GCtrace.nsnapmap")                                                                            \
+  X(TrSnap, "GCtrace.snap", tr_snap, ALWAYS, 8, RULE, 48, 32, "lj_jit.h", "GCtrace.snap")          \
+  X(TrSnapmap, "GCtrace.snapmap", tr_snapmap, ALWAYS, 8, RULE, 56, 40, "lj_jit.h",                 \
+    "GCtrace.snapmap")                                                                             \
   X(TrStartpt, "GCtrace.startpt", tr_startpt, ALWAYS, LJ_WIDTH_REF, RULE, 64, 48, "lj_jit.h",      \
     "GCtrace.startpt")                                                                             \
   X(TrSzmcode, "GCtrace.szmcode", tr_szmcode, ALWAYS, 4, RULE, 84, 60, "lj_jit.h",                 \

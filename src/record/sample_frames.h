@@ -6,7 +6,9 @@
 //    still points at that prototype), otherwise the frame is "[unknown: ...]" and counted — a
 //    prototype freed and reused since the sample is never misattributed.
 //  - Names are cached: native symbols per (pid, pc), prototypes and lines per (pid, prototype
-//    as read at sample time, pc), call-site names per (pid, caller prototype, caller pc).
+//    as read at sample time, pc), call-site names per (pid, caller prototype, caller pc), a JIT
+//    trace's snapshots per (pid, trace as the kernel saw it) and the Lua frames it runs per
+//    (trace, pc, base prototype) — a trace keeps the functions it inlined alive.
 //  - A walk that did not reach a proven root ends with one "[unknown: reason]" frame.
 #pragma once
 
@@ -20,6 +22,7 @@
 #include "record/process_context.h"
 #include "report/profile.h"
 #include "symbolize/frame.h"
+#include "symbolize/snapshot.h"
 
 extern "C" {
 #include "record/record_types.h"
@@ -50,6 +53,12 @@ class SampleSymbolizer {
   std::map<std::tuple<uint32_t, uint64_t, bool>, NativeEntry> natives_;
   std::map<ProtoKey, symbolize::LuaLocation> locations_;
   std::map<ProtoKey, std::optional<symbolize::CallSiteName>> call_names_;
+  // A JIT trace as the kernel saw it (pid, GCtrace, trace number), and a pc in it run on a base
+  // frame of a given prototype.
+  using TraceKey = std::tuple<uint32_t, uint64_t, uint32_t>;
+  using JitKey = std::tuple<uint32_t, uint64_t, uint32_t, uint64_t, uint64_t>;
+  std::map<TraceKey, symbolize::TraceSnapshots> trace_snapshots_;
+  std::map<JitKey, symbolize::JitLuaFrames> jit_frames_;
 };
 
 }  // namespace ljprof::record

@@ -55,6 +55,7 @@ Json backtrace_frame_json(const symbolize::Frame& f) {
       } else {
         j["error"] = f.reason;
       }
+      if (f.jit_trace != 0) j["jit_trace"] = f.jit_trace;
       j["lua_state"] = f.lua_state;
       break;
     case FrameKind::Unknown:
@@ -69,6 +70,11 @@ Json backtrace_frame_json(const symbolize::Frame& f) {
         j["start_chunk"] = f.trace->start.chunk;
         j["start_source"] = f.trace->start.short_src;
         j["start_line"] = f.trace->start.line >= 0 ? Json(f.trace->start.line) : Json(nullptr);
+        if (f.trace->snapshot) {
+          j["snapshot"] = *f.trace->snapshot;
+        } else {
+          j["snapshot_error"] = f.trace->snapshot_error;
+        }
       } else {
         j["error"] = f.reason;
       }
@@ -100,7 +106,8 @@ std::string backtrace_frame_text(const symbolize::Frame& f) {
       // As luaL_traceback words it: a call-site name first, then the main chunk.
       std::string what = f.call_name ? fmt::format("function '{}'", f.call_name->name)
                                      : symbolize::unnamed_lua_function(*f.lua, f.lua->short_src);
-      return fmt::format("lua     {}:{} in {}", f.lua->short_src, line, what);
+      const std::string jit = f.jit_trace != 0 ? fmt::format(" [JIT trace {}]", f.jit_trace) : "";
+      return fmt::format("lua     {}:{} in {}{}", f.lua->short_src, line, what, jit);
     }
     case FrameKind::CFunc:
       if (f.call_name) {
@@ -115,8 +122,14 @@ std::string backtrace_frame_text(const symbolize::Frame& f) {
       return fmt::format("[unknown: {}]", f.reason);
     case FrameKind::Trace:
       if (!f.trace) return fmt::format("trace   {:#018x} [unknown: {}]", f.pc, f.reason);
-      return fmt::format("trace   {:#018x} in trace {} (starts at {}:{})", f.pc, f.trace->traceno,
-                         f.trace->start.short_src, f.trace->start.line);
+      if (f.trace->snapshot) {
+        return fmt::format("trace   {:#018x} in trace {} snapshot {} (starts at {}:{})", f.pc,
+                           f.trace->traceno, *f.trace->snapshot, f.trace->start.short_src,
+                           f.trace->start.line);
+      }
+      return fmt::format(
+          "trace   {:#018x} in trace {} (starts at {}:{}; Lua frames unresolved: {})", f.pc,
+          f.trace->traceno, f.trace->start.short_src, f.trace->start.line, f.trace->snapshot_error);
     case FrameKind::Native:
       break;
   }

@@ -104,7 +104,10 @@ std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk) {
         if (!w.lua) {
           out.push_back(unknown_profile_frame(w.reason));
         } else {
-          out.push_back(lua_profile_frame(FrameKind::Lua, *w.lua, w.call_name, w.lua->line));
+          Frame f = lua_profile_frame(w.jit_trace != 0 ? FrameKind::Trace : FrameKind::Lua, *w.lua,
+                                      w.call_name, w.lua->line);
+          f.trace = w.jit_trace;
+          out.push_back(std::move(f));
         }
         break;
       case FrameKind::Trace: {
@@ -112,17 +115,23 @@ std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk) {
           out.push_back(unknown_profile_frame("JIT trace unreadable: " + w.reason));
           break;
         }
-        // The trace runs in the function of the next Lua frame out when it starts in that
-        // function's prototype: that frame becomes the JIT-compiled one, at the trace's line.
+        // Resolved through its snapshot: the Lua frames it runs follow, marked JIT-compiled.
+        if (w.trace->snapshot) break;
+        // Else the fallback: the trace runs in the function of the next Lua frame out when it
+        // starts in that function's prototype, which becomes the JIT-compiled frame at the
+        // trace's first line.
         const symbolize::LuaLocation& start = w.trace->start;
         const symbolize::Frame* next = i + 1 < walk.size() ? &walk[i + 1] : nullptr;
+        Frame f;
         if (next != nullptr && next->kind == FrameKind::Lua && next->lua &&
             next->lua->proto == start.proto) {
-          out.push_back(lua_profile_frame(FrameKind::Trace, start, next->call_name, start.line));
+          f = lua_profile_frame(FrameKind::Trace, start, next->call_name, start.line);
           ++i;
         } else {
-          out.push_back(lua_profile_frame(FrameKind::Trace, start, std::nullopt, start.line));
+          f = lua_profile_frame(FrameKind::Trace, start, std::nullopt, start.line);
         }
+        f.trace = w.trace->traceno;
+        out.push_back(std::move(f));
         break;
       }
       case FrameKind::CFunc: {

@@ -260,6 +260,13 @@ Result<std::string> serialize(const Profile& profile, const std::string& path) {
     };
     add_label("pid", s.pid);
     add_label("tid", s.tid);
+    // One "trace" label per JIT-compiled frame, leaf first: which trace ran it.
+    for (const Frame& f : s.frames) {
+      if (f.kind != FrameKind::Trace) continue;
+      pp::Label* l = ps->add_label();
+      l->set_key(strings.index("trace"));
+      l->set_num(f.trace);
+    }
   }
   for (const auto& [name, value] : profile.counters) {
     out.add_comment(strings.index(fmt::format("counter {}={}", name, value)));
@@ -448,6 +455,7 @@ class Reader {
         }
         sample.frames.insert(sample.frames.end(), loc->second.begin(), loc->second.end());
       }
+      size_t trace_frame = 0;
       for (const pp::Label& l : s.label()) {
         LJ_ASSIGN_OR_RETURN(std::string key, str(l.key(), "label.key"));
         LJ_TRY(str(l.str(), "label.str"));
@@ -455,11 +463,23 @@ class Reader {
         if (l.num() >= 0 && l.num() <= UINT32_MAX) {
           if (key == "pid") sample.pid = static_cast<uint32_t>(l.num());
           if (key == "tid") sample.tid = static_cast<uint32_t>(l.num());
+          if (key == "trace")
+            assign_trace(sample.frames, trace_frame, static_cast<uint32_t>(l.num()));
         }
       }
       out->samples.push_back(std::move(sample));
     }
     return Ok{};
+  }
+
+  // The n-th "trace" label names the trace of the n-th JIT-compiled frame (write_pprof).
+  static void assign_trace(std::vector<Frame>& frames, size_t& next, uint32_t trace) {
+    for (; next < frames.size(); ++next) {
+      if (frames[next].kind == FrameKind::Trace) {
+        frames[next++].trace = trace;
+        return;
+      }
+    }
   }
 
   static void parse_counter(const std::string& comment, Profile* out) {

@@ -23,7 +23,8 @@ namespace ljprof::report {
 //   memory_start's module offset. pprof's own rule, offset = pc - memory_start + file_offset,
 //   then gives back exactly Frame::module_offset. The mapping is marked has_functions (the
 //   names are already symbolized; pprof must not re-symbolize).
-// - non-zero Sample pid/tid as numeric labels "pid"/"tid"; Profile::counters as comments
+// - non-zero Sample pid/tid as numeric labels "pid"/"tid"; one numeric label "trace" per
+//   frame of kind Trace, leaf first (the JIT trace that ran it); Profile::counters as comments
 //   "counter NAME=VALUE".
 // - strings that are not UTF-8 (protobuf requires it) are written with U+FFFD in place of
 //   each invalid byte; that is the one thing that does not round-trip byte for byte.

@@ -33,6 +33,7 @@ struct Frame {
   std::string build_id;        // hex GNU build-id of `module`, "" if it has none
   uint64_t address = 0;        // native/root/cfunc: runtime pc
   uint64_t module_offset = 0;  // address - load bias (link-time address)
+  uint32_t trace = 0;          // kind Trace: the JIT trace whose machine code ran (0: unknown)
 
   friend bool operator==(const Frame&, const Frame&) = default;
   friend auto operator<=>(const Frame&, const Frame&) = default;

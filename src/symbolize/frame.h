@@ -40,7 +40,10 @@ struct Frame {
   std::optional<CallSiteName> call_name;
   std::string name_error;
   uint32_t lua_state = 0;  // which lua_State segment (lua/cfunc/trace)
-  uint64_t gctrace = 0;    // trace: the GCtrace object (pc is the machine-code pc)
+  // lua: nonzero when the frame runs as machine code of JIT trace `jit_trace`: its line and the
+  // frames the trace inlined come from the trace's snapshot (symbolize/snapshot.h).
+  uint32_t jit_trace = 0;
+  uint64_t gctrace = 0;  // trace: the GCtrace object (pc is the machine-code pc)
   std::optional<TraceInfo> trace;
   // unknown: why; lua/trace: why the prototype or trace could not be read, if it could not.
   std::string reason;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "common/result.h"
 #include "core/read_mem.h"
@@ -18,6 +19,10 @@ namespace ljprof::symbolize {
 struct TraceInfo {
   uint32_t traceno = 0;
   LuaLocation start;  // start.line: the line of the trace's first bytecode
+  // The snapshot whose machine code holds the pc (symbolize/snapshot.h), when the Lua frames
+  // the trace runs there were proven; else why not, and the trace shows at its start.
+  std::optional<uint32_t> snapshot;
+  std::string snapshot_error;
 };
 
 // Reads GCtrace `gctrace` (already proven by the walker: gct ~LJ_TTRACE, holds the pc).

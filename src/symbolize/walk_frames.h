@@ -12,6 +12,7 @@
 
 #include "common/result.h"
 #include "symbolize/frame.h"
+#include "symbolize/snapshot.h"
 
 namespace ljprof::symbolize {
 
@@ -44,6 +45,10 @@ class FrameSource {
   virtual Result<std::optional<CallSiteName>> call_site_name(size_t caller_index,
                                                              const WalkedFrame& caller) = 0;
   virtual Result<TraceInfo> trace_info(size_t index, const WalkedFrame& frame) = 0;
+  // The Lua frames trace frame `index` runs at machine-code `pc` (symbolize/snapshot.h), the
+  // last of them being `base`, the walker's Lua frame at the trace's base.
+  virtual Result<JitLuaFrames> jit_frames(size_t index, const WalkedFrame& trace, uint64_t pc,
+                                          const Frame& base) = 0;
   // Why there is no LuaJIT layout, added to a walk that ended at a VM frame for lack of one.
   virtual std::string no_luajit_reason() const = 0;
 };
@@ -51,6 +56,8 @@ class FrameSource {
 // The frames of one walk, leaf first: every walker frame symbolized, FFI callees marked, Lua
 // and C functions named from their caller's call site (only when the next frame out is the
 // Lua function that made the call, in the same lua_State, as the VM's own traceback does), and
+// JIT trace machine code resolved to the Lua frames it runs (the frames the trace inlined are
+// inserted after the trace frame, the base frame gets its line; all are marked jit_trace), and
 // one `unknown` frame saying how the walk ended unless it reached a root.
 std::vector<Frame> frames_of_walk(std::span<const WalkedFrame> walk, WalkEnd end,
                                   FrameSource& source);

@@ -685,8 +685,11 @@ symbolize::Frame lua_walk_frame(uint64_t proto, const char* chunk, int32_t first
 symbolize::Frame trace_walk_frame(uint32_t traceno, const symbolize::LuaLocation& start) {
   symbolize::Frame f;
   f.kind = FrameKind::Trace;
-  f.trace = symbolize::TraceInfo{traceno, start};
-  f.trace->start.line = start.firstline + 1;
+  symbolize::TraceInfo info;
+  info.traceno = traceno;
+  info.start = start;
+  info.start.line = start.firstline + 1;
+  f.trace = info;
   return f;
 }
 
@@ -713,6 +716,28 @@ TEST(ProfileFrames, LuaNamesShortLabelsAndTracesAsTheirFunction) {
   EXPECT_EQ(frame_label(apart[0]), "function <stdin:5> (stdin:6)");
   EXPECT_EQ(apart[0].kind, FrameKind::Trace);
   EXPECT_EQ(frame_label(apart[1]), "alpha (split.lua:14)");
+}
+
+// A trace resolved through its snapshot: the trace frame itself is not shown, the Lua frames
+// it runs (an inlined callee, then the base frame) are, as JIT-compiled frames of that trace.
+TEST(ProfileFrames, ResolvedTraceShowsTheLuaFramesItRuns) {
+  symbolize::Frame trace =
+      trace_walk_frame(7, *lua_walk_frame(0x1000, "@a.lua", 3, 4, nullptr).lua);
+  trace.trace->snapshot = 2;
+  symbolize::Frame beta = lua_walk_frame(0x4000, "@/srv/app/split.lua", 20, 21, "beta");
+  beta.jit_trace = 7;
+  symbolize::Frame alpha = lua_walk_frame(0x1000, "@/srv/app/split.lua", 12, 14, "alpha");
+  alpha.jit_trace = 7;
+  const symbolize::Frame main = lua_walk_frame(0x2000, "@/srv/app/split.lua", 0, 40, nullptr);
+  std::vector<Frame> frames = profile_frames({trace, beta, alpha, main});
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].kind, FrameKind::Trace);
+  EXPECT_EQ(frames[0].trace, 7u);
+  EXPECT_EQ(frame_label(frames[0]), "beta (split.lua:21)");
+  EXPECT_EQ(frames[1].kind, FrameKind::Trace);
+  EXPECT_EQ(frame_label(frames[1]), "alpha (split.lua:14)");
+  EXPECT_EQ(frames[2].kind, FrameKind::Lua);
+  EXPECT_EQ(frames[2].trace, 0u);
 }
 
 }  // namespace

@@ -22,86 +22,16 @@
 #include <sstream>
 
 #include "support/test_support.h"
+#include "traceback_oracle.h"
 
 namespace ljprof {
 namespace {
 
 using Json = nlohmann::json;
 namespace fs = std::filesystem;
-
-struct ExpectedFrame {
-  bool gap = false;  // traceback's "..." (levels it skipped in a deep stack)
-  bool is_c = false;
-  std::string source;  // Lua
-  int line = 0;
-  std::optional<int> firstline;  // "in function <src:N>"
-  bool main_chunk = false;
-  std::optional<uint64_t> c_entry;  // "[C]: at 0x..."
-  // "in function 'NAME'": the call-site name (lj_debug_funcname); none for "<src:N>", "main
-  // chunk", "?" and "at 0x...". Unset for the synthetic resume entries, which are not checked.
-  std::optional<std::string> name;
-  bool check_name = true;
-  std::string text;  // the traceback line, for messages
-};
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-// The traceback blocks the workload printed, in print order.
-std::vector<std::vector<ExpectedFrame>> parse_tracebacks(const std::string& out) {
-  static const std::regex c_named(R"(^\t\[C\]: in (function '(.*)'|\?)$)");
-  static const std::regex c_at(R"(^\t\[C\]: at 0x([0-9a-f]+)$)");
-  static const std::regex lua_main(R"(^\t(.+):(\d+): in main chunk$)");
-  static const std::regex lua_anon(R"(^\t(.+):(\d+): in function <(.+):(\d+)>$)");
-  static const std::regex lua_named(R"(^\t(.+):(\d+): in function '(.*)'$)");
-  std::vector<std::vector<ExpectedFrame>> blocks;
-  bool inside = false;
-  for (const std::string& line : lines_of(out)) {
-    if (line == "ljprof-traceback-begin") {
-      inside = true;
-      blocks.emplace_back();
-      continue;
-    }
-    if (line == "ljprof-traceback-end") {
-      inside = false;
-      continue;
-    }
-    if (!inside || line.empty() || line == "stack traceback:") continue;
-    ExpectedFrame f;
-    f.text = line;
-    std::smatch m;
-    if (line == "\t...") {
-      f.gap = true;
-    } else if (std::regex_match(line, m, c_at)) {
-      f.is_c = true;
-      f.c_entry = std::stoull(m[1], nullptr, 16);
-    } else if (std::regex_match(line, m, c_named)) {
-      f.is_c = true;
-      if (m[2].matched) f.name = m[2];
-    } else if (std::regex_match(line, m, lua_main)) {
-      f.source = m[1];
-      f.line = std::stoi(m[2]);
-      f.main_chunk = true;
-    } else if (std::regex_match(line, m, lua_anon)) {
-      f.source = m[1];
-      f.line = std::stoi(m[2]);
-      f.firstline = std::stoi(m[4]);
-    } else if (std::regex_match(line, m, lua_named)) {
-      f.source = m[1];
-      f.line = std::stoi(m[2]);
-      f.name = m[3];
-    } else {
-      ADD_FAILURE() << "unparsed traceback line: " << line;
-      continue;
-    }
-    blocks.back().push_back(f);
-  }
-  return blocks;
-}
+using test::ExpectedFrame;
+using test::lines_of;
+using test::parse_tracebacks;
 
 struct Target {
   std::string label;

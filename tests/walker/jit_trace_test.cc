@@ -4,8 +4,9 @@
 // the trace: through an FFI call made from trace code (kill(getpid(), SIGABRT), written by gdb
 // on amd64 and by qemu-user on arm64) or live with gcore while the trace spins.
 // Oracles: the trace frame's number is one the VM reported, its start line is the loop's line;
-// the Lua frames below it are the VM's frames (source, first line, and current line, except the
-// innermost frame running the trace, whose line the walker leaves unknown rather than guess);
+// the Lua frames below it are the VM's frames (source, first line, and current line — for the
+// innermost frame, the one running the trace, read from the trace's snapshot, or unknown
+// rather than guessed where the LuaJIT has no snapshot offsets);
 // the C functions the VM lists appear as cfunc frames; the stack ends at a proven root.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "support/test_support.h"
+#include "traceback_oracle.h"
 
 namespace ljprof {
 namespace {
@@ -60,6 +62,10 @@ struct Target {
   std::string exe;
   bool arm64 = false;
 };
+
+void PrintTo(const Target& t, std::ostream* os) {
+  *os << t.label;
+}
 
 struct Case {
   Target target;
@@ -181,13 +187,98 @@ TEST_P(JitTrace, TraceFrameThenTheVmsLuaFrames) {
     EXPECT_EQ(got["source"], want.source);
     EXPECT_EQ(got["firstline"], want.firstline);
     EXPECT_EQ(got["main_chunk"].get<bool>(), want.what == "main");
-    if (k == 0) {
-      EXPECT_TRUE(got["line"].is_null()) << "the line inside a trace is not provable";
+    if (k == 0 && !trace.contains("snapshot")) {
+      // No snapshot to read it from (a LuaJIT without SnapShot.mcofs): unknown, not guessed.
+      EXPECT_TRUE(got["line"].is_null()) << trace["snapshot_error"];
+    } else if (k == 0) {
+      EXPECT_EQ(got["line"], want.line);
+      EXPECT_EQ(got["jit_trace"], trace["trace"]);
     } else {
       EXPECT_EQ(got["line"], want.line);
     }
   }
   EXPECT_TRUE((*thread)["reached_root"].get<bool>()) << (*thread)["end"];
+  fs::remove_all(c.dir);
+}
+
+// The interpreter's traceback of the workload run with `arg` (jit.off() inside it).
+std::string run_interpreted(const Target& target, const std::string& dir,
+                            const std::string& workload, const std::string& arg) {
+  std::vector<std::string> argv = {"env", "-C", dir};
+  if (target.arm64)
+    argv.insert(argv.end(), {"qemu-aarch64-static", "-L", "/usr/aarch64-linux-gnu"});
+  argv.insert(argv.end(), {target.exe, workload, arg});
+  return test::run(argv).out;
+}
+
+// A function LuaJIT inlined into a trace (trace_inlined_abort.lua: g's frame exists only in
+// the trace's snapshot when its FFI call aborts the process). The Lua frames of the core must
+// equal the traceback the same calls print when run by the interpreter (jit.off()): file, line
+// and name of each, the inlined g included, and the frames the trace runs are marked JIT.
+class JitInlined : public ::testing::TestWithParam<Target> {};
+
+TEST_P(JitInlined, LuaFramesEqualTheInterpretersTraceback) {
+  Dump c{GetParam(), "trace_inlined_abort.lua", false, "", "", ""};
+  ASSERT_NO_FATAL_FAILURE(make_core(c));
+  const std::string interp = run_interpreted(c.target, c.dir, c.workload, "interp");
+  const auto blocks = test::parse_tracebacks(interp);
+  ASSERT_EQ(blocks.size(), 1u) << interp;
+  const Json j = ljprof_core(c);
+  ASSERT_FALSE(j.is_discarded());
+  const Json* thread = trace_thread(j);
+  ASSERT_NE(thread, nullptr) << j.dump(1);
+  const Json& frames = (*thread)["frames"];
+  SCOPED_TRACE(frames.dump(1));
+  size_t at = 0;
+  while (at < frames.size() && frames[at]["kind"] != "trace") ++at;
+  ASSERT_LT(at, frames.size());
+  const Json& trace = frames[at];
+  ASSERT_TRUE(trace.contains("snapshot")) << trace["snapshot_error"];
+  std::vector<const Json*> lua;
+  for (size_t k = at + 1; k < frames.size(); ++k) {
+    if (frames[k]["kind"] == "lua" || frames[k]["kind"] == "cfunc") lua.push_back(&frames[k]);
+  }
+  const std::vector<test::ExpectedFrame>& want = blocks[0];
+  ASSERT_EQ(lua.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    const Json& got = *lua[k];
+    SCOPED_TRACE("traceback frame " + std::to_string(k) + ": " + want[k].text);
+    if (want[k].is_c) {
+      EXPECT_EQ(got["kind"], "cfunc");
+      continue;
+    }
+    EXPECT_EQ(got["source"], want[k].source);
+    EXPECT_EQ(got["line"], want[k].line);
+    EXPECT_EQ(got["name"], want[k].name ? Json(*want[k].name) : Json(nullptr));
+    // g and f run as the trace's machine code; the main chunk called f from the interpreter.
+    if (k < 2) {
+      EXPECT_EQ(got["jit_trace"], trace["trace"]);
+    } else {
+      EXPECT_FALSE(got.contains("jit_trace"));
+    }
+  }
+  fs::remove_all(c.dir);
+}
+
+// Tarantool 2.6's LuaJIT fork predates SnapShot.mcofs: its trace frames say so and fall back
+// to the trace's start instead of guessing.
+TEST(JitInlinedFallback, TarantoolWithoutSnapshotOffsetsSaysWhy) {
+  Dump c{{"tarantool_amd64", "/usr/bin/tarantool", false},
+         "trace_inlined_abort.lua",
+         false,
+         "",
+         "",
+         ""};
+  ASSERT_NO_FATAL_FAILURE(make_core(c));
+  const Json j = ljprof_core(c);
+  const Json* thread = trace_thread(j);
+  ASSERT_NE(thread, nullptr) << j.dump(1);
+  for (const Json& f : (*thread)["frames"]) {
+    if (f["kind"] != "trace") continue;
+    EXPECT_FALSE(f.contains("snapshot"));
+    EXPECT_NE(f["snapshot_error"].get<std::string>().find("SnapShot.mcofs"), std::string::npos)
+        << f;
+  }
   fs::remove_all(c.dir);
 }
 
@@ -212,6 +303,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{kLuajitAmd64, "spin_trace.lua", true},
                       Case{kTarantoolAmd64, "spin_trace.lua", true}),
     case_name);
+
+INSTANTIATE_TEST_SUITE_P(Cores, JitInlined, ::testing::Values(kLuajitAmd64, kLuajitArm64),
+                         [](const ::testing::TestParamInfo<Target>& info) {
+                           return info.param.label;
+                         });
 
 }  // namespace
 }  // namespace ljprof

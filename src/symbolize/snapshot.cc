@@ -1,0 +1,291 @@
+#include "symbolize/snapshot.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ljprof::symbolize {
+
+namespace {
+
+// lj_jit.h SnapShot, the layout with mcofs (upstream LuaJIT 2.1 since 2020, OpenResty's luajit2,
+// Tarantool's fork since 2.11): mapofs u32 @0, ref u16 @4, mcofs u16 @6, nslots @8, topslot @9,
+// nent @10, count @11. Without mcofs (older forks) nslots (>= 1: the base frame's slots) sits
+// at @6, so a first snapshot whose mcofs is not 0 tells the two apart (lj_asm.c
+// asm_snap_fixup_mcofs sets snap[0].mcofs = 0).
+constexpr uint32_t kSnapSize = 12;
+constexpr uint32_t kSnapMapofs = 0, kSnapMcofs = 6, kSnapNent = 10;
+// lj_jit.h SnapEntry: slot << 24 | flags | IR ref.
+constexpr uint32_t kSnapFrame = 0x010000;  // SNAP_FRAME
+constexpr uint32_t kSnapCont = 0x020000;   // SNAP_CONT
+constexpr uint32_t snap_ref(uint32_t sn) {
+  return sn & 0xffff;
+}
+constexpr uint32_t snap_slot(uint32_t sn) {
+  return sn >> 24;
+}
+// lj_ir.h: constants have refs below REF_BIAS; IRIns is 8 bytes with the type at byte 4;
+// 64-bit constants (KNUM, and KGC with LJ_GC64) keep their value in the next IRIns.
+constexpr uint32_t kRefBias = 0x8000;
+constexpr uint32_t kIrInsSize = 8, kIrInsType = 4, kIrtTypeMask = 0x1f;
+constexpr uint8_t kIrtFunc = 8, kIrtNum = 14;  // lj_ir.h IRT_FUNC, IRT_NUM
+// lj_obj.h: GCHeader.gct holds ~itype, and LJ_TFUNC is ~8u; FF_LUA is ffid 0.
+constexpr uint8_t kGctFunc = 8;
+// lj_frame.h frame link types.
+constexpr uint64_t kFrameTypeMask = 3, kFrameTypePMask = 7;
+constexpr uint64_t kFrameLua = 0, kFrameCont = 2, kFrameVarg = 3;
+// Bounds on what one snapshot may hold: nent is a uint8; frame links are 1 + frame depth.
+constexpr uint32_t kMaxSnapEntries = 1024;
+
+uint32_t mcode_unit(const lj_luajit_info& info) {
+  return info.arch == LJ_INFO_ARCH_ARM64 ? 4 : 1;  // lj_target_*.h MCode
+}
+
+template <typename T>
+Result<T> read_value(const ljprof_mem_reader& mem, uint64_t addr, const char* what) {
+  T v{};
+  if (mem.read_mem(mem.ctx, addr, &v, sizeof(v)) != 0) {
+    return make_error("cannot read {} at {:#x}", what, addr);
+  }
+  return v;
+}
+
+Result<uint64_t> read_ref(const ljprof_mem_reader& mem, const lj_luajit_info& info, uint64_t addr,
+                          const char* what) {
+  uint64_t v = 0;
+  if (mem.read_mem(mem.ctx, addr, &v, info.ref_size) != 0) {
+    return make_error("cannot read {} at {:#x}", what, addr);
+  }
+  return v;
+}
+
+// The 64-bit value of IR constant `ref` of type `irt` (lj_ir.h ir_knum / ir_kgc).
+Result<uint64_t> ir_constant(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref, uint8_t irt, bool wide) {
+  if (ref < t.nk || ref + (wide ? 1 : 0) >= kRefBias) {
+    return make_error("snapshot slot ref {:#x} of trace {:#x} is not an IR constant", ref,
+                      t.gctrace);
+  }
+  const uint64_t ins = t.ir + uint64_t{ref} * kIrInsSize;
+  LJ_ASSIGN_OR_RETURN(uint8_t type, read_value<uint8_t>(mem, ins + kIrInsType, "IRIns.t"));
+  if ((type & kIrtTypeMask) != irt) {
+    return make_error("IR constant {:#x} of trace {:#x} has type {}, expected {}", ref, t.gctrace,
+                      type & kIrtTypeMask, irt);
+  }
+  if (wide) return read_value<uint64_t>(mem, ins + kIrInsSize, "IR 64-bit constant");
+  LJ_ASSIGN_OR_RETURN(uint32_t narrow, read_value<uint32_t>(mem, ins, "IR constant"));
+  return uint64_t{narrow};
+}
+
+// A Lua function object (constant of the trace) and its prototype.
+Result<uint64_t> lua_function_proto(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                    uint64_t gcfunc) {
+  LJ_ASSIGN_OR_RETURN(uint8_t gct, read_value<uint8_t>(mem, gcfunc + info.tr_gct, "GCfunc.gct"));
+  LJ_ASSIGN_OR_RETURN(uint8_t ffid, read_value<uint8_t>(mem, gcfunc + info.fn_ffid, "GCfunc.ffid"));
+  if (gct != kGctFunc || ffid != 0) {
+    return make_error("inlined frame's function {:#x} is not a Lua function", gcfunc);
+  }
+  LJ_ASSIGN_OR_RETURN(uint64_t first_ins, read_ref(mem, info, gcfunc + info.fn_pc, "GCfunc.pc"));
+  return first_ins - info.pt_size;
+}
+
+// Whether bytecode address `pc` is an instruction of `proto` (`past`: or one past its last).
+Result<bool> proto_holds(const ljprof_mem_reader& mem, const lj_luajit_info& info, uint64_t proto,
+                         uint64_t pc, bool past) {
+  LJ_ASSIGN_OR_RETURN(uint32_t sizebc,
+                      read_value<uint32_t>(mem, proto + info.pt_sizebc, "GCproto.sizebc"));
+  const uint64_t first = proto + info.pt_size;
+  const uint64_t end = first + uint64_t{sizebc} * 4 + (past ? 4 : 0);
+  return pc >= first && pc < end && (pc - first) % 4 == 0;
+}
+
+struct FrameSlot {
+  uint32_t slot = 0;
+  uint64_t gcfunc = 0;
+  uint64_t link = 0;  // lj_frame.h frame link: return pc (Lua), delta|type (vararg)
+};
+
+// The frames above the trace's base in snapshot `map` (nent slot entries, then the pc and, without
+// LJ_FR2, the frame links innermost first: lj_snap.c snapshot_framelinks), innermost first.
+Result<std::vector<FrameSlot>> frame_slots(const ljprof_mem_reader& mem,
+                                           const lj_luajit_info& info, const TraceSnapshots& t,
+                                           const std::vector<uint32_t>& map, uint32_t nent) {
+  const bool fr2 = info.gc64 != 0;
+  std::vector<FrameSlot> frames;
+  for (uint32_t n = 0; n < nent; ++n) {
+    const uint32_t sn = map[n];
+    if (!(sn & kSnapFrame)) continue;
+    if (sn & kSnapCont) return make_error("snapshot holds a continuation (metamethod) frame");
+    FrameSlot f;
+    f.slot = snap_slot(sn);
+    // Slot 0 (slot 1 with LJ_FR2) is the base frame: a frame entry there means the trace
+    // tail-called out of it, so the walker's base frame is no longer the one that runs.
+    if (f.slot <= (fr2 ? 1u : 0u)) return make_error("trace tail-called out of its base frame");
+    if (fr2) {
+      // lj_snap.c snapshot_slots: the link slot holds the frame link as a KNUM, the function
+      // sits in the slot below it.
+      LJ_ASSIGN_OR_RETURN(f.link, ir_constant(mem, t, snap_ref(sn), kIrtNum, true));
+      auto fn = std::find_if(map.begin(), map.begin() + n,
+                             [&](uint32_t e) { return snap_slot(e) == f.slot - 1; });
+      if (fn == map.begin() + n) return make_error("snapshot frame without its function slot");
+      LJ_ASSIGN_OR_RETURN(f.gcfunc, ir_constant(mem, t, snap_ref(*fn), kIrtFunc, true));
+    } else {
+      LJ_ASSIGN_OR_RETURN(f.gcfunc, ir_constant(mem, t, snap_ref(sn), kIrtFunc, false));
+    }
+    frames.push_back(f);
+  }
+  std::reverse(frames.begin(), frames.end());
+  if (!fr2) {
+    // Frame links follow the pc, one per Lua or vararg frame (continuations were refused).
+    const size_t nlinks = map.size() - nent - 1;
+    if (nlinks != frames.size()) {
+      return make_error("snapshot has {} frame links for {} frames", nlinks, frames.size());
+    }
+    for (size_t i = 0; i < frames.size(); ++i) frames[i].link = map[nent + 1 + i];
+  }
+  return frames;
+}
+
+}  // namespace
+
+Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
+                                            const lj_luajit_info& info, uint64_t gctrace) {
+  TraceSnapshots t;
+  t.gctrace = gctrace;
+  LJ_ASSIGN_OR_RETURN(uint16_t nsnap,
+                      read_value<uint16_t>(mem, gctrace + info.tr_nsnap, "GCtrace.nsnap"));
+  LJ_ASSIGN_OR_RETURN(uint32_t nsnapmap,
+                      read_value<uint32_t>(mem, gctrace + info.tr_nsnapmap, "GCtrace.nsnapmap"));
+  LJ_ASSIGN_OR_RETURN(uint64_t snap, read_value<uint64_t>(mem, gctrace + info.tr_snap, "snap"));
+  LJ_ASSIGN_OR_RETURN(uint64_t snapmap,
+                      read_value<uint64_t>(mem, gctrace + info.tr_snapmap, "GCtrace.snapmap"));
+  LJ_ASSIGN_OR_RETURN(t.ir, read_value<uint64_t>(mem, gctrace + info.tr_ir, "GCtrace.ir"));
+  LJ_ASSIGN_OR_RETURN(t.nk, read_value<uint32_t>(mem, gctrace + info.tr_nk, "GCtrace.nk"));
+  LJ_ASSIGN_OR_RETURN(t.mcode, read_value<uint64_t>(mem, gctrace + info.tr_mcode, "mcode"));
+  LJ_ASSIGN_OR_RETURN(t.szmcode,
+                      read_value<uint32_t>(mem, gctrace + info.tr_szmcode, "GCtrace.szmcode"));
+  if (nsnap == 0) return make_error("trace {:#x} has no snapshots", gctrace);
+  std::vector<uint8_t> raw(size_t{nsnap} * kSnapSize);
+  if (mem.read_mem(mem.ctx, snap, raw.data(), static_cast<uint32_t>(raw.size())) != 0) {
+    return make_error("cannot read the {} snapshots of trace {:#x} at {:#x}", nsnap, gctrace, snap);
+  }
+  auto u32_at = [&](size_t o) {
+    uint32_t v = 0;
+    std::memcpy(&v, raw.data() + o, 4);
+    return v;
+  };
+  auto u16_at = [&](size_t o) {
+    uint16_t v = 0;
+    std::memcpy(&v, raw.data() + o, 2);
+    return uint32_t{v};
+  };
+  const uint32_t unit = mcode_unit(info);
+  t.snaps.resize(nsnap);
+  for (size_t i = 0; i < nsnap; ++i) {
+    TraceSnapshots::Snap& s = t.snaps[i];
+    s.mapofs = u32_at(i * kSnapSize + kSnapMapofs);
+    s.mcofs = u16_at(i * kSnapSize + kSnapMcofs) * unit;
+    s.nent = raw[i * kSnapSize + kSnapNent];
+  }
+  if (t.snaps[0].mcofs != 0) {
+    t.snaps.clear();
+    return t;
+  }
+  t.has_mcofs = true;
+  const uint32_t links = info.gc64 ? 2 : 1;  // the pc (64-bit with LJ_FR2), then links
+  for (size_t i = 0; i < nsnap; ++i) {
+    TraceSnapshots::Snap& s = t.snaps[i];
+    s.end = i + 1 < nsnap ? t.snaps[i + 1].mapofs : nsnapmap;
+    const bool ordered = i == 0 || s.mcofs >= t.snaps[i - 1].mcofs;
+    if (!ordered || s.mcofs > t.szmcode || s.end > nsnapmap || s.end < s.mapofs + s.nent + links ||
+        (info.gc64 && s.end != s.mapofs + s.nent + links) || s.end - s.mapofs > kMaxSnapEntries) {
+      return make_error("trace {:#x}: snapshot {} (mapofs {}, mcofs {:#x}, {} entries) breaks "
+                        "lj_snap.c's layout",
+                        gctrace, i, s.mapofs, s.mcofs, s.nent);
+    }
+  }
+  t.snapmap = snapmap;
+  return t;
+}
+
+Result<JitFrames> jit_frames_at(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                const TraceSnapshots& t, uint64_t pc, uint64_t base_proto) {
+  if (!t.has_mcofs) {
+    return make_error(
+        "this LuaJIT's snapshots carry no machine-code offsets (lj_jit.h SnapShot.mcofs; "
+        "Tarantool's fork before 2.11): JIT code is shown at its trace's start");
+  }
+  if (pc < t.mcode || pc >= t.mcode + t.szmcode) {
+    return make_error("pc {:#x} is outside trace {:#x}'s machine code", pc, t.gctrace);
+  }
+  // lj_trace.c lj_trace_unwind: the rightmost snapshot starting at or before the pc.
+  const uint64_t ofs = pc - t.mcode;
+  auto after = std::upper_bound(t.snaps.begin(), t.snaps.end(), ofs,
+                                [](uint64_t o, const TraceSnapshots::Snap& s) { return o < s.mcofs; });
+  JitFrames out;
+  out.snapshot = static_cast<uint32_t>(after - t.snaps.begin() - 1);
+  const TraceSnapshots::Snap& s = t.snaps[out.snapshot];
+  std::vector<uint32_t> map(s.end - s.mapofs);
+  if (mem.read_mem(mem.ctx, t.snapmap + uint64_t{s.mapofs} * 4, map.data(),
+                   static_cast<uint32_t>(map.size() * 4)) != 0) {
+    return make_error("cannot read snapshot {} of trace {:#x}", out.snapshot, t.gctrace);
+  }
+  // lj_snap.c snapshot_framelinks: the resume pc, with LJ_FR2 as pc << 8 | baseslot - 2.
+  const uint64_t resume_pc =
+      info.gc64 ? (uint64_t{map[s.nent + 1]} << 32 | map[s.nent]) >> 8 : map[s.nent];
+  LJ_ASSIGN_OR_RETURN(std::vector<FrameSlot> slots, frame_slots(mem, info, t, map, s.nent));
+
+  // Innermost first; a vararg frame (lj_frame.h FRAME_VARG) is the same call as the Lua frame
+  // below it, which holds the return pc.
+  std::vector<FrameSlot> calls;
+  for (const FrameSlot& f : slots) {
+    if ((f.link & kFrameTypePMask) == kFrameVarg) continue;
+    if ((f.link & kFrameTypeMask) != kFrameLua || (f.link & kFrameTypePMask) == kFrameCont) {
+      return make_error("snapshot frame link {:#x} is not a Lua frame", f.link);
+    }
+    calls.push_back(f);
+  }
+  uint64_t bcpc = resume_pc + 4;
+  for (const FrameSlot& f : calls) {
+    LJ_ASSIGN_OR_RETURN(uint64_t proto, lua_function_proto(mem, info, f.gcfunc));
+    out.frames.push_back({f.gcfunc, proto, bcpc});
+    bcpc = f.link;
+  }
+  out.frames.push_back({0, base_proto, bcpc});
+  // Proven: each frame's pc is an instruction of its own prototype (a return pc one past it).
+  for (const JitFrame& f : out.frames) {
+    LJ_ASSIGN_OR_RETURN(bool holds, proto_holds(mem, info, f.proto, f.bcpc - 4, false));
+    if (!holds) {
+      return make_error("snapshot {} of trace {:#x}: pc {:#x} is not in prototype {:#x}",
+                        out.snapshot, t.gctrace, f.bcpc - 4, f.proto);
+    }
+  }
+  return out;
+}
+
+Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                    const TraceSnapshots& t, uint64_t pc, uint64_t base_gcfunc,
+                                    uint64_t base_proto) {
+  LJ_ASSIGN_OR_RETURN(JitFrames raw, jit_frames_at(mem, info, t, pc, base_proto));
+  JitLuaFrames out;
+  out.snapshot = raw.snapshot;
+  for (size_t i = 0; i < raw.frames.size(); ++i) {
+    const JitFrame& f = raw.frames[i];
+    JitLuaFrame j;
+    j.gcfunc = f.gcfunc;
+    j.bcpc = f.bcpc;
+    LJ_ASSIGN_OR_RETURN(j.lua, proto_location(mem, info, f.proto, f.bcpc));
+    if (i + 1 < raw.frames.size()) {
+      const JitFrame& caller = raw.frames[i + 1];
+      auto name = call_site_name(mem, info, caller.gcfunc != 0 ? caller.gcfunc : base_gcfunc,
+                                 caller.bcpc);
+      if (name.ok()) {
+        j.call_name = std::move(*name);
+      } else {
+        j.name_error = name.message();
+      }
+    }
+    out.frames.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace ljprof::symbolize
