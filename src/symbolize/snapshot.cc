@@ -59,7 +59,8 @@ Result<uint64_t> read_ref(const ljprof_mem_reader& mem, const lj_luajit_info& in
 }
 
 // The 64-bit value of IR constant `ref` of type `irt` (lj_ir.h ir_knum / ir_kgc).
-Result<uint64_t> ir_constant(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref, uint8_t irt, bool wide) {
+Result<uint64_t> ir_constant(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref,
+                             uint8_t irt, bool wide) {
   if (ref < t.nk || ref + (wide ? 1 : 0) >= kRefBias) {
     return make_error("snapshot slot ref {:#x} of trace {:#x} is not an IR constant", ref,
                       t.gctrace);
@@ -105,8 +106,8 @@ struct FrameSlot {
 
 // The frames above the trace's base in snapshot `map` (nent slot entries, then the pc and, without
 // LJ_FR2, the frame links innermost first: lj_snap.c snapshot_framelinks), innermost first.
-Result<std::vector<FrameSlot>> frame_slots(const ljprof_mem_reader& mem,
-                                           const lj_luajit_info& info, const TraceSnapshots& t,
+Result<std::vector<FrameSlot>> frame_slots(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                           const TraceSnapshots& t,
                                            const std::vector<uint32_t>& map, uint32_t nent) {
   const bool fr2 = info.gc64 != 0;
   std::vector<FrameSlot> frames;
@@ -197,9 +198,10 @@ Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
     const bool ordered = i == 0 || s.mcofs >= t.snaps[i - 1].mcofs;
     if (!ordered || s.mcofs > t.szmcode || s.end > nsnapmap || s.end < s.mapofs + s.nent + links ||
         (info.gc64 && s.end != s.mapofs + s.nent + links) || s.end - s.mapofs > kMaxSnapEntries) {
-      return make_error("trace {:#x}: snapshot {} (mapofs {}, mcofs {:#x}, {} entries) breaks "
-                        "lj_snap.c's layout",
-                        gctrace, i, s.mapofs, s.mcofs, s.nent);
+      return make_error(
+          "trace {:#x}: snapshot {} (mapofs {}, mcofs {:#x}, {} entries) breaks "
+          "lj_snap.c's layout",
+          gctrace, i, s.mapofs, s.mcofs, s.nent);
     }
   }
   t.snapmap = snapmap;
@@ -218,8 +220,9 @@ Result<JitFrames> jit_frames_at(const ljprof_mem_reader& mem, const lj_luajit_in
   }
   // lj_trace.c lj_trace_unwind: the rightmost snapshot starting at or before the pc.
   const uint64_t ofs = pc - t.mcode;
-  auto after = std::upper_bound(t.snaps.begin(), t.snaps.end(), ofs,
-                                [](uint64_t o, const TraceSnapshots::Snap& s) { return o < s.mcofs; });
+  auto after =
+      std::upper_bound(t.snaps.begin(), t.snaps.end(), ofs,
+                       [](uint64_t o, const TraceSnapshots::Snap& s) { return o < s.mcofs; });
   JitFrames out;
   out.snapshot = static_cast<uint32_t>(after - t.snaps.begin() - 1);
   const TraceSnapshots::Snap& s = t.snaps[out.snapshot];
@@ -275,8 +278,8 @@ Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luaji
     LJ_ASSIGN_OR_RETURN(j.lua, proto_location(mem, info, f.proto, f.bcpc));
     if (i + 1 < raw.frames.size()) {
       const JitFrame& caller = raw.frames[i + 1];
-      auto name = call_site_name(mem, info, caller.gcfunc != 0 ? caller.gcfunc : base_gcfunc,
-                                 caller.bcpc);
+      auto name =
+          call_site_name(mem, info, caller.gcfunc != 0 ? caller.gcfunc : base_gcfunc, caller.bcpc);
       if (name.ok()) {
         j.call_name = std::move(*name);
       } else {

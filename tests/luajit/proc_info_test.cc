@@ -151,6 +151,12 @@ std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::s
       {fld::kTrMcode, at("GCtrace", "mcode")},
       {fld::kTrTraceno, at("GCtrace", "traceno")},
       {fld::kTrStartpt, at("GCtrace", "startpt")},
+      {fld::kTrNsnap, at("GCtrace", "nsnap")},
+      {fld::kTrIr, at("GCtrace", "ir")},
+      {fld::kTrNk, at("GCtrace", "nk")},
+      {fld::kTrNsnapmap, at("GCtrace", "nsnapmap")},
+      {fld::kTrSnap, at("GCtrace", "snap")},
+      {fld::kTrSnapmap, at("GCtrace", "snapmap")},
   };
   std::vector<std::string> exprs;
   for (const auto& r : rules) exprs.push_back(r.second);

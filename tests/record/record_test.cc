@@ -693,3 +693,79 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace ljprof
+
+namespace ljprof {
+namespace {
+
+// JIT-compiled Lua resolved to the functions and lines it runs (workloads/jit_inlined.lua,
+// whose split is known by construction: one serial chain of identical steps). The trace's
+// snapshots name the functions LuaJIT inlined into the loop's trace and the lines they are at.
+struct JitRecording {
+  std::string dir, profile, folded, out;
+};
+
+JitRecording record_jit_inlined(const std::string& mode) {
+  JitRecording r;
+  r.dir = testing::TempDir() + "/ljprof-record-jit-" + mode;
+  test::run({"rm", "-rf", r.dir});
+  test::run({"mkdir", "-p", r.dir});
+  r.profile = r.dir + "/cpu.pb.gz";
+  r.folded = r.dir + "/cpu.folded";
+  test::CommandResult rec = test::run(
+      {test::ljprof_bin(), "record", "-F", "999", "-q", "-o", r.profile, "--folded", r.folded, "--",
+       "/usr/bin/luajit", test::record_workloads_dir() + "/jit_inlined.lua", mode, "3"});
+  EXPECT_EQ(rec.exit_code, 0) << rec.err;
+  r.out = rec.out + rec.err;
+  return r;
+}
+
+// (a) heavy and light, both inlined into one trace, by name and in their 75/25 share.
+TEST(RecordJit, InlinedFunctionsAppearByNameInTheirShare) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  const JitRecording r = record_jit_inlined("inlined");
+  double heavy = 0, light = 0;
+  for (const FoldedStack& s : read_folded(r.folded)) {
+    for (const std::string& f : s.frames) {
+      if (f.rfind("heavy (jit_inlined.lua:", 0) == 0) heavy += s.count;
+      if (f.rfind("light (jit_inlined.lua:", 0) == 0) light += s.count;
+    }
+  }
+  ASSERT_GT(heavy + light, 1000) << r.out;
+  const double share = 100 * heavy / (heavy + light);
+  std::cout << "heavy " << share << "% of heavy+light (" << heavy << " / " << light << ")\n";
+  EXPECT_NEAR(share, 75.0, 10.0) << r.out;
+  // Marked as JIT-compiled: every JIT frame carries its trace's number as a pprof label.
+  test::CommandResult tags = test::go_tool_pprof(r.dir, {"-tags", r.profile});
+  EXPECT_NE(tags.out.find(" trace: Total"), std::string::npos) << tags.out << tags.err;
+  test::run({"rm", "-rf", r.dir});
+}
+
+// (b) Line-level shares inside a trace: pprof -lines puts the costly line (9 steps) first and
+// the cheap one (1 step) second.
+TEST(RecordJit, PprofLinesPutTheCostlyLineFirst) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  const JitRecording r = record_jit_inlined("lines");
+  std::string costly, cheap;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("line costly ", 0) == 0) costly = line.substr(12);
+    if (line.rfind("line cheap ", 0) == 0) cheap = line.substr(11);
+  }
+  ASSERT_FALSE(costly.empty() || cheap.empty()) << r.out;
+  test::CommandResult top = test::go_tool_pprof(
+      r.dir, {"-top", "-lines", "-nodecount=5", "-sample_index=samples", r.profile});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  std::vector<std::string> order;
+  std::istringstream rows(top.out);
+  for (std::string line; std::getline(rows, line);) {
+    const size_t at = line.find("jit_inlined.lua:");
+    if (at != std::string::npos) order.push_back(line.substr(at + 16));
+  }
+  ASSERT_GE(order.size(), 2u) << top.out;
+  EXPECT_EQ(order[0], costly) << top.out;
+  EXPECT_EQ(order[1], cheap) << top.out;
+  test::run({"rm", "-rf", r.dir});
+}
+
+}  // namespace
+}  // namespace ljprof
