@@ -194,10 +194,10 @@ class CoreFrameSource final : public symbolize::FrameSource {
   Result<symbolize::TraceInfo> trace_info(size_t, const symbolize::WalkedFrame& f) override {
     return symbolize::trace_info(env_.mem, w_.info_, f.b);
   }
-  Result<symbolize::JitLuaFrames> jit_frames(size_t, const symbolize::WalkedFrame& trace,
-                                             uint64_t pc, const symbolize::Frame& base) override {
+  Result<symbolize::JitLuaFrames> jit_frames(size_t, const symbolize::Frame& trace, uint64_t pc,
+                                             const symbolize::Frame& base) override {
     LJ_ASSIGN_OR_RETURN(symbolize::TraceSnapshots snaps,
-                        symbolize::read_trace_snapshots(env_.mem, w_.info_, trace.b));
+                        symbolize::read_trace_snapshots(env_.mem, w_.info_, trace.gctrace));
     return symbolize::jit_lua_frames(env_.mem, w_.info_, snaps, pc, base.gcfunc, base.lua->proto);
   }
   std::string no_luajit_reason() const override { return w_.luajit_error_; }

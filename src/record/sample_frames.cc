@@ -82,24 +82,24 @@ class SampleFrameSource final : public symbolize::FrameSource {
     return t;
   }
 
-  // The trace must still be the one of the sample (its number, as the kernel read it); its
-  // snapshots are read once per trace and the frames once per (trace, pc, base prototype).
-  Result<symbolize::JitLuaFrames> jit_frames(size_t index, const symbolize::WalkedFrame& trace,
+  // The trace must still be the one of the sample: the number trace_info read after the
+  // sample is the one the kernel read. Its snapshots are read once per trace and the frames
+  // once per (trace, pc, base prototype).
+  Result<symbolize::JitLuaFrames> jit_frames(size_t index, const symbolize::Frame& trace,
                                              uint64_t pc, const symbolize::Frame& base) override {
     if (ctx_.luajit == nullptr || !ctx_.mem) return make_error("no LuaJIT layout or memory");
     const lj_luajit_info& info = ctx_.luajit->object->info;
     const uint32_t traceno = sample_.frames[index].traceno;
-    uint16_t now = 0;
-    if (traceno == 0 || ctx_.mem->read(trace.b + info.tr_traceno, &now, 2) != 0 || now != traceno) {
+    if (traceno == 0 || trace.trace->traceno != traceno) {
       ++counts_[LJ_REC_CTR_TRACE_CHANGED];
       return make_error("trace changed since the sample");
     }
-    const SampleSymbolizer::JitKey key{ctx_.pid, trace.b, traceno, pc, base.lua->proto};
+    const SampleSymbolizer::JitKey key{ctx_.pid, trace.gctrace, traceno, pc, base.lua->proto};
     if (auto it = s_.jit_frames_.find(key); it != s_.jit_frames_.end()) return it->second;
-    const SampleSymbolizer::TraceKey tkey{ctx_.pid, trace.b, traceno};
+    const SampleSymbolizer::TraceKey tkey{ctx_.pid, trace.gctrace, traceno};
     auto snaps = s_.trace_snapshots_.find(tkey);
     if (snaps == s_.trace_snapshots_.end()) {
-      auto read = symbolize::read_trace_snapshots(ctx_.mem->reader(), info, trace.b);
+      auto read = symbolize::read_trace_snapshots(ctx_.mem->reader(), info, trace.gctrace);
       if (!read.ok()) {
         ++counts_[LJ_REC_CTR_JIT_UNPROVEN];
         return read.error();

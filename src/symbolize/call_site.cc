@@ -3,6 +3,8 @@
 #include <array>
 #include <vector>
 
+#include "symbolize/read_field.h"
+
 namespace ljprof::symbolize {
 
 namespace {
@@ -68,15 +70,6 @@ uint32_t bc_c(uint32_t ins) {
 }
 uint32_t bc_d(uint32_t ins) {
   return ins >> 16;
-}
-
-Result<uint64_t> read_uint(const ljprof_mem_reader& mem, uint64_t addr, uint32_t size,
-                           const char* what) {
-  uint64_t value = 0;
-  if (mem.read_mem(mem.ctx, addr, &value, size) != 0) {
-    return make_error("cannot read {} at {:#x}", what, addr);
-  }
-  return value;
 }
 
 // A forward reader over a debug info stream (lj_debug.c reads these byte by byte; their length

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "symbolize/read_field.h"
+
 namespace ljprof::symbolize {
 
 namespace {
@@ -40,24 +42,6 @@ uint32_t mcode_unit(const lj_luajit_info& info) {
   return info.arch == LJ_INFO_ARCH_ARM64 ? 4 : 1;  // lj_target_*.h MCode
 }
 
-template <typename T>
-Result<T> read_value(const ljprof_mem_reader& mem, uint64_t addr, const char* what) {
-  T v{};
-  if (mem.read_mem(mem.ctx, addr, &v, sizeof(v)) != 0) {
-    return make_error("cannot read {} at {:#x}", what, addr);
-  }
-  return v;
-}
-
-Result<uint64_t> read_ref(const ljprof_mem_reader& mem, const lj_luajit_info& info, uint64_t addr,
-                          const char* what) {
-  uint64_t v = 0;
-  if (mem.read_mem(mem.ctx, addr, &v, info.ref_size) != 0) {
-    return make_error("cannot read {} at {:#x}", what, addr);
-  }
-  return v;
-}
-
 // The 64-bit value of IR constant `ref` of type `irt` (lj_ir.h ir_knum / ir_kgc).
 Result<uint64_t> ir_constant(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref,
                              uint8_t irt, bool wide) {
@@ -66,36 +50,33 @@ Result<uint64_t> ir_constant(const ljprof_mem_reader& mem, const TraceSnapshots&
                       t.gctrace);
   }
   const uint64_t ins = t.ir + uint64_t{ref} * kIrInsSize;
-  LJ_ASSIGN_OR_RETURN(uint8_t type, read_value<uint8_t>(mem, ins + kIrInsType, "IRIns.t"));
+  LJ_ASSIGN_OR_RETURN(uint64_t type, read_uint(mem, ins + kIrInsType, 1, "IRIns.t"));
   if ((type & kIrtTypeMask) != irt) {
     return make_error("IR constant {:#x} of trace {:#x} has type {}, expected {}", ref, t.gctrace,
                       type & kIrtTypeMask, irt);
   }
-  if (wide) return read_value<uint64_t>(mem, ins + kIrInsSize, "IR 64-bit constant");
-  LJ_ASSIGN_OR_RETURN(uint32_t narrow, read_value<uint32_t>(mem, ins, "IR constant"));
-  return uint64_t{narrow};
+  if (wide) return read_uint(mem, ins + kIrInsSize, 8, "IR 64-bit constant");
+  return read_uint(mem, ins, 4, "IR constant");
 }
 
-// A Lua function object (constant of the trace) and its prototype.
+// The prototype of a Lua function object (a constant of the trace), after checking it is one:
+// GCHeader.gct (the same offset in every GC object) and ffid FF_LUA.
 Result<uint64_t> lua_function_proto(const ljprof_mem_reader& mem, const lj_luajit_info& info,
                                     uint64_t gcfunc) {
-  LJ_ASSIGN_OR_RETURN(uint8_t gct, read_value<uint8_t>(mem, gcfunc + info.tr_gct, "GCfunc.gct"));
-  LJ_ASSIGN_OR_RETURN(uint8_t ffid, read_value<uint8_t>(mem, gcfunc + info.fn_ffid, "GCfunc.ffid"));
+  LJ_ASSIGN_OR_RETURN(uint64_t gct, read_uint(mem, gcfunc + info.tr_gct, 1, "GCfunc.gct"));
+  LJ_ASSIGN_OR_RETURN(uint64_t ffid, read_uint(mem, gcfunc + info.fn_ffid, 1, "GCfunc.ffid"));
   if (gct != kGctFunc || ffid != 0) {
     return make_error("inlined frame's function {:#x} is not a Lua function", gcfunc);
   }
-  LJ_ASSIGN_OR_RETURN(uint64_t first_ins, read_ref(mem, info, gcfunc + info.fn_pc, "GCfunc.pc"));
-  return first_ins - info.pt_size;
+  return function_proto(mem, info, gcfunc);
 }
 
-// Whether bytecode address `pc` is an instruction of `proto` (`past`: or one past its last).
+// Whether bytecode address `pc` is an instruction of `proto`.
 Result<bool> proto_holds(const ljprof_mem_reader& mem, const lj_luajit_info& info, uint64_t proto,
-                         uint64_t pc, bool past) {
-  LJ_ASSIGN_OR_RETURN(uint32_t sizebc,
-                      read_value<uint32_t>(mem, proto + info.pt_sizebc, "GCproto.sizebc"));
+                         uint64_t pc) {
+  LJ_ASSIGN_OR_RETURN(uint64_t sizebc, read_uint(mem, proto + info.pt_sizebc, 4, "GCproto.sizebc"));
   const uint64_t first = proto + info.pt_size;
-  const uint64_t end = first + uint64_t{sizebc} * 4 + (past ? 4 : 0);
-  return pc >= first && pc < end && (pc - first) % 4 == 0;
+  return pc >= first && pc < first + sizebc * 4 && (pc - first) % 4 == 0;
 }
 
 struct FrameSlot {
@@ -151,18 +132,18 @@ Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
                                             const lj_luajit_info& info, uint64_t gctrace) {
   TraceSnapshots t;
   t.gctrace = gctrace;
-  LJ_ASSIGN_OR_RETURN(uint16_t nsnap,
-                      read_value<uint16_t>(mem, gctrace + info.tr_nsnap, "GCtrace.nsnap"));
-  LJ_ASSIGN_OR_RETURN(uint32_t nsnapmap,
-                      read_value<uint32_t>(mem, gctrace + info.tr_nsnapmap, "GCtrace.nsnapmap"));
-  LJ_ASSIGN_OR_RETURN(uint64_t snap, read_value<uint64_t>(mem, gctrace + info.tr_snap, "snap"));
-  LJ_ASSIGN_OR_RETURN(uint64_t snapmap,
-                      read_value<uint64_t>(mem, gctrace + info.tr_snapmap, "GCtrace.snapmap"));
-  LJ_ASSIGN_OR_RETURN(t.ir, read_value<uint64_t>(mem, gctrace + info.tr_ir, "GCtrace.ir"));
-  LJ_ASSIGN_OR_RETURN(t.nk, read_value<uint32_t>(mem, gctrace + info.tr_nk, "GCtrace.nk"));
-  LJ_ASSIGN_OR_RETURN(t.mcode, read_value<uint64_t>(mem, gctrace + info.tr_mcode, "mcode"));
-  LJ_ASSIGN_OR_RETURN(t.szmcode,
-                      read_value<uint32_t>(mem, gctrace + info.tr_szmcode, "GCtrace.szmcode"));
+  LJ_ASSIGN_OR_RETURN(uint64_t nsnap, read_uint(mem, gctrace + info.tr_nsnap, 2, "GCtrace.nsnap"));
+  LJ_ASSIGN_OR_RETURN(uint64_t nsnapmap,
+                      read_uint(mem, gctrace + info.tr_nsnapmap, 4, "GCtrace.nsnapmap"));
+  LJ_ASSIGN_OR_RETURN(uint64_t snap, read_uint(mem, gctrace + info.tr_snap, 8, "GCtrace.snap"));
+  LJ_ASSIGN_OR_RETURN(t.snapmap, read_uint(mem, gctrace + info.tr_snapmap, 8, "GCtrace.snapmap"));
+  LJ_ASSIGN_OR_RETURN(t.ir, read_uint(mem, gctrace + info.tr_ir, 8, "GCtrace.ir"));
+  LJ_ASSIGN_OR_RETURN(uint64_t nk, read_uint(mem, gctrace + info.tr_nk, 4, "GCtrace.nk"));
+  LJ_ASSIGN_OR_RETURN(t.mcode, read_uint(mem, gctrace + info.tr_mcode, 8, "GCtrace.mcode"));
+  LJ_ASSIGN_OR_RETURN(uint64_t szmcode,
+                      read_uint(mem, gctrace + info.tr_szmcode, 4, "GCtrace.szmcode"));
+  t.nk = static_cast<uint32_t>(nk);
+  t.szmcode = static_cast<uint32_t>(szmcode);
   if (nsnap == 0) return make_error("trace {:#x} has no snapshots", gctrace);
   std::vector<uint8_t> raw(size_t{nsnap} * kSnapSize);
   if (mem.read_mem(mem.ctx, snap, raw.data(), static_cast<uint32_t>(raw.size())) != 0) {
@@ -194,7 +175,7 @@ Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
   const uint32_t links = info.gc64 ? 2 : 1;  // the pc (64-bit with LJ_FR2), then links
   for (size_t i = 0; i < nsnap; ++i) {
     TraceSnapshots::Snap& s = t.snaps[i];
-    s.end = i + 1 < nsnap ? t.snaps[i + 1].mapofs : nsnapmap;
+    s.end = i + 1 < nsnap ? t.snaps[i + 1].mapofs : static_cast<uint32_t>(nsnapmap);
     const bool ordered = i == 0 || s.mcofs >= t.snaps[i - 1].mcofs;
     if (!ordered || s.mcofs > t.szmcode || s.end > nsnapmap || s.end < s.mapofs + s.nent + links ||
         (info.gc64 && s.end != s.mapofs + s.nent + links) || s.end - s.mapofs > kMaxSnapEntries) {
@@ -204,7 +185,6 @@ Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
           gctrace, i, s.mapofs, s.mcofs, s.nent);
     }
   }
-  t.snapmap = snapmap;
   return t;
 }
 
@@ -255,7 +235,7 @@ Result<JitFrames> jit_frames_at(const ljprof_mem_reader& mem, const lj_luajit_in
   out.frames.push_back({0, base_proto, bcpc});
   // Proven: each frame's pc is an instruction of its own prototype (a return pc one past it).
   for (const JitFrame& f : out.frames) {
-    LJ_ASSIGN_OR_RETURN(bool holds, proto_holds(mem, info, f.proto, f.bcpc - 4, false));
+    LJ_ASSIGN_OR_RETURN(bool holds, proto_holds(mem, info, f.proto, f.bcpc - 4));
     if (!holds) {
       return make_error("snapshot {} of trace {:#x}: pc {:#x} is not in prototype {:#x}",
                         out.snapshot, t.gctrace, f.bcpc - 4, f.proto);

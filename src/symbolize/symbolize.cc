@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "symbolize/read_field.h"
+
 extern "C" {
 #include "walker/walk_types.h"
 }
@@ -16,6 +18,8 @@ namespace ljprof::symbolize {
 namespace {
 
 constexpr size_t kMaxChunkName = 4096;
+
+}  // namespace
 
 Result<uint64_t> read_uint(const ljprof_mem_reader& mem, uint64_t addr, uint32_t size,
                            const char* what) {
@@ -28,8 +32,6 @@ Result<uint64_t> read_uint(const ljprof_mem_reader& mem, uint64_t addr, uint32_t
   }
   return value;
 }
-
-}  // namespace
 
 std::string short_source(const std::string& chunk, size_t size) {
   if (!chunk.empty() && chunk[0] == '=') return chunk.substr(1, size - 1);
@@ -50,12 +52,18 @@ std::string short_source(const std::string& chunk, size_t size) {
   return "[string \"" + first + (cut ? "...\"]" : "\"]");
 }
 
-Result<LuaLocation> lua_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
-                                 uint64_t gcfunc, uint64_t bcpc) {
+Result<uint64_t> function_proto(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                uint64_t gcfunc) {
   LJ_ASSIGN_OR_RETURN(uint64_t first_ins,
                       read_uint(mem, gcfunc + info.fn_pc, info.ref_size, "GCfuncL.pc"));
   // lj_obj.h funcproto(): the prototype header sits right before its first instruction.
-  return proto_location(mem, info, first_ins - info.pt_size, bcpc);
+  return first_ins - info.pt_size;
+}
+
+Result<LuaLocation> lua_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                 uint64_t gcfunc, uint64_t bcpc) {
+  LJ_ASSIGN_OR_RETURN(uint64_t proto, function_proto(mem, info, gcfunc));
+  return proto_location(mem, info, proto, bcpc);
 }
 
 Result<LuaLocation> proto_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,

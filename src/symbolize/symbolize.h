@@ -37,6 +37,10 @@ struct LuaLocation {
 Result<LuaLocation> lua_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
                                  uint64_t gcfunc, uint64_t bcpc);
 
+// The prototype of Lua function object `gcfunc` (lj_obj.h funcproto: GCfuncL.pc - sizeof(GCproto)).
+Result<uint64_t> function_proto(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                uint64_t gcfunc);
+
 // The same for a prototype read directly (e.g. a trace's start prototype).
 Result<LuaLocation> proto_location(const ljprof_mem_reader& mem, const lj_luajit_info& info,
                                    uint64_t proto, uint64_t bcpc);

@@ -91,44 +91,42 @@ void name_from_call_sites(std::span<const WalkedFrame> walk, std::vector<Frame>&
 // A trace frame followed by the Lua frame at the trace's base (the walker leaves its pc
 // unknown): the snapshot at the trace's pc gives that frame's line and the frames the trace
 // inlined above it. Backwards, so an insertion does not move a trace frame not yet resolved
-// (frames and walk still share indices below it).
-void resolve_jit_frames(std::span<const WalkedFrame> walk, std::vector<Frame>& frames,
-                        FrameSource& source) {
+// (frames and walk indices still agree below it).
+void resolve_jit_frames(std::vector<Frame>& frames, FrameSource& source) {
   for (size_t i = frames.size(); i-- > 0;) {
     Frame& trace = frames[i];
     if (trace.kind != FrameKind::Trace || !trace.trace || i + 1 >= frames.size()) continue;
-    const Frame& base = frames[i + 1];
+    Frame& base = frames[i + 1];
     if (base.kind != FrameKind::Lua || !base.lua || base.lua_state != trace.lua_state ||
         base.bcpc != 0) {
       trace.trace->snapshot_error = "no Lua frame of the trace's base follows it";
       continue;
     }
     // A return address belongs to the call before it.
-    auto jit = source.jit_frames(i, walk[i], i == 0 ? trace.pc : trace.pc - 1, base);
+    auto jit = source.jit_frames(i, trace, i == 0 ? trace.pc : trace.pc - 1, base);
     if (!jit.ok()) {
       trace.trace->snapshot_error = jit.message();
       continue;
     }
     const uint32_t traceno = trace.trace->traceno;
     trace.trace->snapshot = jit->snapshot;
-    std::vector<Frame> inlined;
-    for (size_t k = 0; k < jit->frames.size(); ++k) {
+    // The last frame is the base: it keeps its walker fields and name, and gets its pc.
+    JitLuaFrame& at_base = jit->frames.back();
+    base.bcpc = at_base.bcpc;
+    base.lua = std::move(at_base.lua);
+    base.jit_trace = traceno;
+    std::vector<Frame> inlined(jit->frames.size() - 1);
+    for (size_t k = 0; k < inlined.size(); ++k) {
       JitLuaFrame& j = jit->frames[k];
-      const bool is_base = k + 1 == jit->frames.size();
-      Frame f = is_base ? frames[i + 1] : Frame{};
+      Frame& f = inlined[k];
       f.kind = FrameKind::Lua;
       f.lua_state = trace.lua_state;
+      f.gcfunc = j.gcfunc;
       f.bcpc = j.bcpc;
       f.lua = std::move(j.lua);
-      f.jit_trace = traceno;
-      if (is_base) {
-        frames[i + 1] = std::move(f);
-        break;
-      }
-      f.gcfunc = j.gcfunc;
       f.call_name = std::move(j.call_name);
       f.name_error = std::move(j.name_error);
-      inlined.push_back(std::move(f));
+      f.jit_trace = traceno;
     }
     frames.insert(frames.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                   std::make_move_iterator(inlined.begin()), std::make_move_iterator(inlined.end()));
@@ -148,7 +146,7 @@ std::vector<Frame> frames_of_walk(std::span<const WalkedFrame> walk, WalkEnd end
     }
   }
   name_from_call_sites(walk, frames, source);
-  resolve_jit_frames(walk, frames, source);
+  resolve_jit_frames(frames, source);
   if (end.end != LJ_END_ROOT && end.end != LJ_END_RA_ZERO) {
     Frame unknown;
     unknown.kind = FrameKind::Unknown;

@@ -45,9 +45,10 @@ class FrameSource {
   virtual Result<std::optional<CallSiteName>> call_site_name(size_t caller_index,
                                                              const WalkedFrame& caller) = 0;
   virtual Result<TraceInfo> trace_info(size_t index, const WalkedFrame& frame) = 0;
-  // The Lua frames trace frame `index` runs at machine-code `pc` (symbolize/snapshot.h), the
-  // last of them being `base`, the walker's Lua frame at the trace's base.
-  virtual Result<JitLuaFrames> jit_frames(size_t index, const WalkedFrame& trace, uint64_t pc,
+  // The Lua frames trace frame `index` (its TraceInfo already read) runs at machine-code `pc`
+  // (symbolize/snapshot.h), the last of them being `base`, the walker's Lua frame at the
+  // trace's base.
+  virtual Result<JitLuaFrames> jit_frames(size_t index, const Frame& trace, uint64_t pc,
                                           const Frame& base) = 0;
   // Why there is no LuaJIT layout, added to a walk that ended at a VM frame for lack of one.
   virtual std::string no_luajit_reason() const = 0;

@@ -201,6 +201,10 @@ TEST_P(JitTrace, TraceFrameThenTheVmsLuaFrames) {
   fs::remove_all(c.dir);
 }
 
+const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
+const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
+const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
+
 // The interpreter's traceback of the workload run with `arg` (jit.off() inside it).
 std::string run_interpreted(const Target& target, const std::string& dir,
                             const std::string& workload, const std::string& arg) {
@@ -263,12 +267,7 @@ TEST_P(JitInlined, LuaFramesEqualTheInterpretersTraceback) {
 // Tarantool 2.6's LuaJIT fork predates SnapShot.mcofs: its trace frames say so and fall back
 // to the trace's start instead of guessing.
 TEST(JitInlinedFallback, TarantoolWithoutSnapshotOffsetsSaysWhy) {
-  Dump c{{"tarantool_amd64", "/usr/bin/tarantool", false},
-         "trace_inlined_abort.lua",
-         false,
-         "",
-         "",
-         ""};
+  Dump c{kTarantoolAmd64, "trace_inlined_abort.lua", false, "", "", ""};
   ASSERT_NO_FATAL_FAILURE(make_core(c));
   const Json j = ljprof_core(c);
   const Json* thread = trace_thread(j);
@@ -281,10 +280,6 @@ TEST(JitInlinedFallback, TarantoolWithoutSnapshotOffsetsSaysWhy) {
   }
   fs::remove_all(c.dir);
 }
-
-const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
-const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
-const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = info.param.target.label + "_" + info.param.workload;
