@@ -82,7 +82,9 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
  * AGENT counters are kept by the user-space recorder. Ids are stable and a retired id is never
  * reused; `metric` is the stable snake_case name (unique, checked in src/record/counters.cc),
  * `text` what the end-of-run summary and the pprof comments say. The BPF enum below, the
- * summary and the metric names are all generated from this list. */
+ * summary and the metric names are all generated from this list.
+ * Retired ids: 75 (jit_lines_unsupported: every JIT sample of a LuaJIT without SnapShot.mcofs,
+ * before the exit-based lookup of symbolize/trace_exits.h). */
 #define LJ_REC_COUNTERS(X)                                                                       \
   X(SAMPLES, 32, KERNEL, "samples", "samples of followed processes")                             \
   X(NO_CONTEXT, 33, KERNEL, "no_unwind_context",                                                 \
@@ -109,12 +111,13 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
   X(LUA_UNDECODED, 73, AGENT, "lua_proto_undecoded",                                             \
     "Lua frame not named: prototype does not decode")                                            \
   X(TRACE_UNREAD, 74, AGENT, "trace_unreadable", "JIT trace not named: GCtrace unreadable")      \
-  X(JIT_NO_MCOFS, 75, AGENT, "jit_lines_unsupported",                                            \
-    "JIT code shown at its trace's start: this LuaJIT's snapshots have no machine-code offsets") \
   X(JIT_UNPROVEN, 76, AGENT, "jit_snapshot_unproven",                                            \
     "JIT code shown at its trace's start: its snapshot could not be proven")                     \
   X(TRACE_CHANGED, 77, AGENT, "trace_changed",                                                   \
-    "JIT code shown at its trace's start: the trace changed since the sample")
+    "JIT code shown at its trace's start: the trace changed since the sample")                   \
+  X(JIT_BOUNDARY, 78, AGENT, "jit_snapshot_boundary_unknown",                                    \
+    "JIT code shown at its trace's start: between two snapshots, and this LuaJIT records no "    \
+    "machine-code offsets to tell which")
 
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };

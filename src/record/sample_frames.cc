@@ -95,30 +95,38 @@ class SampleFrameSource final : public symbolize::FrameSource {
       return make_error("trace changed since the sample");
     }
     const SampleSymbolizer::JitKey key{ctx_.pid, trace.gctrace, traceno, pc, base.lua->proto};
-    if (auto it = s_.jit_frames_.find(key); it != s_.jit_frames_.end()) return it->second;
-    const SampleSymbolizer::TraceKey tkey{ctx_.pid, trace.gctrace, traceno};
-    auto snaps = s_.trace_snapshots_.find(tkey);
-    if (snaps == s_.trace_snapshots_.end()) {
-      auto read = symbolize::read_trace_snapshots(ctx_.mem->reader(), info, trace.gctrace);
-      if (!read.ok()) {
-        ++counts_[LJ_REC_CTR_JIT_UNPROVEN];
-        return read.error();
-      }
-      snaps = s_.trace_snapshots_.emplace(tkey, std::move(*read)).first;
+    auto it = s_.jit_frames_.find(key);
+    if (it == s_.jit_frames_.end()) {
+      it = s_.jit_frames_.emplace(key, resolve_jit(info, trace, pc, base)).first;
     }
-    auto frames = symbolize::jit_lua_frames(ctx_.mem->reader(), info, snaps->second, pc,
-                                            base.gcfunc, base.lua->proto);
-    if (!frames.ok()) {
-      ++counts_[snaps->second.has_mcofs ? LJ_REC_CTR_JIT_UNPROVEN : LJ_REC_CTR_JIT_NO_MCOFS];
-      return frames;
-    }
-    return s_.jit_frames_.emplace(key, std::move(*frames)).first->second;
+    if (!it->second.frames.ok()) ++counts_[it->second.failure];
+    return it->second.frames;
   }
 
   std::string no_luajit_reason() const override { return {}; }
 
  private:
   using ProtoKeyResult = Result<SampleSymbolizer::ProtoKey>;
+
+  // The trace's snapshots are read once per trace.
+  SampleSymbolizer::JitEntry resolve_jit(const lj_luajit_info& info, const symbolize::Frame& trace,
+                                         uint64_t pc, const symbolize::Frame& base) {
+    const SampleSymbolizer::TraceKey tkey{ctx_.pid, trace.gctrace, trace.trace->traceno};
+    auto snaps = s_.trace_snapshots_.find(tkey);
+    if (snaps == s_.trace_snapshots_.end()) {
+      auto read = symbolize::read_trace_snapshots(ctx_.mem->reader(), info, trace.gctrace);
+      if (!read.ok()) return {read.error(), LJ_REC_CTR_JIT_UNPROVEN};
+      snaps = s_.trace_snapshots_.emplace(tkey, std::move(*read)).first;
+    }
+    const symbolize::TraceSnapshots& t = snaps->second;
+    auto frames =
+        symbolize::jit_lua_frames(ctx_.mem->reader(), info, t, pc, base.gcfunc, base.lua->proto);
+    // Without mcofs a pc where two snapshots meet cannot be placed: counted apart from a
+    // snapshot that could not be proven.
+    const auto span = symbolize::snapshots_at(t, pc);
+    const bool boundary = span.ok() && span->first != span->last;
+    return {std::move(frames), boundary ? LJ_REC_CTR_JIT_BOUNDARY : LJ_REC_CTR_JIT_UNPROVEN};
+  }
 
   ProtoKeyResult proto_key(size_t index, uint64_t bcpc) const {
     if (ctx_.luajit == nullptr || !ctx_.mem) {

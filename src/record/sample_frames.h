@@ -58,7 +58,13 @@ class SampleSymbolizer {
   using TraceKey = std::tuple<uint32_t, uint64_t, uint32_t>;
   using JitKey = std::tuple<uint32_t, uint64_t, uint32_t, uint64_t, uint64_t>;
   std::map<TraceKey, symbolize::TraceSnapshots> trace_snapshots_;
-  std::map<JitKey, symbolize::JitLuaFrames> jit_frames_;
+  // The frames, or why there are none and the counter that counts it (failures are kept too:
+  // a pc between snapshots stays so, and trying again would cost a snapshot span per sample).
+  struct JitEntry {
+    Result<symbolize::JitLuaFrames> frames;
+    lj_rec_counter failure;
+  };
+  std::map<JitKey, JitEntry> jit_frames_;
 };
 
 }  // namespace ljprof::record

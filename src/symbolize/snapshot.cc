@@ -9,13 +9,15 @@ namespace ljprof::symbolize {
 
 namespace {
 
-// lj_jit.h SnapShot, the layout with mcofs (upstream LuaJIT 2.1 since 2020, OpenResty's luajit2,
-// Tarantool's fork since 2.11): mapofs u32 @0, ref u16 @4, mcofs u16 @6, nslots @8, topslot @9,
-// nent @10, count @11. Without mcofs (older forks) nslots (>= 1: the base frame's slots) sits
-// at @6, so a first snapshot whose mcofs is not 0 tells the two apart (lj_asm.c
-// asm_snap_fixup_mcofs sets snap[0].mcofs = 0).
+// lj_jit.h SnapShot, the layout with mcofs (upstream LuaJIT 2.1 since 2020, OpenResty's luajit2):
+// mapofs u32 @0, ref u16 @4, mcofs u16 @6, nslots @8, topslot @9, nent @10, count @11. Without
+// mcofs (Tarantool's fork) nslots (>= 1: the base frame's slots) sits at @6 and nent at @8, so a
+// first snapshot whose mcofs is not 0 tells the two apart (lj_asm.c asm_snap_fixup_mcofs sets
+// snap[0].mcofs = 0). Both are 12 bytes (4-byte alignment).
 constexpr uint32_t kSnapSize = 12;
-constexpr uint32_t kSnapMapofs = 0, kSnapMcofs = 6, kSnapNent = 10;
+constexpr uint32_t kSnapMapofs = 0, kSnapRef = 4, kSnapMcofs = 6, kSnapNent = 10, kSnapCount = 11;
+constexpr uint32_t kSnapNentWithoutMcofs = 8, kSnapCountWithoutMcofs = 9;
+constexpr uint8_t kSnapCountDone = 255;  // lj_jit.h SNAPCOUNT_DONE: a side trace is linked
 // lj_jit.h SnapEntry: slot << 24 | flags | IR ref.
 constexpr uint32_t kSnapFrame = 0x010000;  // SNAP_FRAME
 constexpr uint32_t kSnapCont = 0x020000;   // SNAP_CONT
@@ -28,7 +30,11 @@ constexpr uint32_t snap_slot(uint32_t sn) {
 // lj_ir.h: constants have refs below REF_BIAS; IRIns is 8 bytes with the type at byte 4;
 // 64-bit constants (KNUM, and KGC with LJ_GC64) keep their value in the next IRIns.
 constexpr uint32_t kRefBias = 0x8000;
-constexpr uint32_t kIrInsSize = 8, kIrInsType = 4, kIrtTypeMask = 0x1f;
+constexpr uint32_t kIrInsSize = 8, kIrInsType = 4, kIrInsOp = 5, kIrtTypeMask = 0x1f;
+constexpr uint8_t kIrtGuard = 0x80;  // lj_ir.h IRT_GUARD
+// lj_ir.h IRDEF: LT .. UGT, EQ, NE, ABC, RETF come first in every LuaJIT ("must be properly
+// aligned to flip opposites"), so an opcode below 12 is a comparison.
+constexpr uint8_t kIrComparisonOps = 12;
 constexpr uint8_t kIrtFunc = 8, kIrtNum = 14;  // lj_ir.h IRT_FUNC, IRT_NUM
 // lj_obj.h: GCHeader.gct holds ~itype, and LJ_TFUNC is ~8u; FF_LUA is ffid 0.
 constexpr uint8_t kGctFunc = 8;
@@ -89,7 +95,8 @@ struct FrameSlot {
 // LJ_FR2, the frame links innermost first: lj_snap.c snapshot_framelinks), innermost first.
 Result<std::vector<FrameSlot>> frame_slots(const ljprof_mem_reader& mem, const lj_luajit_info& info,
                                            const TraceSnapshots& t,
-                                           const std::vector<uint32_t>& map, uint32_t nent) {
+                                           const std::vector<uint32_t>& map, uint32_t nent,
+                                           uint64_t base_proto) {
   const bool fr2 = info.gc64 != 0;
   std::vector<FrameSlot> frames;
   for (uint32_t n = 0; n < nent; ++n) {
@@ -98,9 +105,17 @@ Result<std::vector<FrameSlot>> frame_slots(const ljprof_mem_reader& mem, const l
     if (sn & kSnapCont) return make_error("snapshot holds a continuation (metamethod) frame");
     FrameSlot f;
     f.slot = snap_slot(sn);
-    // Slot 0 (slot 1 with LJ_FR2) is the base frame: a frame entry there means the trace
+    if (!fr2 && f.slot == 0) {
+      // Without LJ_FR2 slot 0 is the base frame's function (lj_snap.c snapshot_slots keeps it
+      // once the trace read it): still the walker's base function unless the trace tail-called.
+      LJ_ASSIGN_OR_RETURN(uint64_t base_fn, ir_constant(mem, t, snap_ref(sn), kIrtFunc, false));
+      LJ_ASSIGN_OR_RETURN(uint64_t proto, lua_function_proto(mem, info, base_fn));
+      if (proto != base_proto) return make_error("trace tail-called out of its base frame");
+      continue;
+    }
+    // Slot 1 with LJ_FR2 is the base frame's link: a frame entry there means the trace
     // tail-called out of it, so the walker's base frame is no longer the one that runs.
-    if (f.slot <= (fr2 ? 1u : 0u)) return make_error("trace tail-called out of its base frame");
+    if (fr2 && f.slot <= 1u) return make_error("trace tail-called out of its base frame");
     if (fr2) {
       // lj_snap.c snapshot_slots: the link slot holds the frame link as a KNUM, the function
       // sits in the slot below it.
@@ -160,51 +175,99 @@ Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
     return uint32_t{v};
   };
   const uint32_t unit = mcode_unit(info);
+  t.has_mcofs = u16_at(kSnapMcofs) == 0;
+  const uint32_t nent_at = t.has_mcofs ? kSnapNent : kSnapNentWithoutMcofs;
+  const uint32_t count_at = t.has_mcofs ? kSnapCount : kSnapCountWithoutMcofs;
   t.snaps.resize(nsnap);
   for (size_t i = 0; i < nsnap; ++i) {
     TraceSnapshots::Snap& s = t.snaps[i];
     s.mapofs = u32_at(i * kSnapSize + kSnapMapofs);
-    s.mcofs = u16_at(i * kSnapSize + kSnapMcofs) * unit;
-    s.nent = raw[i * kSnapSize + kSnapNent];
+    s.ref = u16_at(i * kSnapSize + kSnapRef);
+    if (t.has_mcofs) s.mcofs = u16_at(i * kSnapSize + kSnapMcofs) * unit;
+    s.nent = raw[i * kSnapSize + nent_at];
+    s.linked = raw[i * kSnapSize + count_at] == kSnapCountDone;
   }
-  if (t.snaps[0].mcofs != 0) {
-    t.snaps.clear();
-    return t;
-  }
-  t.has_mcofs = true;
   const uint32_t links = info.gc64 ? 2 : 1;  // the pc (64-bit with LJ_FR2), then links
   for (size_t i = 0; i < nsnap; ++i) {
     TraceSnapshots::Snap& s = t.snaps[i];
     s.end = i + 1 < nsnap ? t.snaps[i + 1].mapofs : static_cast<uint32_t>(nsnapmap);
-    const bool ordered = i == 0 || s.mcofs >= t.snaps[i - 1].mcofs;
+    const bool ordered = i == 0 || (s.mcofs >= t.snaps[i - 1].mcofs && s.ref >= t.snaps[i - 1].ref);
     if (!ordered || s.mcofs > t.szmcode || s.end > nsnapmap || s.end < s.mapofs + s.nent + links ||
         (info.gc64 && s.end != s.mapofs + s.nent + links) || s.end - s.mapofs > kMaxSnapEntries) {
       return make_error(
-          "trace {:#x}: snapshot {} (mapofs {}, mcofs {:#x}, {} entries) breaks "
+          "trace {:#x}: snapshot {} (mapofs {}, ref {:#x}, mcofs {:#x}, {} entries) breaks "
           "lj_snap.c's layout",
-          gctrace, i, s.mapofs, s.mcofs, s.nent);
+          gctrace, i, s.mapofs, s.ref, s.mcofs, s.nent);
     }
   }
+  if (!t.has_mcofs) read_guard_exits(mem, info, t);
   return t;
 }
 
-Result<JitFrames> jit_frames_at(const ljprof_mem_reader& mem, const lj_luajit_info& info,
-                                const TraceSnapshots& t, uint64_t pc, uint64_t base_proto) {
-  if (!t.has_mcofs) {
-    return make_error(
-        "this LuaJIT's snapshots carry no machine-code offsets (lj_jit.h SnapShot.mcofs; "
-        "Tarantool's fork before 2.11): JIT code is shown at its trace's start");
-  }
+Result<SnapshotSpan> snapshots_at(const TraceSnapshots& t, uint64_t pc) {
   if (pc < t.mcode || pc >= t.mcode + t.szmcode) {
     return make_error("pc {:#x} is outside trace {:#x}'s machine code", pc, t.gctrace);
   }
-  // lj_trace.c lj_trace_unwind: the rightmost snapshot starting at or before the pc.
-  const uint64_t ofs = pc - t.mcode;
-  auto after =
-      std::upper_bound(t.snaps.begin(), t.snaps.end(), ofs,
-                       [](uint64_t o, const TraceSnapshots::Snap& s) { return o < s.mcofs; });
+  if (t.has_mcofs) {
+    // lj_trace.c lj_trace_unwind: the rightmost snapshot starting at or before the pc.
+    auto after =
+        std::upper_bound(t.snaps.begin(), t.snaps.end(), pc - t.mcode,
+                         [](uint64_t o, const TraceSnapshots::Snap& s) { return o < s.mcofs; });
+    const auto s = static_cast<uint32_t>(after - t.snaps.begin() - 1);
+    return SnapshotSpan{s, s};
+  }
+  if (!t.exits_error.empty()) {
+    return make_error(
+        "this LuaJIT's snapshots carry no machine-code offsets (lj_jit.h SnapShot.mcofs) and "
+        "the trace's guard exits cannot be read: {}",
+        t.exits_error);
+  }
+  return snapshots_by_exits(t.exits, t.snap_ir, t.mcode, pc);
+}
+
+// Whether IR instruction `ref` is a guarded comparison (lj_ir.h: IRIns.t has IRT_GUARD, IRIns.o
+// is below kIrComparisonOps).
+bool guarded_comparison(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref) {
+  uint8_t ins[2] = {0, 0};  // IRIns.t, IRIns.o
+  static_assert(kIrInsOp == kIrInsType + 1);
+  return ref >= kRefBias &&
+         mem.read_mem(mem.ctx, t.ir + uint64_t{ref} * kIrInsSize + kIrInsType, ins, 2) == 0 &&
+         (ins[0] & kIrtGuard) != 0 && ins[1] < kIrComparisonOps;
+}
+
+// A failure is kept, not returned: the snapshots are still valid, only no pc can be mapped.
+void read_guard_exits(const ljprof_mem_reader& mem, const lj_luajit_info& info, TraceSnapshots& t) {
+  const size_t n = t.snaps.size();
+  t.snap_ir.assign(n, {});
+  for (size_t i = 0; i < n; ++i) {
+    SnapshotIr& s = t.snap_ir[i];
+    const uint32_t ref = t.snaps[i].ref;
+    s.empty = i + 1 < n && t.snaps[i + 1].ref == ref;
+    s.opens_with_comparison = guarded_comparison(mem, t, ref);
+    // The last snapshot's range runs to GCtrace.nins, which is not read: left false.
+    s.closes_with_comparison =
+        i + 1 < n && !s.empty && guarded_comparison(mem, t, t.snaps[i + 1].ref - 1);
+  }
+  std::vector<bool> linked(n);
+  for (size_t i = 0; i < n; ++i) linked[i] = t.snaps[i].linked;
+  auto traceno = read_uint(mem, t.gctrace + info.tr_traceno, 2, "GCtrace.traceno");
+  auto exits = traceno.ok() ? read_trace_exits(mem, info, t.mcode, t.szmcode,
+                                               static_cast<uint32_t>(*traceno), linked)
+                            : Result<std::vector<TraceInsn>>(traceno.error());
+  if (exits.ok()) {
+    t.exits = std::move(*exits);
+  } else {
+    t.exits_error = exits.message();
+  }
+}
+
+Result<JitFrames> jit_frames_in(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                const TraceSnapshots& t, uint32_t snapshot, uint64_t base_proto) {
+  if (snapshot >= t.snaps.size()) {
+    return make_error("trace {:#x} has no snapshot {}", t.gctrace, snapshot);
+  }
   JitFrames out;
-  out.snapshot = static_cast<uint32_t>(after - t.snaps.begin() - 1);
+  out.snapshot = snapshot;
   const TraceSnapshots::Snap& s = t.snaps[out.snapshot];
   std::vector<uint32_t> map(s.end - s.mapofs);
   if (mem.read_mem(mem.ctx, t.snapmap + uint64_t{s.mapofs} * 4, map.data(),
@@ -214,7 +277,8 @@ Result<JitFrames> jit_frames_at(const ljprof_mem_reader& mem, const lj_luajit_in
   // lj_snap.c snapshot_framelinks: the resume pc, with LJ_FR2 as pc << 8 | baseslot - 2.
   const uint64_t resume_pc =
       info.gc64 ? (uint64_t{map[s.nent + 1]} << 32 | map[s.nent]) >> 8 : map[s.nent];
-  LJ_ASSIGN_OR_RETURN(std::vector<FrameSlot> slots, frame_slots(mem, info, t, map, s.nent));
+  LJ_ASSIGN_OR_RETURN(std::vector<FrameSlot> slots,
+                      frame_slots(mem, info, t, map, s.nent, base_proto));
 
   // Innermost first; a vararg frame (lj_frame.h FRAME_VARG) is the same call as the Lua frame
   // below it, which holds the return pc.
@@ -244,10 +308,11 @@ Result<JitFrames> jit_frames_at(const ljprof_mem_reader& mem, const lj_luajit_in
   return out;
 }
 
-Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luajit_info& info,
-                                    const TraceSnapshots& t, uint64_t pc, uint64_t base_gcfunc,
-                                    uint64_t base_proto) {
-  LJ_ASSIGN_OR_RETURN(JitFrames raw, jit_frames_at(mem, info, t, pc, base_proto));
+namespace {
+
+// `raw`'s frames located and each but the base named by its caller.
+Result<JitLuaFrames> locate(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                            const JitFrames& raw, uint64_t base_gcfunc) {
   JitLuaFrames out;
   out.snapshot = raw.snapshot;
   for (size_t i = 0; i < raw.frames.size(); ++i) {
@@ -269,6 +334,51 @@ Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luaji
     out.frames.push_back(std::move(j));
   }
   return out;
+}
+
+// Whether two snapshots' frames read the same: functions, lines and names.
+bool same_frames(const JitLuaFrames& a, const JitLuaFrames& b) {
+  return std::equal(a.frames.begin(), a.frames.end(), b.frames.begin(), b.frames.end(),
+                    [](const JitLuaFrame& x, const JitLuaFrame& y) {
+                      const bool same_name =
+                          x.call_name.has_value() == y.call_name.has_value() &&
+                          (!x.call_name || (x.call_name->name == y.call_name->name &&
+                                            x.call_name->what == y.call_name->what));
+                      return x.gcfunc == y.gcfunc && x.lua.proto == y.lua.proto &&
+                             x.lua.line == y.lua.line && same_name;
+                    });
+}
+
+// The most snapshots one pc may span that are compared (a loop body without guards spans the
+// snapshots of its iteration).
+constexpr uint32_t kMaxSpan = 16;
+
+}  // namespace
+
+Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                    const TraceSnapshots& t, uint64_t pc, uint64_t base_gcfunc,
+                                    uint64_t base_proto) {
+  LJ_ASSIGN_OR_RETURN(SnapshotSpan span, snapshots_at(t, pc));
+  if (span.last - span.first >= kMaxSpan) {
+    return make_error("pc {:#x} may be in any of snapshots {}..{} of trace {:#x}", pc, span.first,
+                      span.last, t.gctrace);
+  }
+  std::optional<JitLuaFrames> first;
+  for (uint32_t s = span.first; s <= span.last; ++s) {
+    if (!t.snap_ir.empty() && t.snap_ir[s].empty) continue;  // no IR, so no code
+    LJ_ASSIGN_OR_RETURN(JitFrames raw, jit_frames_in(mem, info, t, s, base_proto));
+    LJ_ASSIGN_OR_RETURN(JitLuaFrames located, locate(mem, info, raw, base_gcfunc));
+    if (!first) {
+      first = std::move(located);
+    } else if (!same_frames(*first, located)) {
+      return make_error(
+          "pc {:#x} lies where the code of snapshots {} and {} meets, which resume at different "
+          "Lua lines; without SnapShot.mcofs that boundary is not recorded",
+          pc, first->snapshot, s);
+    }
+  }
+  if (!first) return make_error("no snapshot of trace {:#x} holds pc {:#x}", t.gctrace, pc);
+  return std::move(*first);
 }
 
 }  // namespace ljprof::symbolize
