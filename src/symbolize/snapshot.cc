@@ -33,8 +33,9 @@ constexpr uint32_t kRefBias = 0x8000;
 constexpr uint32_t kIrInsSize = 8, kIrInsType = 4, kIrInsOp = 5, kIrtTypeMask = 0x1f;
 constexpr uint8_t kIrtGuard = 0x80;  // lj_ir.h IRT_GUARD
 // lj_ir.h IRDEF: LT .. UGT, EQ, NE, ABC, RETF come first in every LuaJIT ("must be properly
-// aligned to flip opposites"), so an opcode below 12 is a comparison.
-constexpr uint8_t kIrComparisonOps = 12;
+// aligned to flip opposites"), so an opcode below 12 is a guarded comparison. RETF (11) is one
+// whose code goes on after its branch (lj_asm_*.h asm_retf: the new BASE is set there).
+constexpr uint8_t kIrRetf = 11, kIrComparisonOps = 12;
 constexpr uint8_t kIrtFunc = 8, kIrtNum = 14;  // lj_ir.h IRT_FUNC, IRT_NUM
 // lj_obj.h: GCHeader.gct holds ~itype, and LJ_TFUNC is ~8u; FF_LUA is ffid 0.
 constexpr uint8_t kGctFunc = 8;
@@ -192,12 +193,14 @@ Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
     TraceSnapshots::Snap& s = t.snaps[i];
     s.end = i + 1 < nsnap ? t.snaps[i + 1].mapofs : static_cast<uint32_t>(nsnapmap);
     const bool ordered = i == 0 || (s.mcofs >= t.snaps[i - 1].mcofs && s.ref >= t.snaps[i - 1].ref);
-    if (!ordered || s.mcofs > t.szmcode || s.end > nsnapmap || s.end < s.mapofs + s.nent + links ||
+    // mcofs may pass the code's end: lj_asm.c computes it before the tail is trimmed, so a
+    // trailing snapshot can cover no code at all.
+    if (!ordered || s.end > nsnapmap || s.end < s.mapofs + s.nent + links ||
         (info.gc64 && s.end != s.mapofs + s.nent + links) || s.end - s.mapofs > kMaxSnapEntries) {
       return make_error(
-          "trace {:#x}: snapshot {} (mapofs {}, ref {:#x}, mcofs {:#x}, {} entries) breaks "
-          "lj_snap.c's layout",
-          gctrace, i, s.mapofs, s.ref, s.mcofs, s.nent);
+          "trace {:#x}: snapshot {} of {} (mapofs {}, ref {:#x}, mcofs {:#x}, {} entries, map "
+          "ends at {} of {}, code {:#x} bytes) breaks lj_snap.c's layout",
+          gctrace, i, nsnap, s.mapofs, s.ref, s.mcofs, s.nent, s.end, nsnapmap, t.szmcode);
     }
   }
   if (!t.has_mcofs) read_guard_exits(mem, info, t);
@@ -226,13 +229,14 @@ Result<SnapshotSpan> snapshots_at(const TraceSnapshots& t, uint64_t pc) {
 }
 
 // Whether IR instruction `ref` is a guarded comparison (lj_ir.h: IRIns.t has IRT_GUARD, IRIns.o
-// is below kIrComparisonOps).
-bool guarded_comparison(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref) {
+// is below `ops`).
+bool guarded_comparison(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref,
+                        uint8_t ops) {
   uint8_t ins[2] = {0, 0};  // IRIns.t, IRIns.o
   static_assert(kIrInsOp == kIrInsType + 1);
   return ref >= kRefBias &&
          mem.read_mem(mem.ctx, t.ir + uint64_t{ref} * kIrInsSize + kIrInsType, ins, 2) == 0 &&
-         (ins[0] & kIrtGuard) != 0 && ins[1] < kIrComparisonOps;
+         (ins[0] & kIrtGuard) != 0 && ins[1] < ops;
 }
 
 // A failure is kept, not returned: the snapshots are still valid, only no pc can be mapped.
@@ -243,10 +247,10 @@ void read_guard_exits(const ljprof_mem_reader& mem, const lj_luajit_info& info, 
     SnapshotIr& s = t.snap_ir[i];
     const uint32_t ref = t.snaps[i].ref;
     s.empty = i + 1 < n && t.snaps[i + 1].ref == ref;
-    s.opens_with_comparison = guarded_comparison(mem, t, ref);
+    s.opens_with_comparison = guarded_comparison(mem, t, ref, kIrComparisonOps);
     // The last snapshot's range runs to GCtrace.nins, which is not read: left false.
     s.closes_with_comparison =
-        i + 1 < n && !s.empty && guarded_comparison(mem, t, t.snaps[i + 1].ref - 1);
+        i + 1 < n && !s.empty && guarded_comparison(mem, t, t.snaps[i + 1].ref - 1, kIrRetf);
   }
   std::vector<bool> linked(n);
   for (size_t i = 0; i < n; ++i) linked[i] = t.snaps[i].linked;

@@ -50,8 +50,9 @@ std::optional<uint32_t> a64_stub_exit(const ljprof_mem_reader& mem, uint64_t tar
   const int32_t words = static_cast<int32_t>(bl << 6) >> 6;  // imm26, sign-extended
   if (words > -3) return std::nullopt;
   const uint64_t start = target - static_cast<uint64_t>(-int64_t{words}) * 4;
-  if (mem.read_mem(mem.ctx, start, &str, 4) != 0 || mem.read_mem(mem.ctx, start + 8, &movz, 4) != 0 ||
-      str != kA64StrLrSp || movz != (kA64MovzW0 | (traceno & 0xffff) << 5)) {
+  if (mem.read_mem(mem.ctx, start, &str, 4) != 0 ||
+      mem.read_mem(mem.ctx, start + 8, &movz, 4) != 0 || str != kA64StrLrSp ||
+      movz != (kA64MovzW0 | (traceno & 0xffff) << 5)) {
     return std::nullopt;
   }
   return static_cast<uint32_t>(-words - 3);
@@ -81,13 +82,13 @@ bool may_be_comparison(elf::Arch arch, const disasm::Insn& insn) {
              insn.op(insn.op_count - 1).kind == disasm::Operand::Kind::Imm;
     case InsnKind::Other: {
       static constexpr std::string_view kX86[] = {
-          "ucomisd", "ucomiss", "comisd", "comiss", "movsd", "movss", "movaps", "movapd",
-          "movups",  "movd",    "movq",   "movzx",  "movsx", "movsxd", "xorps", "xorpd",
-          "pxor",    "xor"};
+          "ucomisd", "ucomiss", "comisd", "comiss", "movsd",  "movss", "movaps", "movapd", "movups",
+          "movd",    "movq",    "movzx",  "movsx",  "movsxd", "xorps", "xorpd",  "pxor",   "xor"};
       static constexpr std::string_view kA64[] = {"fcmp", "fcmpe", "fmov", "movz", "movk",
-                                                   "movn", "adr",   "adrp", "orr"};
+                                                  "movn", "adr",   "adrp", "orr"};
       const std::string_view m = mnemonic(insn);
-      if (arch == elf::Arch::AArch64) return std::find(std::begin(kA64), std::end(kA64), m) != std::end(kA64);
+      if (arch == elf::Arch::AArch64)
+        return std::find(std::begin(kA64), std::end(kA64), m) != std::end(kA64);
       return std::find(std::begin(kX86), std::end(kX86), m) != std::end(kX86);
     }
     default:
@@ -144,6 +145,62 @@ void infer_linked_exits(std::vector<TraceInsn>& code, const std::vector<bool>& g
   }
 }
 
+// x86-64: a trace's own code begins by storing its number as the VM state (lj_asm.c
+// emit_setvmstate); a side trace's stack check comes before that store and exits through its
+// parent's exit number (asm_head_side reuses J->exitno): not this trace's.
+void drop_exits_before_vmstate(const std::vector<disasm::Insn>& insns, uint32_t traceno,
+                               std::vector<TraceInsn>& code, std::vector<bool>& guard_like) {
+  for (size_t k = 0; k < insns.size(); ++k) {
+    const disasm::Insn& i = insns[k];
+    const bool sets_vmstate = i.kind == disasm::InsnKind::Mov && i.op_count == 2 &&
+                              i.op(0).kind == disasm::Operand::Kind::Mem &&
+                              i.op(1).kind == disasm::Operand::Kind::Imm &&
+                              i.op(1).imm == int64_t{traceno};
+    if (sets_vmstate) {
+      for (size_t j = 0; j < k; ++j) {
+        if (code[j].role == Role::Exit) code[j].role = Role::UnknownExit;
+        guard_like[j] = false;  // nor is its exit to be inferred
+      }
+      return;
+    }
+  }
+}
+
+// Exits never decrease along a trace's code, except for a branch that is not this trace's: the
+// stack check a side trace begins with exits through its parent's exit number (lj_asm.c
+// asm_head_side, x86-64 reuses J->exitno). The first branch when it is above a later exit, then
+// every exit out of order with another, are left unknown.
+void drop_foreign_exits(std::vector<TraceInsn>& code) {
+  std::vector<size_t> exits;
+  for (size_t k = 0; k < code.size(); ++k) {
+    if (code[k].role == Role::Exit) exits.push_back(k);
+  }
+  if (exits.size() >= 2) {
+    uint32_t later_min = UINT32_MAX;
+    for (size_t j = 1; j < exits.size(); ++j)
+      later_min = std::min<uint32_t>(later_min, code[exits[j]].exit);
+    if (code[exits[0]].exit > later_min) code[exits[0]].role = Role::UnknownExit;
+  }
+  // An exit is out of order when one before it is higher or one after it is lower.
+  std::vector<uint32_t> max_before(code.size()), min_after(code.size());
+  uint32_t hi = 0;
+  for (size_t k = 0; k < code.size(); ++k) {
+    max_before[k] = hi;
+    if (code[k].role == Role::Exit) hi = std::max<uint32_t>(hi, code[k].exit);
+  }
+  uint32_t lo = UINT32_MAX;
+  for (size_t k = code.size(); k-- > 0;) {
+    min_after[k] = lo;
+    if (code[k].role == Role::Exit) lo = std::min<uint32_t>(lo, code[k].exit);
+  }
+  for (size_t k = 0; k < code.size(); ++k) {
+    if (code[k].role == Role::Exit &&
+        (max_before[k] > code[k].exit || min_after[k] < code[k].exit)) {
+      code[k].role = Role::UnknownExit;
+    }
+  }
+}
+
 }  // namespace
 
 Result<std::vector<TraceInsn>> read_trace_exits(const ljprof_mem_reader& mem,
@@ -160,12 +217,11 @@ Result<std::vector<TraceInsn>> read_trace_exits(const ljprof_mem_reader& mem,
     return make_error("cannot read trace {}'s machine code at {:#x}+{:#x}", traceno, mcode,
                       szmcode);
   }
-  const elf::Arch arch =
-      info.arch == LJ_INFO_ARCH_ARM64 ? elf::Arch::AArch64 : elf::Arch::X86_64;
+  const elf::Arch arch = info.arch == LJ_INFO_ARCH_ARM64 ? elf::Arch::AArch64 : elf::Arch::X86_64;
   LJ_ASSIGN_OR_RETURN(std::vector<disasm::Insn> insns, disasm::disassemble(arch, code, mcode));
   std::vector<TraceInsn> out;
   out.reserve(insns.size());
-  std::vector<bool> guard_like(insns.size());  // may be a guard: see infer_linked_exits
+  std::vector<bool> guard_like(insns.size());         // may be a guard: see infer_linked_exits
   std::map<uint64_t, std::optional<uint32_t>> stubs;  // target -> exit, decoded once
   for (size_t k = 0; k < insns.size(); ++k) {
     const disasm::Insn& insn = insns[k];
@@ -187,27 +243,20 @@ Result<std::vector<TraceInsn>> read_trace_exits(const ljprof_mem_reader& mem,
         t.exit = static_cast<uint16_t>(*it->second);
       } else {
         t.role = Role::UnknownExit;
-        // A conditional branch, or the jump of an inverted loop guard (lj_asm.c
-        // asm_loop_fixup: `jcc ->LOOP; jmp ->exit`); not a trace's final link jump.
-        guard_like[k] = insn.kind == disasm::InsnKind::Branch ||
-                        (k > 0 && insns[k - 1].kind == disasm::InsnKind::Branch &&
-                         out.back().role == Role::MaybeComparison);
+        // Not a stub (a stub numbered past the snapshots is a side trace's stack check, arm64
+        // asm_head_side): a guard patched to a side trace if it is a conditional branch, or the
+        // jump of an inverted loop guard (lj_asm.c asm_loop_fixup: `jcc ->LOOP; jmp ->exit`);
+        // not a trace's final link jump.
+        guard_like[k] = !it->second && (insn.kind == disasm::InsnKind::Branch ||
+                                        (k > 0 && insns[k - 1].kind == disasm::InsnKind::Branch &&
+                                         out.back().role == Role::MaybeComparison));
       }
     }
     out.push_back(t);
   }
+  if (arch == elf::Arch::X86_64) drop_exits_before_vmstate(insns, traceno, out, guard_like);
+  drop_foreign_exits(out);
   infer_linked_exits(out, guard_like, linked);
-  uint32_t last = 0;
-  for (const TraceInsn& t : out) {
-    if (t.role != Role::Exit) continue;
-    if (t.exit < last) {
-      return make_error(
-          "trace {}: the guard at +{:#x} exits to snapshot {} after a guard of snapshot {} "
-          "(lj_asm.c emits IR in order, so exits cannot decrease)",
-          traceno, t.offset, t.exit, last);
-    }
-    last = t.exit;
-  }
   return out;
 }
 
@@ -231,8 +280,8 @@ Result<SnapshotSpan> snapshots_by_exits(std::span<const TraceInsn> code,
   const auto known_before = std::find_if(std::make_reverse_iterator(at), code.rend(), is_exit);
   const auto known_after = std::find_if(at + 1, code.end(), is_exit);
   const uint32_t lo = known_before == code.rend() ? 0 : known_before->exit;
-  const uint32_t hi = known_after == code.end() ? static_cast<uint32_t>(snaps.size() - 1)
-                                                : known_after->exit;
+  const uint32_t hi =
+      known_after == code.end() ? static_cast<uint32_t>(snaps.size() - 1) : known_after->exit;
   if (lo >= hi) return SnapshotSpan{lo, lo};
   auto body = [](const TraceInsn& t) { return t.role == Role::Body; };
   SnapshotSpan span{lo, hi};
@@ -249,8 +298,7 @@ Result<SnapshotSpan> snapshots_by_exits(std::span<const TraceInsn> code,
   while (span.first < span.last && snaps[span.first].empty) ++span.first;
   while (span.last > span.first && snaps[span.last].empty) --span.last;
   if (span.first > span.last) {
-    return make_error("no snapshot's code can hold pc {:#x} (between exits {} and {})", pc, lo,
-                      hi);
+    return make_error("no snapshot's code can hold pc {:#x} (between exits {} and {})", pc, lo, hi);
   }
   return span;
 }

@@ -60,7 +60,8 @@ struct SnapshotIr {
 // The trace's code `[mcode, mcode + szmcode)`, decoded, each branch out resolved to its exit:
 // from its exit stub, or, for a guard patched to jump to a side trace, from `linked` (per
 // snapshot: it has a side trace, SnapShot.count == SNAPCOUNT_DONE) where that leaves one
-// choice. Fails if exits decrease along the code.
+// choice. Exits out of order (a side trace's stack check exits through its parent's number) are
+// left unknown.
 Result<std::vector<TraceInsn>> read_trace_exits(const ljprof_mem_reader& mem,
                                                 const lj_luajit_info& info, uint64_t mcode,
                                                 uint32_t szmcode, uint32_t traceno,
