@@ -92,6 +92,9 @@ struct {
 
 /* Set by the loader before load (skeleton .rodata). */
 const volatile uint32_t follow_children = 0;
+/* Samples wake the agent only once this many bytes wait in `events` (a quarter of it): the agent
+ * drains the ring on its own short timer instead, so it is not woken 1000 times a second. */
+const volatile uint64_t wakeup_bytes = 0;
 
 LJ_INLINE void count(uint32_t index) {
   uint64_t* c = bpf_map_lookup_elem(&counters, &index);
@@ -293,7 +296,7 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   struct lj_walk_ctx wc;
   struct convert_ctx cc;
   const struct lj_luajit_info* lj;
-  uint64_t size;
+  uint64_t size, wakeup;
   (void)ctx;
 
   if (tgid == 0) return 0;
@@ -359,7 +362,9 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   size =
       __builtin_offsetof(struct lj_rec_sample, frames) + (uint64_t)n * sizeof(struct lj_rec_frame);
   if (size > sizeof(*sample)) size = sizeof(*sample);
-  if (bpf_ringbuf_output(&events, sample, size, 0) != 0) count(LJ_REC_CTR_RINGBUF_FULL);
+  wakeup = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+                                                                         : BPF_RB_NO_WAKEUP;
+  if (bpf_ringbuf_output(&events, sample, size, wakeup) != 0) count(LJ_REC_CTR_RINGBUF_FULL);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <elf.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <string_view>
 
@@ -146,7 +147,9 @@ uint64_t tarantool_g(const ProcessContext& ctx) {
 
 Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, ObjectCache& cache) {
   LJ_ASSIGN_OR_RETURN(std::vector<MapEntry> maps, read_proc_maps(pid));
+  static std::atomic<uint64_t> generations{0};
   auto ctx = std::make_unique<ProcessContext>();
+  ctx->generation = ++generations;
   ctx->pid = pid;
   ctx->comm = read_comm(pid);
   ctx->signature = executable_signature(maps);

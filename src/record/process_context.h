@@ -78,6 +78,9 @@ struct ProcessContext {
   uint64_t g_hint = 0;
   std::unique_ptr<ProcessMemory> mem;
   std::string signature;  // the executable mappings, to notice when they change
+  // Unique per build of a context in this run: caches keyed by it (native symbols by pc, whole
+  // raw stacks) never outlive an exec or a remap of the same pid.
+  uint64_t generation = 0;
   std::vector<std::string> warnings;
 
   const ModuleView* module_at(uint64_t pc) const;

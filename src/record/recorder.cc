@@ -22,6 +22,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "record.skel.h"
 #include "record/counters.h"
@@ -82,6 +85,10 @@ Result<std::vector<int>> online_cpus() {
   return cpus;
 }
 
+// How often the agent drains the sample ring: a sample waits at most this long before it is
+// symbolized (while its process is most likely still there to read).
+constexpr int kDrainMs = 20;
+
 bool process_alive(uint32_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
@@ -103,6 +110,8 @@ class Recorder {
   void housekeeping();
   void scan_all();
   void handle_sample(const void* data, size_t size);
+  struct RawStack;
+  const RawStack& raw_stack(const lj_rec_sample& s, const ProcessContext& ctx);
   std::vector<uint64_t> read_counters();
   std::string status_line(double elapsed);
   void teardown();
@@ -146,7 +155,23 @@ class Recorder {
   std::set<uint32_t> rescan_;
   std::set<uint32_t> warned_;
   SampleSymbolizer symbolizer_;
-  std::map<std::pair<uint32_t, std::vector<report::Frame>>, int64_t> stacks_;
+  // Symbolized stacks and their sample counts. Nodes are stable: raw_stacks_ points into it.
+  using StackKey = std::pair<uint32_t, std::vector<report::Frame>>;
+  struct StackHash {
+    size_t operator()(const StackKey& k) const;
+  };
+  using Stacks = std::unordered_map<StackKey, int64_t, StackHash>;
+  Stacks stacks_;
+  // A sample's raw record (its process context's generation, walk end and frames as the kernel
+  // wrote them) -> its symbolized stack and the agent counters its symbolization added, so an
+  // identical sample costs a hash lookup instead of a symbolization. Cleared when it reaches
+  // kMaxRawStacks entries; the stacks stay.
+  struct RawStack {
+    Stacks::value_type* stack;  // elements, unlike iterators, survive a rehash
+    std::vector<std::pair<uint32_t, uint64_t>> counted;
+  };
+  std::unordered_map<std::string, RawStack> raw_stacks_;
+  static constexpr size_t kMaxRawStacks = 1 << 14;
   AgentCounts agent_counts_{};
   uint64_t delivered_ = 0, reached_root_ = 0;
   std::array<uint64_t, LJ_END_COUNT>
@@ -168,6 +193,7 @@ Status Recorder::open_bpf() {
   skel_->rodata->follow_children = (opt_.follow_forks || !opt_.command.empty()) ? 1 : 0;
   const uint32_t rb_bytes = std::max<uint32_t>(1, opt_.ringbuf_mb) << 20;
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
+  skel_->rodata->wakeup_bytes = rb_bytes / 4;
   if (int err = record_bpf__load(skel_); err != 0) {
     return make_error(
         "loading the BPF program failed ({}): run as root (CAP_BPF + CAP_PERFMON) on a kernel "
@@ -361,22 +387,63 @@ void Recorder::handle_sample(const void* data, size_t size) {
     ++agent_counts_[LJ_REC_CTR_NO_PROCESS];
     return;
   }
-  std::vector<report::Frame> frames = symbolizer_.frames(s, *it->second.ctx, agent_counts_);
+  const ProcessContext& ctx = *it->second.ctx;
+  const RawStack& raw = raw_stack(s, ctx);
+  for (const auto& [id, n] : raw.counted) agent_counts_[id] += n;
+  const std::vector<report::Frame>& frames = raw.stack->first.second;
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
       !frames.empty()) {
-    if (const ModuleView* m = it->second.ctx->module_at(s.end_pc)) {
+    if (const ModuleView* m = ctx.module_at(s.end_pc)) {
       auto pub = it->second.published_ns.find({m->start, m->object});
       if (pub != it->second.published_ns.end() && pub->second > s.time_ns) {
         ++before_context_[s.end];
-        frames.back().function =
+        std::vector<report::Frame> late = frames;
+        late.back().function =
             fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
-        stacks_[{s.pid, std::move(frames)}] += 1;
+        stacks_[{s.pid, std::move(late)}] += 1;
         return;
       }
     }
   }
-  if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, *it->second.ctx);
-  stacks_[{s.pid, std::move(frames)}] += 1;
+  if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
+  raw.stack->second += 1;
+}
+
+const Recorder::RawStack& Recorder::raw_stack(const lj_rec_sample& s, const ProcessContext& ctx) {
+  std::string key(
+      sizeof(ctx.generation) + sizeof(s.end) + sizeof(s.end_pc) + s.nframes * sizeof(lj_rec_frame),
+      '\0');
+  char* at = key.data();
+  for (auto [field, bytes] :
+       {std::pair<const void*, size_t>{&ctx.generation, sizeof(ctx.generation)},
+        {&s.end, sizeof(s.end)},
+        {&s.end_pc, sizeof(s.end_pc)},
+        {s.frames, s.nframes * sizeof(lj_rec_frame)}}) {
+    std::memcpy(at, field, bytes);
+    at += bytes;
+  }
+  if (auto hit = raw_stacks_.find(key); hit != raw_stacks_.end()) return hit->second;
+  if (raw_stacks_.size() >= kMaxRawStacks) raw_stacks_.clear();
+  AgentCounts counted{};
+  std::vector<report::Frame> frames = symbolizer_.frames(s, ctx, counted);
+  RawStack raw;
+  raw.stack = &*stacks_.try_emplace({s.pid, std::move(frames)}, 0).first;
+  for (uint32_t id = 0; id < counted.size(); ++id) {
+    if (counted[id] != 0) raw.counted.emplace_back(id, counted[id]);
+  }
+  return raw_stacks_.emplace(std::move(key), std::move(raw)).first->second;
+}
+
+size_t Recorder::StackHash::operator()(const StackKey& k) const {
+  size_t h = std::hash<uint32_t>{}(k.first);
+  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  for (const report::Frame& f : k.second) {
+    mix(std::hash<std::string>{}(f.function));
+    mix(std::hash<uint64_t>{}(f.address));
+    mix(std::hash<int64_t>{}(f.line));
+    mix(static_cast<size_t>(f.kind));
+  }
+  return h;
 }
 
 void Recorder::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {
@@ -471,7 +538,10 @@ Result<RecordResult> Recorder::run() {
   Clock::time_point last_status = start, last_house = start, last_scan = start;
 
   while (!g_stop) {
-    ring_buffer__poll(rb_, 50);
+    // Samples do not wake this loop (record.bpf.c wakeup_bytes): they are drained every
+    // kDrainMs, notifications (exec, fork) and a filling ring still wake it at once.
+    ring_buffer__poll(rb_, kDrainMs);
+    ring_buffer__consume(rb_);
     for (auto it = rescan_.begin(); it != rescan_.end(); it = rescan_.erase(it)) {
       const uint32_t pid = *it;
       if (!process_alive(pid)) {
@@ -577,6 +647,7 @@ Result<RecordResult> Recorder::run() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
   prof.duration_ns = static_cast<int64_t>(elapsed * 1e9);
   for (auto& [key, count] : stacks_) {
+    if (count == 0) continue;  // symbolized, but only seen as a before-context sample
     report::Sample s;
     s.pid = key.first;
     s.frames = key.second;

@@ -26,7 +26,7 @@ class SampleFrameSource final : public symbolize::FrameSource {
       : s_(s), sample_(sample), ctx_(ctx), counts_(counts) {}
 
   void symbolize_native(symbolize::Frame& frame, bool exact_pc) override {
-    auto key = std::make_tuple(ctx_.pid, frame.pc, exact_pc);
+    auto key = std::make_tuple(ctx_.generation, frame.pc, exact_pc);
     auto it = s_.natives_.find(key);
     if (it == s_.natives_.end()) it = s_.natives_.emplace(key, resolve(frame.pc, exact_pc)).first;
     const symbolize::Frame& n = it->second.frame;
@@ -75,10 +75,18 @@ class SampleFrameSource final : public symbolize::FrameSource {
     return s_.call_names_.emplace(*key, std::move(*name)).first->second;
   }
 
-  Result<symbolize::TraceInfo> trace_info(size_t, const symbolize::WalkedFrame& f) override {
+  // Read once per trace: a read whose trace number is the one the kernel saw is kept (a trace
+  // never changes once built); any other is returned as read, and jit_frames refuses it.
+  Result<symbolize::TraceInfo> trace_info(size_t index, const symbolize::WalkedFrame& f) override {
     if (ctx_.luajit == nullptr || !ctx_.mem) return make_error("no LuaJIT layout or memory");
+    const SampleSymbolizer::TraceKey key{ctx_.generation, f.b, sample_.frames[index].traceno};
+    if (auto it = s_.trace_infos_.find(key); it != s_.trace_infos_.end()) return it->second;
     auto t = symbolize::trace_info(ctx_.mem->reader(), ctx_.luajit->object->info, f.b);
-    if (!t.ok()) ++counts_[LJ_REC_CTR_TRACE_UNREAD];
+    if (!t.ok()) {
+      ++counts_[LJ_REC_CTR_TRACE_UNREAD];
+      return t;
+    }
+    if (t->traceno == std::get<2>(key)) s_.trace_infos_.emplace(key, *t);
     return t;
   }
 
@@ -94,7 +102,8 @@ class SampleFrameSource final : public symbolize::FrameSource {
       ++counts_[LJ_REC_CTR_TRACE_CHANGED];
       return make_error("trace changed since the sample");
     }
-    const SampleSymbolizer::JitKey key{ctx_.pid, trace.gctrace, traceno, pc, base.lua->proto};
+    const SampleSymbolizer::JitKey key{ctx_.generation, trace.gctrace, traceno, pc,
+                                       base.lua->proto};
     auto it = s_.jit_frames_.find(key);
     if (it == s_.jit_frames_.end()) {
       it = s_.jit_frames_.emplace(key, resolve_jit(info, trace, pc, base)).first;
@@ -111,7 +120,7 @@ class SampleFrameSource final : public symbolize::FrameSource {
   // The trace's snapshots are read once per trace.
   SampleSymbolizer::JitEntry resolve_jit(const lj_luajit_info& info, const symbolize::Frame& trace,
                                          uint64_t pc, const symbolize::Frame& base) {
-    const SampleSymbolizer::TraceKey tkey{ctx_.pid, trace.gctrace, trace.trace->traceno};
+    const SampleSymbolizer::TraceKey tkey{ctx_.generation, trace.gctrace, trace.trace->traceno};
     auto snaps = s_.trace_snapshots_.find(tkey);
     if (snaps == s_.trace_snapshots_.end()) {
       auto read = symbolize::read_trace_snapshots(ctx_.mem->reader(), info, trace.gctrace);

@@ -50,13 +50,17 @@ class SampleSymbolizer {
   struct NativeEntry {
     symbolize::Frame frame;  // module, build_id, module_offset, symbol, symbol_offset
   };
-  std::map<std::tuple<uint32_t, uint64_t, bool>, NativeEntry> natives_;
+  // (ProcessContext::generation, pc, exact pc)
+  std::map<std::tuple<uint64_t, uint64_t, bool>, NativeEntry> natives_;
   std::map<ProtoKey, symbolize::LuaLocation> locations_;
   std::map<ProtoKey, std::optional<symbolize::CallSiteName>> call_names_;
   // A JIT trace as the kernel saw it (pid, GCtrace, trace number), and a pc in it run on a base
   // frame of a given prototype.
-  using TraceKey = std::tuple<uint32_t, uint64_t, uint32_t>;
-  using JitKey = std::tuple<uint32_t, uint64_t, uint32_t, uint64_t, uint64_t>;
+  // Keyed by ProcessContext::generation, not pid: an exec'd process may put another trace at
+  // the same address under the same number.
+  using TraceKey = std::tuple<uint64_t, uint64_t, uint32_t>;
+  using JitKey = std::tuple<uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>;
+  std::map<TraceKey, symbolize::TraceInfo> trace_infos_;  // only reads that matched the sample
   std::map<TraceKey, symbolize::TraceSnapshots> trace_snapshots_;
   // The frames, or why there are none and the counter that counts it (failures are kept too:
   // a pc between snapshots stays so, and trying again would cost a snapshot span per sample).
