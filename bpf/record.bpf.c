@@ -31,7 +31,6 @@ LJ_INLINE int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uin
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, LJ_REC_MAX_ROWS);
-  __uint(map_flags, BPF_F_MMAPABLE);
   __type(key, uint32_t);
   __type(value, struct lj_cfi_row);
 } rows SEC(".maps");
@@ -82,7 +81,7 @@ struct {
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
-  __uint(max_entries, 8 << 20); /* the loader may resize it (--ringbuf-mb) */
+  __uint(max_entries, 2 << 20); /* the loader may resize it (--ringbuf-mb) */
 } events SEC(".maps");
 
 struct {

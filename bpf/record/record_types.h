@@ -13,10 +13,12 @@
 
 /* Map capacities. A process or a table that does not fit is refused by the loader and counted
  * (LJ_REC_CTR_PROCS_FULL and friends), never partly uploaded. */
-#define LJ_REC_MAX_PROCS 128       /* processes with an unwind context at one time */
-#define LJ_REC_MAX_PIDS 4096       /* processes followed (pid filter) */
-#define LJ_REC_MAX_MODULES 64      /* executable file mappings with CFI per process */
-#define LJ_REC_MAX_ROWS (1u << 21) /* CFI rows of all uploaded files together (48 MiB) */
+#define LJ_REC_MAX_PROCS 128  /* processes with an unwind context at one time */
+#define LJ_REC_MAX_PIDS 4096  /* processes followed (pid filter) */
+#define LJ_REC_MAX_MODULES 64 /* executable file mappings with CFI per process */
+#define LJ_REC_MAX_ROWS                                                                            \
+  (1u << 21) /* CFI rows of all uploaded files together (48 MiB of kernel memory; the agent writes \
+                it by batched updates, never maps it) */
 #define LJ_REC_ROW_SEARCH_STEPS 22 /* binary search steps: enough for 1 << 21 rows */
 
 /* `pids` map values: the process's slot in `procs`, or one of these. */

@@ -419,6 +419,10 @@ Status add_fde_rows(const elf::ElfFile& file, const FdeRowReader& reader, const 
 
 // Delta compaction: drop a row equal to its predecessor, unless either is Stop or Keep.
 void compact_into(const Builder& b, std::vector<lj_cfi_row>* rows, std::vector<uint64_t>* origins) {
+  // Sized once and trimmed after: the table lives as long as its file is mapped anywhere, and a
+  // vector grown by doubling keeps up to half of itself unused (record's agent memory).
+  rows->reserve(b.rows.size());
+  origins->reserve(b.rows.size());
   for (size_t i = 0; i < b.rows.size(); ++i) {
     const lj_cfi_row& row = b.rows[i];
     if (!rows->empty()) {
@@ -435,6 +439,8 @@ void compact_into(const Builder& b, std::vector<lj_cfi_row>* rows, std::vector<u
     rows->push_back(row);
     origins->push_back(b.origins[i]);
   }
+  rows->shrink_to_fit();
+  origins->shrink_to_fit();
 }
 
 }  // namespace

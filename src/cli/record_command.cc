@@ -19,7 +19,7 @@ void add_record_command(CLI::App& app, int* exit_code) {
     bool follow_forks = false;
     uint32_t freq = 99;
     double duration = 0;
-    uint32_t ringbuf_mb = 8;
+    uint32_t ringbuf_mb = 2;
     std::string pprof;
     std::string folded;
     std::string flamegraph;
@@ -46,7 +46,7 @@ void add_record_command(CLI::App& app, int* exit_code) {
                   "Stop after SECONDS (default: at Ctrl-C, or when the sampled processes exit)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ringbuf-mb", opts->ringbuf_mb,
-                  "Kernel ring buffer size in MiB, a power of two (default 8); raise it if the "
+                  "Kernel ring buffer size in MiB, a power of two (default 2); raise it if the "
                   "summary reports dropped samples")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("-o,--output", opts->pprof,

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -110,6 +111,7 @@ class Recorder {
   void housekeeping();
   void scan_all();
   void handle_sample(const void* data, size_t size);
+  Status upload_rows(std::span<const lj_cfi_row> rows);
   struct RawStack;
   const RawStack& raw_stack(const lj_rec_sample& s, const ProcessContext& ctx);
   std::vector<uint64_t> read_counters();
@@ -137,9 +139,7 @@ class Recorder {
   ring_buffer* rb_ = nullptr;
   std::vector<bpf_link*> links_;
   std::vector<int> perf_fds_;
-  lj_cfi_row* rows_ = nullptr;
-  size_t rows_bytes_ = 0;
-  uint32_t rows_next_ = 0;
+  uint32_t rows_next_ = 0;  // the first free slot of the kernel's `rows` array
   ObjectCache cache_;
   struct Proc {
     std::unique_ptr<ProcessContext> ctx;
@@ -171,7 +171,7 @@ class Recorder {
     std::vector<std::pair<uint32_t, uint64_t>> counted;
   };
   std::unordered_map<std::string, RawStack> raw_stacks_;
-  static constexpr size_t kMaxRawStacks = 1 << 14;
+  static constexpr size_t kMaxRawStacks = 1 << 12;
   AgentCounts agent_counts_{};
   uint64_t delivered_ = 0, reached_root_ = 0;
   std::array<uint64_t, LJ_END_COUNT>
@@ -203,12 +203,6 @@ Status Recorder::open_bpf() {
   if (int err = record_bpf__attach(skel_); err != 0) {
     return make_error("attaching the fork/exec/mmap tracepoints failed: {}", std::strerror(-err));
   }
-  rows_bytes_ = static_cast<size_t>(LJ_REC_MAX_ROWS) * sizeof(lj_cfi_row);
-  void* m = ::mmap(nullptr, rows_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED,
-                   bpf_map__fd(skel_->maps.rows), 0);
-  if (m == MAP_FAILED)
-    return make_error("mmap of the BPF rows map failed: {}", std::strerror(errno));
-  rows_ = static_cast<lj_cfi_row*>(m);
   rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &Recorder::on_event, this, nullptr);
   if (rb_ == nullptr) return make_error("ring buffer setup failed: {}", std::strerror(errno));
   if (ring_buffer__add(rb_, bpf_map__fd(skel_->maps.notify), &Recorder::on_notify, this) != 0) {
@@ -275,8 +269,10 @@ void Recorder::setup(uint32_t pid) {
         ++agent_counts_[LJ_REC_CTR_ROWS_FULL];
         warn(fmt::format("{}: {} CFI rows do not fit the kernel's row table ({} of {} used)",
                          obj->path, rows.size(), rows_next_, LJ_REC_MAX_ROWS));
+      } else if (Status up = upload_rows(rows); !up.ok()) {
+        obj->upload_failed = true;
+        warn(fmt::format("{}: {}", obj->path, up.message()));
       } else {
-        std::memcpy(rows_ + rows_next_, rows.data(), rows.size() * sizeof(lj_cfi_row));
         obj->row_first = rows_next_;
         obj->row_count = static_cast<uint32_t>(rows.size());
         rows_next_ += obj->row_count;
@@ -444,6 +440,28 @@ size_t Recorder::StackHash::operator()(const StackKey& k) const {
     mix(static_cast<size_t>(f.kind));
   }
   return h;
+}
+
+// Writes `rows` to the kernel's `rows` array from slot rows_next_ on, with batched updates:
+// the array is not mapped into the agent (a mapping of it counts all 48 MiB in the agent's RSS
+// from the start, whatever is used).
+Status Recorder::upload_rows(std::span<const lj_cfi_row> rows) {
+  constexpr size_t kBatch = 1 << 14;
+  std::vector<uint32_t> keys;
+  for (size_t done = 0; done < rows.size(); done += kBatch) {
+    const size_t n = std::min(kBatch, rows.size() - done);
+    keys.resize(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = rows_next_ + static_cast<uint32_t>(done + i);
+    uint32_t count = static_cast<uint32_t>(n);
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    if (bpf_map_update_batch(bpf_map__fd(skel_->maps.rows), keys.data(), rows.data() + done, &count,
+                             &opts) != 0 ||
+        count != n) {
+      return make_error("writing {} CFI rows to the kernel's row table at slot {} failed: {}", n,
+                        rows_next_ + done, std::strerror(errno));
+    }
+  }
+  return Ok{};
 }
 
 void Recorder::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {
@@ -669,8 +687,6 @@ void Recorder::teardown() {
   perf_fds_.clear();
   if (rb_ != nullptr) ring_buffer__free(rb_);
   rb_ = nullptr;
-  if (rows_ != nullptr) ::munmap(rows_, rows_bytes_);
-  rows_ = nullptr;
   if (skel_ != nullptr) record_bpf__destroy(skel_);
   skel_ = nullptr;
 }

@@ -20,7 +20,7 @@ struct RecordOptions {
   bool follow_forks = false;         // also follow children forked by -p processes
   uint32_t frequency_hz = 99;
   double duration_s = 0;  // 0: until Ctrl-C, or until the followed processes are gone
-  uint32_t ringbuf_mb = 8;
+  uint32_t ringbuf_mb = 2;
   // Called about once a second with a one-line status; empty: no progress output.
   std::function<void(const std::string&)> progress;
   // Messages worth a user's attention (a file without CFI, a process that could not be
