@@ -443,6 +443,32 @@ void compact_into(const Builder& b, std::vector<lj_cfi_row>* rows, std::vector<u
   origins->shrink_to_fit();
 }
 
+// The file's entry point (ELF e_entry) when no FDE covers it: code the kernel starts a process
+// at, with no return address to describe — glibc's dynamic loader begins there (RTLD_START:
+// `mov rdi, rsp; call _dl_start; ...; jmp *r12`, no CFI) — so the stack's root, like a _start
+// whose CFI marks the return address undefined. It covers the gap up to the next FDE, at most
+// kEntryRootBytes.
+constexpr uint64_t kEntryRootBytes = 256;
+
+template <typename Ranges>
+std::optional<Overlay> entry_root(const elf::ElfFile& file, const Ranges& functions) {
+  const uint64_t entry = file.entry();
+  if (entry == 0) return std::nullopt;
+  auto next = std::upper_bound(functions.begin(), functions.end(), entry,
+                               [](uint64_t pc, const auto& f) { return pc < f.begin; });
+  if (next != functions.begin() && entry < std::prev(next)->end) return std::nullopt;
+  uint64_t end = entry + kEntryRootBytes;
+  if (next != functions.end()) end = std::min(end, next->begin);
+  Overlay o;
+  o.begin = entry;
+  o.end = end;
+  o.what = "process entry point without CFI (ELF e_entry): the stack's root";
+  o.how = "ELF header";
+  o.row = invalid_row(0);
+  o.row.hint = LJ_CFI_STOP;
+  return o;
+}
+
 }  // namespace
 
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
@@ -479,8 +505,11 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
     b.rows.push_back(invalid_row(covered_end));  // terminator: past the last FDE
     b.origins.push_back(kNoFde);
   }
-  for (const Overlay& o : overlays) b.apply(o);
-  table.overlays_.assign(overlays.begin(), overlays.end());
+  if (std::optional<Overlay> root = entry_root(file, table.functions_)) {
+    table.overlays_.push_back(std::move(*root));
+  }
+  table.overlays_.insert(table.overlays_.end(), overlays.begin(), overlays.end());
+  for (const Overlay& o : table.overlays_) b.apply(o);
   compact_into(b, &table.rows_, &table.row_fde_offsets_);
   return table;
 }

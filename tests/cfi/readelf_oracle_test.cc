@@ -473,5 +473,41 @@ INSTANTIATE_TEST_SUITE_P(RealBinaries, ReadelfOracle, ::testing::ValuesIn(target
                            return info.param.label;
                          });
 
+// The dynamic loader starts every dynamically linked process at its ELF entry point, in code
+// (glibc RTLD_START) no FDE describes: the table makes that code the stack's root, so a sample
+// taken while ld.so loads a new process's libraries reaches a root instead of "no CFI". The
+// entry point comes from readelf -h, and readelf's own FDE list must not cover it.
+TEST(EntryRoot, TheLoadersEntryPointWithoutCfiIsARoot) {
+  const std::string ld = "/lib64/ld-linux-x86-64.so.2";
+  auto header = test::run({"readelf", "-h", ld});
+  ASSERT_EQ(header.exit_code, 0) << header.err;
+  const size_t at = header.out.find("Entry point address:");
+  ASSERT_NE(at, std::string::npos) << header.out;
+  const uint64_t entry = std::stoull(header.out.substr(at + 20), nullptr, 16);
+  auto interp = test::run({"readelf", "-wN", "--debug-dump=frames-interp", ld});
+  ASSERT_EQ(interp.exit_code, 0) << interp.err;
+  const auto fdes = parse_frames_interp(interp.out, cfi_section_name(CfiSection::EhFrame));
+  ASSERT_GT(fdes.size(), 100u);
+  for (const auto& [offset, fde] : fdes) {
+    if (!fde.is_cie) {
+      ASSERT_FALSE(entry >= fde.pc_begin && entry < fde.pc_end) << offset;
+    }
+  }
+  auto file = elf::ElfFile::open(ld);
+  ASSERT_TRUE(file.ok()) << file.message();
+  auto table = build_unwind_table(**file);
+  ASSERT_TRUE(table.ok()) << table.message();
+  const lj_cfi_row* row = table->row_at(entry);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->hint, LJ_CFI_STOP);
+  // A file whose entry point has CFI keeps it: luajit's _start (DW_CFA_undefined RA) is a root
+  // through its FDE, with the rule the FDE gives.
+  auto luajit = elf::ElfFile::open("/usr/bin/luajit");
+  ASSERT_TRUE(luajit.ok()) << luajit.message();
+  auto luajit_table = build_unwind_table(**luajit);
+  ASSERT_TRUE(luajit_table.ok());
+  for (const Overlay& o : luajit_table->overlays()) EXPECT_NE(o.how, "ELF header") << o.what;
+}
+
 }  // namespace
 }  // namespace ljprof::cfi
