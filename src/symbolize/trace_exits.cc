@@ -118,30 +118,27 @@ bool is_branch(const disasm::Insn& insn) {
 void infer_linked_exits(std::vector<TraceInsn>& code, const std::vector<bool>& guard_like,
                         const std::vector<bool>& linked) {
   const auto nsnap = static_cast<uint32_t>(linked.size());
+  if (nsnap == 0) return;
+  // Linear in the code and the snapshots (the input may be hostile): the next known exit after
+  // each instruction, and linked snapshots counted by prefix.
+  std::vector<uint32_t> next_exit(code.size() + 1, nsnap - 1);
+  for (size_t k = code.size(); k-- > 0;) {
+    next_exit[k] = code[k].role == Role::Exit ? code[k].exit : next_exit[k + 1];
+  }
+  std::vector<uint32_t> linked_before(nsnap + 1, 0);  // linked snapshots below s
+  std::vector<uint32_t> next_linked(nsnap + 1, nsnap);
+  for (uint32_t s = 0; s < nsnap; ++s)
+    linked_before[s + 1] = linked_before[s] + (linked[s] ? 1 : 0);
+  for (uint32_t s = nsnap; s-- > 0;) next_linked[s] = linked[s] ? s : next_linked[s + 1];
   uint32_t lo = 0;
   for (size_t k = 0; k < code.size(); ++k) {
     if (code[k].role == Role::Exit) lo = code[k].exit;
     if (code[k].role != Role::UnknownExit || !guard_like[k]) continue;
-    uint32_t hi = nsnap - 1;
-    for (size_t j = k + 1; j < code.size(); ++j) {
-      if (code[j].role == Role::Exit) {
-        hi = code[j].exit;
-        break;
-      }
-    }
-    std::optional<uint32_t> only;
-    for (uint32_t s = lo; s <= hi && s < nsnap; ++s) {
-      if (!linked[s]) continue;
-      if (only) {
-        only.reset();
-        break;
-      }
-      only = s;
-    }
-    if (only) {
-      code[k].role = Role::Exit;
-      code[k].exit = static_cast<uint16_t>(*only);
-    }
+    const uint32_t hi = std::min(next_exit[k + 1], nsnap - 1);
+    if (lo > hi || linked_before[hi + 1] - linked_before[lo] != 1) continue;
+    code[k].role = Role::Exit;
+    code[k].exit = static_cast<uint16_t>(next_linked[lo]);
+    lo = code[k].exit;
   }
 }
 
