@@ -60,17 +60,13 @@ class SampleFrameSource final : public symbolize::FrameSource {
     auto it = s_.call_names_.find(*key);
     if (it != s_.call_names_.end()) return it->second;
     // The caller's own frame was located (and its failure counted) just before, at this pc:
-    // a cache hit unless its prototype changed since the sample.
+    // a cache hit unless its prototype changed since the sample. The name is read from that
+    // prototype, the one the kernel saw, not through the caller's function object, which may
+    // be gone by now (a closure collected after the sample).
     uint32_t why = 0;
     LJ_TRY(checked_location(caller_index, caller.b, &why));
-    // The caller's function object must still hold the prototype the kernel saw.
-    const lj_luajit_info& info = ctx_.luajit->object->info;
-    uint64_t first_ins = 0;
-    if (ctx_.mem->read(caller.pc + info.fn_pc, &first_ins, info.ref_size) != 0 ||
-        first_ins - info.pt_size != key->proto) {
-      return make_error("Lua function changed since the sample");
-    }
-    auto name = symbolize::call_site_name(ctx_.mem->reader(), info, caller.pc, caller.b);
+    auto name = symbolize::call_site_name_in_proto(ctx_.mem->reader(), ctx_.luajit->object->info,
+                                                   key->proto, caller.b);
     if (!name.ok()) return name;
     return s_.call_names_.emplace(*key, std::move(*name)).first->second;
   }

@@ -218,11 +218,19 @@ std::span<const BytecodeOp> luajit21_bytecodes() {
 Result<std::optional<CallSiteName>> call_site_name(const ljprof_mem_reader& mem,
                                                    const lj_luajit_info& info,
                                                    uint64_t caller_gcfunc, uint64_t caller_bcpc) {
+  LJ_ASSIGN_OR_RETURN(uint64_t bc,
+                      read_uint(mem, caller_gcfunc + info.fn_pc, info.ref_size, "GCfuncL.pc"));
+  return call_site_name_in_proto(mem, info, bc - info.pt_size, caller_bcpc);
+}
+
+Result<std::optional<CallSiteName>> call_site_name_in_proto(const ljprof_mem_reader& mem,
+                                                            const lj_luajit_info& info,
+                                                            uint64_t caller_proto,
+                                                            uint64_t caller_bcpc) {
   using Name = std::optional<CallSiteName>;
   Proto p;
-  LJ_ASSIGN_OR_RETURN(p.bc,
-                      read_uint(mem, caller_gcfunc + info.fn_pc, info.ref_size, "GCfuncL.pc"));
-  p.pt = p.bc - info.pt_size;
+  p.pt = caller_proto;
+  p.bc = caller_proto + info.pt_size;
   LJ_ASSIGN_OR_RETURN(uint64_t sizebc, read_uint(mem, p.pt + info.pt_sizebc, 4, "GCproto.sizebc"));
   p.sizebc = static_cast<uint32_t>(sizebc);
   // lj_debug.c debug_framepc: the instruction before the return pc. A pc outside the bytecode

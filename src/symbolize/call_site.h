@@ -50,4 +50,12 @@ Result<std::optional<CallSiteName>> call_site_name(const ljprof_mem_reader& mem,
                                                    const lj_luajit_info& info,
                                                    uint64_t caller_gcfunc, uint64_t caller_bcpc);
 
+// The same from the caller's prototype: for a caller whose function object may be gone by the
+// time it is read (record mode: a closure collected after the sample), while its prototype,
+// which the kernel read at sample time, is checked otherwise.
+Result<std::optional<CallSiteName>> call_site_name_in_proto(const ljprof_mem_reader& mem,
+                                                            const lj_luajit_info& info,
+                                                            uint64_t caller_proto,
+                                                            uint64_t caller_bcpc);
+
 }  // namespace ljprof::symbolize
