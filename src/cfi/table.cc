@@ -446,8 +446,9 @@ void compact_into(const Builder& b, std::vector<lj_cfi_row>* rows, std::vector<u
 // The file's entry point (ELF e_entry) when no FDE covers it: code the kernel starts a process
 // at, with no return address to describe — glibc's dynamic loader begins there (RTLD_START:
 // `mov rdi, rsp; call _dl_start; ...; jmp *r12`, no CFI) — so the stack's root, like a _start
-// whose CFI marks the return address undefined. It covers the gap up to the next FDE, at most
-// kEntryRootBytes.
+// whose CFI marks the return address undefined. Only a short gap that the next FDE closes is
+// taken (ld.so's is 64 bytes): in a file without FDEs after it, the code that follows the
+// entry is unknown and stays so.
 constexpr uint64_t kEntryRootBytes = 256;
 
 template <typename Ranges>
@@ -457,11 +458,10 @@ std::optional<Overlay> entry_root(const elf::ElfFile& file, const Ranges& functi
   auto next = std::upper_bound(functions.begin(), functions.end(), entry,
                                [](uint64_t pc, const auto& f) { return pc < f.begin; });
   if (next != functions.begin() && entry < std::prev(next)->end) return std::nullopt;
-  uint64_t end = entry + kEntryRootBytes;
-  if (next != functions.end()) end = std::min(end, next->begin);
+  if (next == functions.end() || next->begin - entry > kEntryRootBytes) return std::nullopt;
   Overlay o;
   o.begin = entry;
-  o.end = end;
+  o.end = next->begin;
   o.what = "process entry point without CFI (ELF e_entry): the stack's root";
   o.how = "ELF header";
   o.row = invalid_row(0);
