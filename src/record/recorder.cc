@@ -171,6 +171,7 @@ class Recorder {
     std::vector<std::pair<uint32_t, uint64_t>> counted;
   };
   std::unordered_map<std::string, RawStack> raw_stacks_;
+  std::string raw_key_;  // the key being looked up, kept to reuse its buffer sample after sample
   static constexpr size_t kMaxRawStacks = 1 << 12;
   AgentCounts agent_counts_{};
   uint64_t delivered_ = 0, reached_root_ = 0;
@@ -406,9 +407,9 @@ void Recorder::handle_sample(const void* data, size_t size) {
 }
 
 const Recorder::RawStack& Recorder::raw_stack(const lj_rec_sample& s, const ProcessContext& ctx) {
-  std::string key(
-      sizeof(ctx.generation) + sizeof(s.end) + sizeof(s.end_pc) + s.nframes * sizeof(lj_rec_frame),
-      '\0');
+  std::string& key = raw_key_;
+  key.resize(sizeof(ctx.generation) + sizeof(s.end) + sizeof(s.end_pc) +
+             s.nframes * sizeof(lj_rec_frame));
   char* at = key.data();
   for (auto [field, bytes] :
        {std::pair<const void*, size_t>{&ctx.generation, sizeof(ctx.generation)},
@@ -427,7 +428,7 @@ const Recorder::RawStack& Recorder::raw_stack(const lj_rec_sample& s, const Proc
   for (uint32_t id = 0; id < counted.size(); ++id) {
     if (counted[id] != 0) raw.counted.emplace_back(id, counted[id]);
   }
-  return raw_stacks_.emplace(std::move(key), std::move(raw)).first->second;
+  return raw_stacks_.emplace(key, std::move(raw)).first->second;
 }
 
 size_t Recorder::StackHash::operator()(const StackKey& k) const {

@@ -2,13 +2,15 @@
 // report's frames, leaf first, through the same walk-to-frames converter as `ljprof core`
 // (symbolize/walk_frames.h), reading names from the live process after the sample.
 //  - A live process moves on after the sample: a Lua frame is named only if its prototype
-//    still has the chunkname and firstline the kernel read at sample time (and its function
-//    still points at that prototype), otherwise the frame is "[unknown: ...]" and counted — a
-//    prototype freed and reused since the sample is never misattributed.
-//  - Names are cached: native symbols per (pid, pc), prototypes and lines per (pid, prototype
-//    as read at sample time, pc), call-site names per (pid, caller prototype, caller pc), a JIT
-//    trace's snapshots per (pid, trace as the kernel saw it) and the Lua frames it runs per
-//    (trace, pc, base prototype) — a trace keeps the functions it inlined alive.
+//    still has the chunkname and firstline the kernel read at sample time, otherwise the frame
+//    is "[unknown: ...]" and counted — a prototype freed and reused since the sample is never
+//    misattributed. Call-site names are read from the caller's prototype, not its function
+//    object (a closure may be collected by then).
+//  - Names are cached: native symbols per (process context, pc), prototypes and lines per
+//    (pid, prototype as read at sample time, pc), call-site names per (pid, caller prototype,
+//    caller pc), a JIT trace's snapshots per (process context, trace as the kernel saw it) and
+//    the Lua frames it runs per (trace, pc, base prototype) — a trace keeps the functions it
+//    inlined alive. "Process context" is ProcessContext::generation, which an exec changes.
 //  - A walk that did not reach a proven root ends with one "[unknown: reason]" frame.
 #pragma once
 
@@ -54,10 +56,9 @@ class SampleSymbolizer {
   std::map<std::tuple<uint64_t, uint64_t, bool>, NativeEntry> natives_;
   std::map<ProtoKey, symbolize::LuaLocation> locations_;
   std::map<ProtoKey, std::optional<symbolize::CallSiteName>> call_names_;
-  // A JIT trace as the kernel saw it (pid, GCtrace, trace number), and a pc in it run on a base
-  // frame of a given prototype.
-  // Keyed by ProcessContext::generation, not pid: an exec'd process may put another trace at
-  // the same address under the same number.
+  // A JIT trace as the kernel saw it (ProcessContext::generation, GCtrace, trace number), and a
+  // pc in it run on a base frame of a given prototype. The generation, not the pid: an exec'd
+  // process may put another trace at the same address under the same number.
   using TraceKey = std::tuple<uint64_t, uint64_t, uint32_t>;
   using JitKey = std::tuple<uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>;
   std::map<TraceKey, symbolize::TraceInfo> trace_infos_;  // only reads that matched the sample

@@ -142,6 +142,17 @@ Result<std::vector<FrameSlot>> frame_slots(const ljprof_mem_reader& mem, const l
   return frames;
 }
 
+// Whether IR instruction `ref` is a guarded comparison (lj_ir.h: IRIns.t has IRT_GUARD, IRIns.o
+// is below `ops`).
+bool guarded_comparison(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref,
+                        uint8_t ops) {
+  uint8_t ins[2] = {0, 0};  // IRIns.t, IRIns.o
+  static_assert(kIrInsOp == kIrInsType + 1);
+  return ref >= kRefBias &&
+         mem.read_mem(mem.ctx, t.ir + uint64_t{ref} * kIrInsSize + kIrInsType, ins, 2) == 0 &&
+         (ins[0] & kIrtGuard) != 0 && ins[1] < ops;
+}
+
 }  // namespace
 
 Result<TraceSnapshots> read_trace_snapshots(const ljprof_mem_reader& mem,
@@ -226,17 +237,6 @@ Result<SnapshotSpan> snapshots_at(const TraceSnapshots& t, uint64_t pc) {
         t.exits_error);
   }
   return snapshots_by_exits(t.exits, t.snap_ir, t.mcode, pc);
-}
-
-// Whether IR instruction `ref` is a guarded comparison (lj_ir.h: IRIns.t has IRT_GUARD, IRIns.o
-// is below `ops`).
-bool guarded_comparison(const ljprof_mem_reader& mem, const TraceSnapshots& t, uint32_t ref,
-                        uint8_t ops) {
-  uint8_t ins[2] = {0, 0};  // IRIns.t, IRIns.o
-  static_assert(kIrInsOp == kIrInsType + 1);
-  return ref >= kRefBias &&
-         mem.read_mem(mem.ctx, t.ir + uint64_t{ref} * kIrInsSize + kIrInsType, ins, 2) == 0 &&
-         (ins[0] & kIrtGuard) != 0 && ins[1] < ops;
 }
 
 // A failure is kept, not returned: the snapshots are still valid, only no pc can be mapped.
