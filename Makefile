@@ -14,8 +14,8 @@ RELEASE_CONFIGURE = cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDeb
 CHECK_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(BUILD)/check -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DLJPROF_SANITIZE=ON
 
-.PHONY: all bootstrap build check release-build check-build ljprof test demo matrix format \
-  check-format clean
+.PHONY: all bootstrap build check release-build check-build ljprof arm64 arm64-build test demo \
+  matrix format check-format clean
 
 all: build
 
@@ -43,6 +43,23 @@ ljprof: bootstrap
 	$(RELEASE_CONFIGURE)
 	cmake --build $(BUILD)/release -j$(JOBS) --target ljprof
 
+# The arm64 cross-build: ljprof and its BPF program for aarch64, with Debian's cross g++ and
+# multiarch arm64 -dev packages; the program is compiled against the BTF of the Debian arm64
+# kernel the VM tests boot (scripts/arm64-kernel-btf). No tests in it: they run on this host and
+# boot that kernel (tests/record/record_arm64_vm_test.cc).
+ARM64_BTF = $(abspath $(BUILD))/fixtures/arm64-vm/vmlinux.btf
+ARM64_CONFIGURE = cmake -S . -B $(BUILD)/arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O2 -DCMAKE_CXX_FLAGS_RELEASE=-O2 \
+  -DLJPROF_BUILD_TESTS=OFF -Dljprof_vmlinux_btf=$(ARM64_BTF)
+
+arm64: bootstrap
+	$(MAKE) --no-print-directory arm64-build
+
+arm64-build:
+	scripts/arm64-kernel-btf $(ARM64_BTF)
+	$(ARM64_CONFIGURE)
+	cmake --build $(BUILD)/arm64 -j$(JOBS) --target ljprof
+
 # Bootstrap, both builds, the release tests, the tests under ASan+UBSan, the fuzzers for a bounded
 # time and the formatting check, ending with a table of each step's wall seconds.
 test:
@@ -64,4 +81,4 @@ check-format:
 	scripts/check-format
 
 clean:
-	rm -rf $(BUILD)/release $(BUILD)/check
+	rm -rf $(BUILD)/release $(BUILD)/check $(BUILD)/arm64

@@ -70,6 +70,16 @@ struct {
   __type(value, struct lj_rec_sample);
 } sample_scratch SEC(".maps");
 
+/* The sampled thread's user registers, copied from its task: in a map value, not on the BPF
+ * stack, which they would fill past the verifier's 512-byte limit for on_sample and its loop
+ * callbacks together (arm64's struct pt_regs is 336 bytes). */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct pt_regs);
+} user_regs SEC(".maps");
+
 /* The walk's step-to-step state: in a map value, not on the BPF stack, so the verifier checks
  * the step callback about once (walker.h struct lj_walk_ctx). */
 struct {
@@ -289,7 +299,7 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   struct lj_walk_result* out;
   struct lj_rec_sample* sample;
   struct task_struct* task;
-  struct pt_regs regs;
+  struct pt_regs* regs;
   struct lj_walk_env env;
   struct lj_walk_state* st;
   struct lj_walk_ctx wc;
@@ -311,13 +321,22 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   out = bpf_map_lookup_elem(&walk_scratch, &zero);
   sample = bpf_map_lookup_elem(&sample_scratch, &zero);
   st = bpf_map_lookup_elem(&walk_state, &zero);
-  if (!proc || !out || !sample || !st) return 0;
+  regs = bpf_map_lookup_elem(&user_regs, &zero);
+  if (!proc || !out || !sample || !st || !regs) return 0;
+
+  /* A process past exit_group (PF_EXITING, include/linux/sched.h) is tearing down its memory:
+   * the kernel's exit work has no user stack to walk, and a walk through half-unmapped code
+   * would end anywhere. */
+  task = bpf_get_current_task_btf();
+  if (task->flags & 0x4) {
+    count(LJ_REC_CTR_EXITING);
+    return 0;
+  }
 
   /* The user registers saved at kernel entry: the sample's own registers when the tick hit
    * user code, the syscall/fault entry registers when it hit the kernel on the thread's
    * behalf (perf_event's ctx->regs would be kernel registers then). */
-  task = bpf_get_current_task_btf();
-  if (bpf_probe_read_kernel(&regs, sizeof(regs), (void*)bpf_task_pt_regs(task)) != 0) {
+  if (bpf_probe_read_kernel(regs, sizeof(*regs), (void*)bpf_task_pt_regs(task)) != 0) {
     count(LJ_REC_CTR_NO_REGS);
     return 0;
   }
@@ -334,12 +353,14 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   wc.out = out;
   wc.st = st;
   st->g = proc->g_hint;
+  st->trace_hint = proc->trace_hint;
   st->vm_bias = proc->vm_bias;
-  load_regs(&regs, lj, &st->regs);
+  load_regs(regs, lj, &st->regs);
   lj_walk(&wc);
-  /* Keep a G this walk proved: the next sample in a trace can use it (a hint, re-proved before
-   * every use, so a racy write is harmless). */
+  /* Keep a G and an AArch64 trace this walk proved: the next sample in a trace can use them
+   * (hints, re-proved before every use, so a racy write is harmless). */
   if (out->g != 0 && out->g != proc->g_hint) proc->g_hint = out->g;
+  if (st->trace_hint != proc->trace_hint) proc->trace_hint = st->trace_hint;
   count(LJ_REC_CTR_END_BASE + (out->end & 31));
 
   sample->pid = tgid;

@@ -40,13 +40,14 @@ struct lj_rec_proc {
   struct lj_luajit_info lj; /* version 0: no LuaJIT (native frames only) */
   uint64_t vm_bias;         /* load bias of the module holding the VM */
   uint64_t g_hint;          /* a global_State candidate (tarantool_L, or a G a walk proved) */
+  uint64_t trace_hint;      /* AArch64: the GCtrace a walk last proved running (0 at upload) */
   uint32_t nmodules;
   uint32_t generation; /* bumped by the loader on each upload of this slot */
   struct lj_rec_module modules[LJ_REC_MAX_MODULES];
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_proc) ==
-                     sizeof(struct lj_luajit_info) + 24 + 32 * LJ_REC_MAX_MODULES,
-                 "lj_rec_proc: layout record, 24 bytes, modules");
+                     sizeof(struct lj_luajit_info) + 32 + 32 * LJ_REC_MAX_MODULES,
+                 "lj_rec_proc: layout record, 32 bytes, modules");
 
 /* A frame as the ring buffer carries it: the walker's frame plus, for Lua frames, what the
  * prototype said at sample time (lj_obj.h GCproto), so the loader never attributes a frame to
@@ -98,6 +99,8 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
   X(FORKS, 37, KERNEL, "children_followed", "children followed")                                 \
   X(EXECS, 38, KERNEL, "execs", "execs of followed processes")                                   \
   X(PIDS_FULL, 39, KERNEL, "pid_map_full", "pid map full (child not followed)")                  \
+  X(EXITING, 40, KERNEL, "samples_while_exiting",                                                \
+    "samples while the process exits (its user stack is being torn down: not walked)")           \
   X(BEFORE_CONTEXT, 64, AGENT, "walk_before_context",                                            \
     "walk stopped in code whose unwind rows were published after the sample (process starting)") \
   X(MALFORMED, 65, AGENT, "malformed_records", "malformed ring buffer records")                  \
@@ -124,7 +127,7 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };
 #undef LJ_REC_COUNTER_ENUMERATOR
-#define LJ_REC_NCOUNTERS 40   /* the kernel's counters array: walk ends, then KERNEL counters */
+#define LJ_REC_NCOUNTERS 48   /* the kernel's counters array: walk ends, then KERNEL counters */
 #define LJ_REC_COUNTER_IDS 80 /* every id, kernel and agent, is below this */
 LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
                  "walk ends fit below the kernel counters");

@@ -58,6 +58,12 @@
  * LJ_CFI_VM_EXIT: the trace exit handler before it calls lj_trace_exit (all GPRs pushed, rsp
  *   from the trace): like VM_CUR_L, with the exiting trace's BASE in G->jit_base and the
  *   innermost pc unknown. Valid only for a sampled (leaf) pc.
+ * LJ_CFI_VM_LINK_PENDING: like KEEP, at a call's `str PC, [BASE, FRAME_PC]` (vm_arm64.dasc
+ *   ins_call: BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call): BASE is already the callee's
+ *   and its function slot is written, but its frame link is still in the interpreter's PC
+ *   register, not in the stack slot (which holds whatever an earlier frame left there). The
+ *   walker takes that frame's link from PC; the callee has not started, so its own pc is
+ *   unknown. Valid only for a sampled (leaf) pc.
  */
 #define LJ_CFI_OK 0
 #define LJ_CFI_INVALID 1
@@ -68,6 +74,7 @@
 #define LJ_CFI_VM_CUR_L 6
 #define LJ_CFI_VM_RETURNED 7
 #define LJ_CFI_VM_EXIT 8
+#define LJ_CFI_VM_LINK_PENDING 9
 
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */

@@ -25,7 +25,8 @@
  * it: G (the includer's hint st->g, the G proven earlier in this walk, or the sampled
  * DISPATCH/GL register) must satisfy G->cur_L->glref == G; the running trace is G->vmstate
  * (>= 0 on x86-64) or, on AArch64 where trace entry stores 0, the J->trace entry whose mcode
- * holds the pc (a bounded scan, LJ_WALK_TRACE_SCAN_MAX entries; 0 disables it); the GCtrace
+ * holds the pc (the trace the includer last saw if it still does, else a bounded scan of
+ * LJ_WALK_TRACE_SCAN_MAX entries); the GCtrace
  * must have gct ~LJ_TTRACE and hold the pc. A trace runs on the C frame of the VM entry that
  * started it, below the 16 bytes BC_JLOOP reserves and the trace's own spadjust; that frame is
  * then entered like any VM frame (cframe cross-check included) with BASE = G->jit_base, and
@@ -54,6 +55,7 @@ struct lj_lua_cursor {
   uint64_t stack_top;     /* L->top: no frame may lie above it */
   uint64_t expect_cframe; /* raw cframe the next VM entry for this L must sit at (0: any) */
   uint64_t pending_pc;    /* bytecode pc of the next Lua frame (0 = take from the cframe) */
+  uint64_t pending_link;  /* the next frame's link when its slot is not written yet (0: none) */
   uint32_t segment;
   uint32_t segment_frames; /* Lua frames emitted since the last VM entry */
   uint8_t done;            /* this L's stack is exhausted */
@@ -94,7 +96,7 @@ LJ_INLINE uint64_t lj_cframe_prev(const struct lj_luajit_info* lj) {
  * emitted at that outer VM frame, below the native frames in between. */
 LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* lj,
                           struct lj_lua_cursor* c, const struct lj_native_regs* regs, int leaf,
-                          int in_trace, int empty, int base_from_jit_base,
+                          int in_trace, int empty, int base_from_jit_base, int link_pending,
                           struct lj_walk_result* out) {
   uint64_t L = 0, g = 0, base = 0, stack = 0, top = 0, maxstack = 0, cframe = 0, pc = 0;
   const uint64_t sp = regs->sp;
@@ -121,6 +123,13 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
       base = regs->vm_base;
       top = maxstack; /* L->top is as stale as L->base here */
       pc = regs->vm_pc;
+    }
+    c->pending_link = 0;
+    if (leaf && link_pending) {
+      /* LJ_CFI_VM_LINK_PENDING: PC holds the callee frame's link; the callee has not run. */
+      if (regs->vm_base == 0 || regs->vm_pc == 0) return LJ_END_BAD_LUA_FRAME;
+      c->pending_link = regs->vm_pc;
+      pc = LJ_PC_UNKNOWN;
     }
     if (!(stack < base && base <= top && top <= maxstack)) return LJ_END_BAD_LUA_STATE;
     c->L = L;
@@ -184,6 +193,10 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
     func = words[0];
     link = words[1];
   }
+  if (c->pending_link != 0) {
+    link = lj->gc64 ? c->pending_link : (uint32_t)c->pending_link;
+    c->pending_link = 0;
+  }
   type = (uint32_t)(link & 3);  /* lj_frame.h FRAME_TYPE */
   typep = (uint32_t)(link & 7); /* FRAME_TYPEP */
 
@@ -244,7 +257,9 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
 #define LJ_MODE_ENTER 3  /* enter the VM C frame at sp (vm_row, enter_trace, enter_empty) */
 
 #ifndef LJ_WALK_TRACE_SCAN_MAX
-#define LJ_WALK_TRACE_SCAN_MAX 0 /* J->trace entries an AArch64 trace lookup may scan */
+/* J->trace entries an AArch64 trace lookup may scan in the kernel: a few reads each, paid only
+ * when the sampled trace is not the one the last walk of the process found. */
+#define LJ_WALK_TRACE_SCAN_MAX 1024
 #endif
 
 /* 1 if `g` is a global_State: its running lua_State points back to it (lj_obj.h G->cur_L,
@@ -293,6 +308,16 @@ struct lj_walk_state {
   uint32_t enter_empty;
   /* LJ_CFI_VM_EXIT: the VM frame entered next takes BASE from G->jit_base (set until then). */
   uint32_t base_from_jit_base;
+  /* LJ_CFI_VM_LINK_PENDING: the VM frame entered next takes its first link from PC. */
+  uint32_t link_pending;
+  /* AArch64 (whose trace entry stores vmstate 0): in, a GCtrace the includer saw running last
+   * (0: none; proven again before use); out, the trace this walk proved running, if any. */
+  uint64_t trace_hint;
+  /* The J->trace scan for an AArch64 trace pc (lj_find_trace): its inputs and result. */
+  uint64_t scan_traces;
+  uint64_t scan_pc;
+  uint64_t scan_found;
+  uint32_t scan_size;
 };
 
 /* What bpf_loop hands the step callback: pointers only, the same in every iteration. The
@@ -320,6 +345,60 @@ LJ_INLINE uint64_t lj_walk_g(struct lj_walk_ctx* c) {
   if (!regs->dispatch_valid) return 0;
   g = lj->dispatch_is_g ? regs->dispatch : regs->dispatch - (int64_t)lj->g_to_dispatch;
   return lj_proven_g(c->env, lj, g) ? g : 0;
+}
+
+/* LJ_WALK_LOOP(n, fn, ctx): run fn(i, ctx) for i < n until it returns nonzero. The kernel build
+ * maps it to bpf_loop() so the verifier checks the step once, not once per iteration. */
+#ifndef LJ_WALK_LOOP
+#define LJ_WALK_LOOP(n, fn, ctx)                         \
+  do {                                                   \
+    uint32_t lj_loop_i_;                                 \
+    for (lj_loop_i_ = 0; lj_loop_i_ < (n); lj_loop_i_++) \
+      if ((fn)(lj_loop_i_, (ctx)) != 0) break;           \
+  } while (0)
+#endif
+
+/* 1 if `t` is J->trace[t->traceno] of the trace array `traces` (sizetrace entries): a live
+ * trace, not a freed one whose memory still reads like it. */
+LJ_INLINE int lj_trace_registered(struct lj_walk_env* env, const struct lj_luajit_info* lj,
+                                  uint64_t traces, uint32_t sizetrace, uint64_t t) {
+  uint16_t traceno = 0;
+  uint64_t entry = 0;
+  if (lj_walk_read(env, &traceno, 2, t + lj->tr_traceno) != 0) return 0;
+  if (traceno == 0 || traceno >= sizetrace) return 0;
+  if (lj_read_ref(env, lj, traces + (uint64_t)traceno * lj->ref_size, &entry) != 0) return 0;
+  return entry == t;
+}
+
+/* One J->trace entry of the AArch64 trace scan (st->scan_*): 1 once found or past the end. */
+static long lj_trace_scan_step(uint64_t index, void* ctx) {
+  struct lj_walk_ctx* c = (struct lj_walk_ctx*)ctx;
+  struct lj_walk_state* st = c->st;
+  uint64_t cand = 0, i = index + 1; /* J->trace[0] is never a trace */
+  if (i >= st->scan_size) return 1;
+  if (lj_read_ref(c->env, c->lj, st->scan_traces + i * c->lj->ref_size, &cand) != 0) return 0;
+  if (cand != 0 && lj_trace_holds(c->env, c->lj, cand, st->scan_pc)) {
+    st->scan_found = cand;
+    return 1;
+  }
+  return 0;
+}
+
+/* The live GCtrace whose machine code holds `pc`, or 0: the includer's hint when it still is
+ * one (a hot loop samples the same trace again and again), else a scan of J->trace bounded by
+ * LJ_WALK_TRACE_SCAN_MAX entries. */
+LJ_INLINE uint64_t lj_find_trace(struct lj_walk_ctx* c, uint64_t traces, uint32_t sizetrace,
+                                 uint64_t pc) {
+  struct lj_walk_state* st = c->st;
+  if (st->trace_hint != 0 && lj_trace_holds(c->env, c->lj, st->trace_hint, pc) &&
+      lj_trace_registered(c->env, c->lj, traces, sizetrace, st->trace_hint))
+    return st->trace_hint;
+  st->scan_traces = traces;
+  st->scan_pc = pc;
+  st->scan_size = sizetrace;
+  st->scan_found = 0;
+  LJ_WALK_LOOP(LJ_WALK_TRACE_SCAN_MAX, lj_trace_scan_step, c);
+  return st->scan_found;
 }
 
 /* The pc (no module covers it) may be JIT machine code: prove the running trace and move to
@@ -350,16 +429,9 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_ctx* c) {
     if (!lj_trace_holds(env, lj, t, pc)) return LJ_END_BAD_TRACE;
   } else if (vmstate == 0 && lj->arch == LJ_INFO_ARCH_ARM64) {
     /* vm_arm64.dasc BC_JLOOP stores vmstate 0: find the trace by its machine code. */
-    uint32_t i;
-    for (i = 1; i < LJ_WALK_TRACE_SCAN_MAX && i < sizetrace; i++) {
-      uint64_t cand = 0;
-      if (lj_read_ref(env, lj, traces + (uint64_t)i * lj->ref_size, &cand) != 0) continue;
-      if (lj_trace_holds(env, lj, cand, pc)) {
-        t = cand;
-        break;
-      }
-    }
+    t = lj_find_trace(c, traces, sizetrace, pc);
     if (t == 0) return LJ_END_NO_MODULE;
+    st->trace_hint = t;
   } else if (vmstate == lj->vmst_gc && lj->vmst_gc != 0 && !st->leaf) {
     /* A GC step called from a trace: lj_gc.c lj_gc_step_jit switches vmstate to GC (so the
      * trace number is gone) and sets L->base = jit_base. While jit_base is set the trace runs
@@ -465,10 +537,11 @@ static long lj_walk_step(uint64_t index, void* ctx) {
      * frame, or the frame a proven trace runs on. */
     const int in_trace = st->enter_trace != 0;
     if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
-    rc =
-        lj_enter_vm(c->env, c->lj, &st->cursor, regs, (int)(in_trace | st->leaf | st->vm_regs_live),
-                    in_trace, st->enter_empty, (int)st->base_from_jit_base, c->out);
+    rc = lj_enter_vm(c->env, c->lj, &st->cursor, regs,
+                     (int)(in_trace | st->leaf | st->vm_regs_live), in_trace, st->enter_empty,
+                     (int)st->base_from_jit_base, (int)st->link_pending, c->out);
     st->base_from_jit_base = 0;
+    st->link_pending = 0;
     if (rc >= 0) return lj_finish(c, (uint32_t)rc);
     if (in_trace) {
       if (lj_emit(c->out, LJ_FRAME_TRACE, regs->pc, st->enter_trace, st->cursor.segment) != 0)
@@ -501,6 +574,11 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = regs->vm_pc;
       regs->vm_pc = 0;
+    } else if (row.hint == LJ_CFI_VM_LINK_PENDING) {
+      /* Only a sampled pc can be here (a store, no call). */
+      if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
+      st->link_pending = 1;
+      row.hint = LJ_CFI_KEEP;
     }
     if (row.hint == LJ_CFI_KEEP || row.hint == LJ_CFI_VM_EMPTY || row.hint == LJ_CFI_VM_RETURNED) {
       /* Entering the Lua walk is a step of its own (as is locating a VM_CUR_L frame): the
@@ -553,17 +631,6 @@ static long lj_walk_step(uint64_t index, void* ctx) {
   }
 }
 
-/* LJ_WALK_LOOP(n, fn, ctx): run fn(i, ctx) for i < n until it returns nonzero. The kernel build
- * maps it to bpf_loop() so the verifier checks the step once, not once per iteration. */
-#ifndef LJ_WALK_LOOP
-#define LJ_WALK_LOOP(n, fn, ctx)                         \
-  do {                                                   \
-    uint32_t lj_loop_i_;                                 \
-    for (lj_loop_i_ = 0; lj_loop_i_ < (n); lj_loop_i_++) \
-      if ((fn)(lj_loop_i_, (ctx)) != 0) break;           \
-  } while (0)
-#endif
-
 /* Walks the stack starting at `c->st->regs` (the sampled or dumped thread's registers; set
  * lr_valid/fp_valid for what the leaf really has) and the inputs st->g and st->vm_bias; the
  * rest of *c->st is set here. The result is in c->out. */
@@ -582,6 +649,7 @@ LJ_INLINE void lj_walk(struct lj_walk_ctx* c) {
   st->enter_trace = 0;
   st->enter_empty = 0;
   st->base_from_jit_base = 0;
+  st->link_pending = 0;
   st->vm_sp = 0;
   st->cursor = no_cursor;
   st->vm_row = no_row;

@@ -271,6 +271,8 @@ const char* hint_name(uint8_t hint) {
       return "vm-returned";
     case LJ_CFI_VM_EXIT:
       return "vm-exit";
+    case LJ_CFI_VM_LINK_PENDING:
+      return "vm-link-pending";
     default:
       return "bad-hint";
   }
@@ -471,6 +473,45 @@ std::optional<Overlay> entry_root(const elf::ElfFile& file, const Ranges& functi
 
 }  // namespace
 
+// AArch64 linkers emit no CFI for .plt (x86-64's do: expand_plt_rows). A PLT entry is
+// `adrp x16; ldr x17, [x16, #off]; add x16, x16, #off; br x17` (GNU ld elfNN_aarch64_small_plt
+// _entry; lld the same): no stack change, the return address still in x30, so CFA = sp, RA =
+// x30. PLT0, the lazy-binding trampoline, first stores x16 and x30 (`stp x16, x30, [sp,
+// #-16]!`): after that CFA = sp + 16 with x30 at CFA - 8. Only when the section starts with that
+// exact instruction and no FDE covers any of it; anything else keeps no rule.
+constexpr uint32_t kA64PltStp = 0xa9bf7bf0;  // stp x16, x30, [sp, #-16]!
+constexpr uint64_t kA64Plt0Bytes = 32;
+
+template <typename Ranges>
+std::vector<Overlay> aarch64_plt(const elf::ElfFile& file, const Ranges& functions) {
+  if (file.arch() != elf::Arch::AArch64) return {};
+  const elf::Section* plt = file.section(".plt");
+  if (plt == nullptr || !plt->has_file_data() || plt->size <= kA64Plt0Bytes) return {};
+  const std::span<const uint8_t> data = file.section_data(*plt);
+  if (data.size() < 4) return {};
+  const uint32_t first = static_cast<uint32_t>(data[0]) | static_cast<uint32_t>(data[1]) << 8 |
+                         static_cast<uint32_t>(data[2]) << 16 |
+                         static_cast<uint32_t>(data[3]) << 24;
+  if (first != kA64PltStp) return {};
+  for (const auto& f : functions) {
+    if (f.begin < plt->addr + plt->size && plt->addr < f.end) return {};
+  }
+  lj_cfi_row at_call{};
+  at_call.hint = LJ_CFI_OK;
+  at_call.cfa_base = LJ_CFI_REG_SP;
+  at_call.ra_rule = LJ_CFI_RULE_SAME;
+  at_call.fp_rule = LJ_CFI_RULE_SAME;
+  lj_cfi_row pushed = at_call;
+  pushed.cfa_offset = 16;
+  pushed.ra_rule = LJ_CFI_RULE_AT_CFA;
+  pushed.ra_offset = -8;
+  const std::string how = ".plt (AArch64 PLT layout)";
+  return {Overlay{plt->addr, plt->addr + 4, "PLT0 before it saves x30", how, at_call},
+          Overlay{plt->addr + 4, plt->addr + kA64Plt0Bytes, "PLT0 after stp x16, x30", how, pushed},
+          Overlay{plt->addr + kA64Plt0Bytes, plt->addr + plt->size,
+                  "PLT entry: return address in x30", how, at_call}};
+}
+
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
                                        std::span<const Overlay> overlays) {
   UnwindTable table;
@@ -508,6 +549,7 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
   if (std::optional<Overlay> root = entry_root(file, table.functions_)) {
     table.overlays_.push_back(std::move(*root));
   }
+  for (Overlay& o : aarch64_plt(file, table.functions_)) table.overlays_.push_back(std::move(o));
   table.overlays_.insert(table.overlays_.end(), overlays.begin(), overlays.end());
   for (const Overlay& o : table.overlays_) b.apply(o);
   compact_into(b, &table.rows_, &table.row_fde_offsets_);

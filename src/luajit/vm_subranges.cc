@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "disasm/disasm.h"
@@ -505,9 +506,339 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
   }
 }
 
-// AArch64 (vm_arm64.dasc saveregs/restoreregs): the blanket rule is CFA = x29 + 16, which
-// holds only once x29 points at this frame's saved fp/lr pair.
-void detect_arm64(Finder& f, const std::vector<Insn>& code) {
+// vm_arm64.dasc's fixed registers: BASE x19, PC x21.
+constexpr int kA64Base = 19;
+constexpr int kA64Pc = 21;
+
+// A register operand of `insn` is canonical register `reg`, at any width.
+bool names_reg(const Insn& insn, int reg) {
+  for (uint8_t k = 0; k < insn.op_count && k < insn.ops.size(); ++k) {
+    const disasm::Operand& op = insn.ops[k];
+    if ((op.kind == OpKind::Reg && op.reg == reg) || (op.kind == OpKind::Mem && op.base == reg)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// What a leaf helper may not do, per architecture: move the stack pointer (x86-64: push, pop,
+// rsp arithmetic) or lose its return address (AArch64: call, which writes x30). Capstone 4's
+// AArch64 write lists are unusable (disasm.h Insn::writes), so there any instruction naming sp
+// or x30 counts, except the plain `ret` the caller checks: stricter than needed, never wrong.
+bool disturbs_leaf_frame(elf::Arch arch, const Insn& insn) {
+  if (arch == elf::Arch::X86_64) return x_push(insn) || x_pop(insn) || x_writes_rsp(insn);
+  if (insn.kind == InsnKind::Ret) return false;
+  return is_call(insn) || names_reg(insn, kA64Sp) || names_reg(insn, kA64Lr);
+}
+
+// A direct jump's or branch's target: the first operand on x86-64; AArch64 puts it last
+// (`b.ne L`, `cbz x0, L`, `tbz w0, #4, L`).
+std::optional<uint64_t> branch_target(elf::Arch arch, const Insn& insn) {
+  if (insn.op_count == 0) return std::nullopt;
+  const int k = arch == elf::Arch::X86_64 ? 0 : insn.op_count - 1;
+  if (!is_imm(insn, k)) return std::nullopt;
+  return static_cast<uint64_t>(insn.ops[k].imm);
+}
+
+// The interpreter's BASE and PC registers: vm_x64.dasc rdx/rbx, vm_arm64.dasc x19/x21 (on
+// AArch64 naming one counts as writing it, see disturbs_leaf_frame).
+bool writes_interpreter_regs(elf::Arch arch, const Insn& insn) {
+  if (arch == elf::Arch::X86_64) return writes_vm_regs(insn);
+  return names_reg(insn, kA64Base) || names_reg(insn, kA64Pc);
+}
+
+// The row of a leaf helper's instructions: x86-64 CFA = rsp + 8 (the return address the call
+// pushed); AArch64 CFA = sp, the return address still in x30.
+lj_cfi_row leaf_row(elf::Arch arch, bool keeps_vm_regs) {
+  const uint8_t hint = keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK;
+  if (arch == elf::Arch::X86_64) return sp_row(8, LJ_CFI_RULE_SAME, 0, hint);
+  lj_cfi_row r{};
+  r.hint = hint;
+  r.cfa_base = LJ_CFI_REG_SP;
+  r.cfa_offset = 0;
+  r.ra_rule = LJ_CFI_RULE_SAME;
+  r.fp_rule = LJ_CFI_RULE_SAME;
+  return r;
+}
+
+// An AArch64 entry's straight-line path from `start`: the instructions up to `stop(i)` (which
+// ends it, included) through fall-through of conditional branches and direct `b` jumps, or
+// nullopt when it reaches anything else first (a call unless `calls_end` (then it ends there,
+// included), an indirect jump, `ret`, undecodable bytes, code another rule already covers
+// unless `joins` (then it ends before it: vm_pcall's path joins vm_call's, proven first), or
+// more than kMaxWindowInsns instructions).
+struct A64Path {
+  std::vector<size_t> insns;
+  bool joined = false;  // ended where an earlier path's rows begin
+};
+template <typename Stop>
+std::optional<A64Path> a64_path_to(const Finder& f, const std::vector<Insn>& code,
+                                   const std::map<uint64_t, size_t>& index, size_t start,
+                                   bool calls_end, bool joins, Stop stop) {
+  constexpr size_t kMaxWindowInsns = 64;
+  A64Path out;
+  std::vector<size_t>& path = out.insns;
+  size_t i = start;
+  while (i < code.size() && path.size() < kMaxWindowInsns) {
+    const Insn& insn = code[i];
+    if (f.covers(insn.address) && joins && !path.empty()) {
+      out.joined = true;
+      return out;
+    }
+    if (f.covers(insn.address) || insn.kind == InsnKind::Gap || insn.kind == InsnKind::Ret ||
+        insn.kind == InsnKind::JumpIndirect) {
+      return std::nullopt;
+    }
+    path.push_back(i);
+    if (stop(insn)) return out;
+    if (is_call(insn)) {
+      if (calls_end) return out;
+      return std::nullopt;
+    }
+    if (insn.kind == InsnKind::Jump) {
+      const std::optional<uint64_t> to = branch_target(elf::Arch::AArch64, insn);
+      auto t = to ? index.find(*to) : index.end();
+      if (t == index.end()) return std::nullopt;
+      i = t->second;
+      continue;
+    }
+    ++i;  // a conditional branch: its fall-through path
+  }
+  return std::nullopt;
+}
+
+// Adds `rows` for the instructions at `path` (merging neighbours).
+void add_path(Finder& f, const std::vector<Insn>& code, const std::vector<size_t>& path,
+              const std::string& what, const lj_cfi_row& row) {
+  std::vector<size_t> sorted = path;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<cfi::Overlay> rows;
+  for (size_t i : sorted) {
+    if (!rows.empty() && rows.back().end == code[i].address) {
+      rows.back().end = code[i].end();
+    } else {
+      rows.push_back({code[i].address, code[i].end(), what, "pattern", row});
+    }
+  }
+  for (cfi::Overlay& r : rows) f.add(std::move(r));
+}
+
+// After an AArch64 entry's prologue the C frame is built (x29 set) but L->cframe does not point
+// at it until the entry stores sp there (vm_arm64.dasc vm_call/vm_pcall/vm_cpcall
+// `mov TMP0, sp; str TMP0, L->cframe`; vm_resume with CFRAME_RESUME added: `add TMP0, sp, #1`):
+// exact native code meanwhile, the blanket rule with hint OK, up to and including that store.
+// Returns the index of the instruction after the linking store, or nullopt (also when the path
+// joins another entry's, proven before).
+std::optional<size_t> add_a64_unlinked_window(Finder& f, const std::vector<Insn>& code,
+                                              const std::map<uint64_t, size_t>& index, size_t start,
+                                              const lj_cfi_row& blanket, bool fp_is_sp) {
+  // Registers holding sp (x29 after the writeback prologue's `mov x29, sp`: Tarantool's fork
+  // links with `str x29, L->cframe`).
+  std::set<int> holds_sp = {kA64Sp};
+  if (fp_is_sp) holds_sp.insert(kA64Fp);
+  auto links_cframe = [&](const Insn& insn) {
+    if (insn.kind == InsnKind::Store && insn.op_count == 2 && insn.ops[0].kind == OpKind::Reg &&
+        insn.ops[0].reg != kA64Sp && holds_sp.count(insn.ops[0].reg) != 0 &&
+        insn.ops[0].size == 8 && insn.ops[1].kind == OpKind::Mem && insn.ops[1].base != kA64Sp) {
+      return true;
+    }
+    // Track the registers holding sp or sp + a CFRAME_* flag.
+    if (insn.op_count >= 2 && insn.ops[0].kind == OpKind::Reg && insn.ops[0].size == 8) {
+      auto sp_copy = [&](int k) {
+        return insn.ops[k].kind == OpKind::Reg && insn.ops[k].size == 8 &&
+               holds_sp.count(insn.ops[k].reg) != 0;
+      };
+      const bool from_sp = (insn.kind == InsnKind::Mov && insn.op_count == 2 && sp_copy(1)) ||
+                           (insn.kind == InsnKind::Add && insn.op_count == 3 && sp_copy(1) &&
+                            is_imm(insn, 2) && insn.ops[2].imm >= 0 && insn.ops[2].imm < 4);
+      if (from_sp) {
+        holds_sp.insert(insn.ops[0].reg);
+      } else if (insn.kind != InsnKind::Store && insn.kind != InsnKind::StorePair &&
+                 insn.kind != InsnKind::Compare && insn.ops[0].reg != kA64Sp) {
+        holds_sp.erase(insn.ops[0].reg);
+      }
+    }
+    return false;
+  };
+  const std::optional<A64Path> unlinked =
+      a64_path_to(f, code, index, start, false, true, links_cframe);
+  if (!unlinked) return std::nullopt;
+  lj_cfi_row ok = blanket;
+  ok.hint = LJ_CFI_OK;
+  add_path(f, code, unlinked->insns, "VM entry: C frame built, not yet linked in L->cframe", ok);
+  if (unlinked->joined) return std::nullopt;
+  return unlinked->insns.back() + 1;
+}
+
+// After the link, until the entry pushes the first Lua frame onto its frame (vm_call: `str PC,
+// [BASE, FRAME_PC]` after the check that the callee is a function; vm_cpcall: the call of its C
+// function and the test of what it returned), the frame is linked but holds no Lua frame of its
+// own: VM_EMPTY, over the entry's own straight-line code from `start` up to and including the
+// frame push or a conditional branch (vm_resume's test for a suspended coroutine, which has Lua
+// frames). Never into code that other branches reach (vm_call_dispatch, shared with BC_CALL's
+// metamethod path, where the frame does hold Lua frames) unless every such branch is itself in
+// an entry's linked, empty window (vm_resume starting a new coroutine, vm_cpcall calling what
+// its C function returned: both join vm_call there); `empty_insns` holds those found so far.
+// Returns false when a shared target stopped the window before it began (try again once more
+// windows are known).
+bool add_a64_empty_window(Finder& f, const std::vector<Insn>& code,
+                          const std::map<uint64_t, std::vector<uint64_t>>& branch_sources,
+                          std::set<uint64_t>* empty_insns, size_t start,
+                          const lj_cfi_row& blanket) {
+  auto pushes_frame = [](const Insn& insn) {
+    return insn.kind == InsnKind::Store && insn.op_count == 2 && is_reg(insn, 0, kA64Pc) &&
+           insn.ops[1].kind == OpKind::Mem && insn.ops[1].base == kA64Base &&
+           insn.ops[1].disp == -8;
+  };
+  auto shared = [&](uint64_t address) {
+    auto it = branch_sources.find(address);
+    if (it == branch_sources.end()) return false;
+    for (uint64_t from : it->second) {
+      if (empty_insns->count(from) == 0) return true;
+    }
+    return false;
+  };
+  std::vector<size_t> empty;
+  for (size_t i = start; i < code.size() && empty.size() < 32; ++i) {
+    const Insn& insn = code[i];
+    if (f.covers(insn.address) || insn.kind == InsnKind::Gap || insn.kind == InsnKind::Ret ||
+        is_jmp(insn)) {
+      break;
+    }
+    if (shared(insn.address)) {
+      if (empty.empty()) return false;
+      break;
+    }
+    empty.push_back(i);
+    if (pushes_frame(insn) || (is_transfer(insn) && !is_call(insn))) break;
+  }
+  if (empty.empty()) return true;
+  for (size_t i : empty) empty_insns->insert(code[i].address);
+  lj_cfi_row no_lua_frame = blanket;
+  no_lua_frame.hint = LJ_CFI_VM_EMPTY;
+  add_path(f, code, empty, "VM entry: C frame linked, no Lua frame on it yet", no_lua_frame);
+  return true;
+}
+
+// vm_arm64.dasc ins_call's `str PC, [BASE, FRAME_PC]` (BC_CALL, BC_CALLM, vm_call_dispatch_f,
+// vmeta_call; each right after the check that the callee is a function): the callee's frame
+// is complete but for its link, which is still in PC. Hint VM_LINK_PENDING with the blanket
+// rule, for the store instruction itself.
+void add_a64_pending_links(Finder& f, const std::vector<Insn>& code, const lj_cfi_row& blanket) {
+  lj_cfi_row pending = blanket;
+  pending.hint = LJ_CFI_VM_LINK_PENDING;
+  for (const Insn& insn : code) {
+    if (insn.kind == InsnKind::Store && insn.op_count == 2 && is_reg(insn, 0, kA64Pc) &&
+        insn.ops[1].kind == OpKind::Mem && insn.ops[1].base == kA64Base &&
+        insn.ops[1].index == disasm::kNoReg && insn.ops[1].disp == -8 && !f.covers(insn.address)) {
+      f.add(insn.address, insn.end(), "call: frame link still in PC (str PC, [BASE, #-8])",
+            "pattern", pending);
+    }
+  }
+}
+
+// vm_arm64.dasc vm_return, "Return to C": `and RB, PC, #~FRAME_TYPEP; sub RB, BASE, RB` turns
+// the frame link into the caller's base, which `str RB, L->base` stores before the results are
+// moved down over the returning frame (BASE moves with them). From that store on L->base is
+// the caller's and this C frame holds no Lua frame: VM_EMPTY, up to and including the store
+// that unlinks the frame (`ldr TMP, [sp]` SAVE_CFRAME, `str TMP, L->cframe`); from there to
+// the epilogue the frame is plain native code (the blanket rule, hint OK). Fall-through paths
+// only; a path that does not reach both stores adds nothing.
+void add_a64_return_to_c(Finder& f, const std::vector<Insn>& code,
+                         const std::map<uint64_t, size_t>& index, const lj_cfi_row& blanket) {
+  auto store_to = [](const Insn& insn, int src, int base) {
+    return insn.kind == InsnKind::Store && insn.op_count == 2 && is_reg(insn, 0, src) &&
+           insn.ops[1].kind == OpKind::Mem && insn.ops[1].base == base;
+  };
+  for (size_t i = 0; i + 1 < code.size(); ++i) {
+    const Insn& mask = code[i];
+    if (!is_kind(mask, InsnKind::And, 3) || !is_reg(mask, 1, kA64Pc) || !is_imm(mask, 2) ||
+        mask.ops[0].kind != OpKind::Reg) {
+      continue;
+    }
+    size_t j = i + 1, k = 0;
+    while (j < code.size() && j < i + 4 &&
+           !(is_kind(code[j], InsnKind::Sub, 3) && is_reg(code[j], 1, kA64Base) &&
+             is_reg(code[j], 2, mask.ops[0].reg))) {
+      ++j;
+    }
+    if (j >= code.size() || j >= i + 4) continue;
+    const int caller_base = code[j].ops[0].reg;
+    for (k = j + 1; k < code.size() && k < j + 4; ++k) {
+      if (code[k].op_count == 2 && code[k].ops[1].kind == OpKind::Mem &&
+          code[k].ops[1].base != kA64Sp && store_to(code[k], caller_base, code[k].ops[1].base)) {
+        break;
+      }
+    }
+    if (k >= code.size() || k >= j + 4) continue;
+    const int lreg = code[k].ops[1].base;
+    std::set<int> from_frame;  // registers loaded from the C frame (SAVE_CFRAME at sp)
+    auto unlinks = [&](const Insn& insn) {
+      if (insn.kind == InsnKind::Store && insn.op_count == 2 && insn.ops[0].kind == OpKind::Reg &&
+          from_frame.count(insn.ops[0].reg) != 0 && insn.ops[1].kind == OpKind::Mem &&
+          insn.ops[1].base == lreg) {
+        return true;
+      }
+      if (insn.op_count == 2 && insn.ops[0].kind == OpKind::Reg) {
+        if (insn.kind == InsnKind::Load && insn.ops[1].kind == OpKind::Mem &&
+            insn.ops[1].base == kA64Sp) {
+          from_frame.insert(insn.ops[0].reg);
+        } else if (insn.kind != InsnKind::Store && insn.kind != InsnKind::Compare) {
+          from_frame.erase(insn.ops[0].reg);
+        }
+      }
+      return false;
+    };
+    const std::optional<A64Path> empty = a64_path_to(f, code, index, k + 1, false, false, unlinks);
+    if (!empty) continue;
+    const std::optional<A64Path> leaving = a64_path_to(
+        f, code, index, empty->insns.back() + 1, false, true, [](const Insn&) { return false; });
+    if (!leaving || !leaving->joined) continue;
+    lj_cfi_row no_lua_frame = blanket;
+    no_lua_frame.hint = LJ_CFI_VM_EMPTY;
+    add_path(f, code, empty->insns, "VM return to C: L->base is the caller's", no_lua_frame);
+    lj_cfi_row ok = blanket;
+    ok.hint = LJ_CFI_OK;
+    add_path(f, code, leaving->insns, "VM return to C: C frame unlinked from L->cframe", ok);
+  }
+}
+
+// The instruction word of an AArch64 instruction (little-endian).
+uint32_t a64_word(const Insn& insn) {
+  if (insn.size != 4) return 0;
+  return static_cast<uint32_t>(insn.bytes[0]) | static_cast<uint32_t>(insn.bytes[1]) << 8 |
+         static_cast<uint32_t>(insn.bytes[2]) << 16 | static_cast<uint32_t>(insn.bytes[3]) << 24;
+}
+
+// `stp x29, x30, [sp, #-S]!` (STP 64-bit pre-index, Arm ARM C6.2.273: opc 10, imm7 scaled by
+// 8, Rt2 x30, Rn sp, Rt x29): S, the frame it allocates. Matched on the encoding because the
+// decoder reports no writeback.
+std::optional<int64_t> a64_push_fp_lr(const Insn& insn) {
+  const uint32_t w = a64_word(insn);
+  if ((w & 0xffc07fffu) != 0xa9807bfdu) return std::nullopt;
+  const int64_t imm7 = static_cast<int64_t>((w >> 15) & 0x7f);
+  const int64_t offset = (imm7 >= 64 ? imm7 - 128 : imm7) * 8;
+  if (offset >= 0) return std::nullopt;
+  return -offset;
+}
+
+// `ldp x29, x30, [sp], #S` (LDP 64-bit post-index, Arm ARM C6.2.130): S > 0, the frame it
+// frees.
+std::optional<int64_t> a64_pop_fp_lr(const Insn& insn) {
+  const uint32_t w = a64_word(insn);
+  if ((w & 0xffc07fffu) != 0xa8c07bfdu) return std::nullopt;
+  const int64_t imm7 = static_cast<int64_t>((w >> 15) & 0x7f);
+  if (imm7 == 0 || imm7 >= 64) return std::nullopt;
+  return imm7 * 8;
+}
+
+// AArch64 (vm_arm64.dasc saveregs/restoreregs, two generations): the blanket rule (CFA = x29
+// + 16, or sp + the frame size in Tarantool's fork) holds only once the prologue has built the
+// frame. The prologue and epilogue rows are plain native rows (hint OK): before the frame is
+// built and after `ldp x29, x30` it is not linked in L->cframe, and the caller's stack is as
+// at the call.
+void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint64_t, size_t>& index,
+                  const lj_cfi_row& blanket) {
   auto sub_sp = [](const Insn& i) {
     return is_kind(i, InsnKind::Sub, 3) && is_reg(i, 0, kA64Sp) && is_reg(i, 1, kA64Sp) &&
            is_imm(i, 2);
@@ -523,7 +854,7 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
   };
   auto row = [](uint8_t base, int32_t cfa, bool saved) {
     lj_cfi_row r{};
-    r.hint = LJ_CFI_KEEP;
+    r.hint = LJ_CFI_OK;
     r.cfa_base = base;
     r.cfa_offset = cfa;
     r.ra_rule = saved ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
@@ -532,7 +863,39 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
     r.fp_offset = saved ? -16 : 0;
     return r;
   };
-  for (size_t i = 0; i + 2 < code.size(); ++i) {
+  // The first instruction after each prologue, and whether x29 equals sp there.
+  std::vector<std::pair<size_t, bool>> entries;
+  for (size_t i = 0; i + 1 < code.size(); ++i) {
+    // Prologue with writeback (LuaJIT's older saveregs, Tarantool's fork): stp x29, x30, [sp,
+    // #-S]!; mov x29, sp. The saved pair is at the bottom of the frame.
+    if (const std::optional<int64_t> size = a64_push_fp_lr(code[i]);
+        size && is_kind(code[i + 1], InsnKind::Mov, 2) && is_reg(code[i + 1], 0, kA64Fp) &&
+        is_reg(code[i + 1], 1, kA64Sp)) {
+      std::string what = fmt::format("VM entry prologue before mov x29, sp (frame {:#x})", *size);
+      lj_cfi_row pushed = row(LJ_CFI_REG_SP, static_cast<int32_t>(*size), true);
+      pushed.ra_offset = static_cast<int32_t>(8 - *size);
+      pushed.fp_offset = static_cast<int32_t>(-*size);
+      f.add(code[i].address, code[i].end(), what, "pattern", row(LJ_CFI_REG_SP, 0, false));
+      f.add(code[i + 1].address, code[i + 1].end(), what, "pattern", pushed);
+      entries.emplace_back(i + 2, true);
+      ++i;
+      continue;
+    }
+    // Its epilogue: ldp x29, x30, [sp], #S; ret. At the ldp sp is back at the saved pair (the
+    // frame is unlinked by then: hint OK); at the ret the return address is back in x30.
+    if (const std::optional<int64_t> size = a64_pop_fp_lr(code[i]);
+        size && code[i + 1].kind == InsnKind::Ret) {
+      lj_cfi_row before = row(LJ_CFI_REG_SP, static_cast<int32_t>(*size), true);
+      before.ra_offset = static_cast<int32_t>(8 - *size);
+      before.fp_offset = static_cast<int32_t>(-*size);
+      f.add(code[i].address, code[i].end(), "VM exit epilogue at ldp x29, x30 (writeback)",
+            "pattern", before);
+      f.add(code[i + 1].address, code[i + 1].end(), "VM exit epilogue after ldp x29, x30",
+            "pattern", row(LJ_CFI_REG_SP, 0, false));
+      ++i;
+      continue;
+    }
+    if (i + 2 >= code.size()) continue;
     // Prologue: sub sp, sp, #S; stp x29, x30, [sp, #S-16]; add x29, sp, #S-16.
     if (sub_sp(code[i]) && fp_lr_pair(code[i + 1], InsnKind::StorePair) &&
         code[i + 2].kind == InsnKind::Add && is_reg(code[i + 2], 0, kA64Fp) &&
@@ -546,6 +909,7 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
             row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
       f.add(code[i + 2].address, code[i + 2].end(), what, "pattern",
             row(LJ_CFI_REG_SP, static_cast<int32_t>(size), true));
+      entries.emplace_back(i + 3, false);
       i += 2;
       continue;
     }
@@ -561,17 +925,91 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code) {
       i += 2;
     }
   }
+  // Where direct branches and calls land, and from where.
+  std::map<uint64_t, std::vector<uint64_t>> branch_sources;
+  for (const Insn& insn : code) {
+    if (insn.kind != InsnKind::Jump && insn.kind != InsnKind::Branch &&
+        insn.kind != InsnKind::CallDirect) {
+      continue;
+    }
+    if (std::optional<uint64_t> to = branch_target(elf::Arch::AArch64, insn)) {
+      branch_sources[*to].push_back(insn.address);
+    }
+  }
+  std::vector<size_t> linked;  // where each entry's linked, empty window starts
+  for (auto [e, fp_is_sp] : entries) {
+    if (std::optional<size_t> l = add_a64_unlinked_window(f, code, index, e, blanket, fp_is_sp)) {
+      linked.push_back(*l);
+    }
+  }
+  // A window that starts at code shared with a later entry's window waits for that one (one
+  // round per entry at most).
+  std::set<uint64_t> empty_insns;
+  for (size_t round = 0; round <= entries.size() && !linked.empty(); ++round) {
+    std::vector<size_t> waiting;
+    for (size_t l : linked) {
+      if (!add_a64_empty_window(f, code, branch_sources, &empty_insns, l, blanket)) {
+        waiting.push_back(l);
+      }
+    }
+    if (waiting.size() == linked.size()) break;
+    linked = std::move(waiting);
+  }
+  add_a64_pending_links(f, code, blanket);
+  add_a64_return_to_c(f, code, index, blanket);
 }
 
-// Stripped builds (Debian's luajit, OpenResty's libluajit): the same math helpers without
-// symbols. They are the targets of direct calls from bytecode handlers to inside the VM
-// (vm_x64.dasc BC_MODVN `call ->vm_mod`, math.floor `call ->vm_floor_sse`, ...). A target gets
-// the leaf rule (CFA = rsp + 8) only for the instructions reachable from it, and only when none
-// of them moves rsp (push, pop, rsp arithmetic) and every path ends in `ret`; anything else
-// keeps the blanket rule, which stops the walk with a clear reason rather than guessing.
-void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
-                             const std::map<uint64_t, size_t>& index) {
+// The instructions reachable from `target` when it is a leaf helper (at most kMaxHelperInsns,
+// every path ending in `ret`, none disturbing the frame), else nullopt.
+std::optional<std::set<size_t>> leaf_helper_body(const Finder& f, elf::Arch arch,
+                                                 const std::vector<Insn>& code,
+                                                 const std::map<uint64_t, size_t>& index,
+                                                 uint64_t target) {
   constexpr size_t kMaxHelperInsns = 512;
+  std::set<size_t> reached;
+  std::vector<size_t> work;
+  auto start = index.find(target);
+  if (start == index.end()) return std::nullopt;
+  work.push_back(start->second);
+  while (!work.empty()) {
+    const size_t i = work.back();
+    work.pop_back();
+    if (!reached.insert(i).second) continue;
+    const Insn& insn = code[i];
+    if (reached.size() > kMaxHelperInsns || insn.kind == InsnKind::Gap ||
+        disturbs_leaf_frame(arch, insn) || f.covers(insn.address)) {
+      return std::nullopt;
+    }
+    // AArch64 `ret` returns through x30 only when it names no other register.
+    if (insn.kind == InsnKind::Ret) {
+      if (arch != elf::Arch::X86_64 && insn.op_count != 0 && !is_reg(insn, 0, kA64Lr)) {
+        return std::nullopt;
+      }
+      continue;
+    }
+    if (is_jmp(insn) || insn.kind == InsnKind::Branch) {
+      const std::optional<uint64_t> to = branch_target(arch, insn);
+      auto t = to ? index.find(*to) : index.end();
+      if (t == index.end()) return std::nullopt;
+      work.push_back(t->second);
+      if (is_jmp(insn)) continue;
+    }
+    if (i + 1 >= code.size()) return std::nullopt;
+    work.push_back(i + 1);
+  }
+  return reached;
+}
+
+// Stripped builds (Debian's luajit, OpenResty's libluajit): the math helpers without symbols.
+// They are the targets of direct calls from bytecode handlers to inside the VM (vm_x64.dasc
+// BC_MODVN `call ->vm_mod`, math.floor `call ->vm_floor_sse`; vm_arm64.dasc `bl ->vm_modi`),
+// and JIT traces call the same helpers (lj_ircall.h lj_vm_modi), so a sample may land in one
+// with the return address pointing into trace code. A target gets the leaf rule only for the
+// instructions reachable from it, and only when none of them disturbs the frame and every path
+// ends in `ret`; anything else keeps the blanket rule, which stops the walk with a clear reason
+// rather than guessing.
+void add_called_leaf_helpers(Finder& f, elf::Arch arch, const std::vector<Insn>& code,
+                             const std::map<uint64_t, size_t>& index) {
   // Real VMs call a handful of such helpers (5 distinct targets in Debian's libluajit); more
   // than this means the bytes are not a LuaJIT VM, and following each target would cost
   // targets x kMaxHelperInsns. Over the cap no helper gets a row (they keep the blanket rule).
@@ -584,48 +1022,14 @@ void add_called_leaf_helpers(Finder& f, const std::vector<Insn>& code,
     if (targets.size() > kMaxHelperTargets) return;
   }
   for (uint64_t target : targets) {
-    std::set<size_t> reached;
-    std::vector<size_t> work;
-    bool ok = index.count(target) != 0;
-    if (ok) work.push_back(index.at(target));
-    while (ok && !work.empty()) {
-      const size_t i = work.back();
-      work.pop_back();
-      if (!reached.insert(i).second) continue;
-      const Insn& insn = code[i];
-      if (reached.size() > kMaxHelperInsns || insn.kind == InsnKind::Gap || x_push(insn) ||
-          x_pop(insn) || x_writes_rsp(insn) || f.covers(insn.address)) {
-        ok = false;
-        break;
-      }
-      if (insn.kind == InsnKind::Ret) continue;
-      if (is_jmp(insn) || insn.kind == InsnKind::Branch) {
-        if (!is_imm(insn, 0)) {
-          ok = false;
-          break;
-        }
-        auto t = index.find(static_cast<uint64_t>(insn.ops[0].imm));
-        if (t == index.end()) {
-          ok = false;
-          break;
-        }
-        work.push_back(t->second);
-        if (is_jmp(insn)) continue;
-      }
-      if (i + 1 >= code.size()) {
-        ok = false;
-        break;
-      }
-      work.push_back(i + 1);
-    }
-    if (!ok) continue;
+    const std::optional<std::set<size_t>> reached = leaf_helper_body(f, arch, code, index, target);
+    if (!reached) continue;
     bool keeps_vm_regs = true;
-    for (size_t i : reached) keeps_vm_regs &= !writes_vm_regs(code[i]);
-    const lj_cfi_row leaf =
-        sp_row(8, LJ_CFI_RULE_SAME, 0, keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK);
+    for (size_t i : *reached) keeps_vm_regs &= !writes_interpreter_regs(arch, code[i]);
+    const lj_cfi_row leaf = leaf_row(arch, keeps_vm_regs);
     const std::string what = fmt::format("leaf helper called from the VM at {:#x}", target);
     std::vector<cfi::Overlay> rows;
-    for (size_t i : reached) {  // std::set: ascending addresses
+    for (size_t i : *reached) {  // std::set: ascending addresses
       if (!rows.empty() && rows.back().end == code[i].address) {
         rows.back().end = code[i].end();
       } else {
@@ -701,7 +1105,7 @@ std::vector<cfi::Overlay> detect_vm_subranges(const elf::ElfFile& file, const Vm
       }
       for (cfi::Overlay& r : rows) f.add(std::move(r));
     }
-    add_called_leaf_helpers(f, code, index);
+    add_called_leaf_helpers(f, elf::Arch::X86_64, code, index);
     // A named entry symbol whose prologue did not match gets no rule at all.
     for (const char* name : {"lj_vm_resume", "lj_vm_pcall", "lj_vm_call", "lj_vm_cpcall",
                              "lj_vm_exit_handler", "lj_BC_JLOOP"}) {
@@ -717,7 +1121,10 @@ std::vector<cfi::Overlay> detect_vm_subranges(const elf::ElfFile& file, const Vm
       }
     }
   } else {
-    detect_arm64(f, code);
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < code.size(); ++i) index.emplace(code[i].address, i);
+    detect_arm64(f, code, index, blanket);
+    add_called_leaf_helpers(f, elf::Arch::AArch64, code, index);
   }
   std::sort(f.out.begin(), f.out.end(),
             [](const cfi::Overlay& a, const cfi::Overlay& b) { return a.begin < b.begin; });

@@ -17,6 +17,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -46,6 +48,35 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The last lines libbpf warned while the program loaded: when the kernel's verifier rejects it,
+// the tail of its log (the instruction it refused and why) goes into ljprof's error message.
+// libbpf prints through a C callback, hence one process-wide buffer, touched only by open_bpf.
+constexpr size_t kLoadLogLines = 25;
+std::vector<std::string> g_load_log;
+
+int keep_load_warning(libbpf_print_level level, const char* format, va_list args) {
+  if (level != LIBBPF_WARN) return 0;
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  if (n <= 0) return 0;
+  std::string text(static_cast<size_t>(n) + 1, '\0');
+  std::vsnprintf(text.data(), text.size(), format, args);
+  text.resize(static_cast<size_t>(n));
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) g_load_log.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  if (g_load_log.size() > kLoadLogLines) {
+    g_load_log.erase(g_load_log.begin(), g_load_log.end() - kLoadLogLines);
+  }
+  return 0;
 }
 
 // bpf_ktime_get_ns's clock, to compare sample times with publication times.
@@ -188,19 +219,30 @@ class Recorder {
 };
 
 Status Recorder::open_bpf() {
-  libbpf_set_print(nullptr);
+  g_load_log.clear();
+  libbpf_set_print(keep_load_warning);
   skel_ = record_bpf__open();
   if (skel_ == nullptr) return make_error("cannot open the BPF object: {}", std::strerror(errno));
   skel_->rodata->follow_children = (opt_.follow_forks || !opt_.command.empty()) ? 1 : 0;
   const uint32_t rb_bytes = std::max<uint32_t>(1, opt_.ringbuf_mb) << 20;
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
-  if (int err = record_bpf__load(skel_); err != 0) {
-    return make_error(
-        "loading the BPF program failed ({}): run as root (CAP_BPF + CAP_PERFMON) on a kernel "
-        "with BTF (/sys/kernel/btf/vmlinux)",
-        std::strerror(-err));
+  const int load_err = record_bpf__load(skel_);
+  libbpf_set_print(nullptr);
+  if (load_err != 0) {
+    std::string log;
+    for (const std::string& line : g_load_log) log += "\n  " + line;
+    g_load_log.clear();
+    if (load_err == -EPERM || geteuid() != 0) {
+      return make_error(
+          "loading the BPF program failed ({}): run as root (CAP_BPF + CAP_PERFMON) on a kernel "
+          "with BTF (/sys/kernel/btf/vmlinux){}",
+          std::strerror(-load_err), log.empty() ? "" : "; libbpf said:" + log);
+    }
+    return make_error("the kernel refused the BPF program ({}); libbpf's last messages:{}",
+                      std::strerror(-load_err), log.empty() ? " none" : log);
   }
+  g_load_log.clear();
   if (int err = record_bpf__attach(skel_); err != 0) {
     return make_error("attaching the fork/exec/mmap tracepoints failed: {}", std::strerror(-err));
   }

@@ -1,0 +1,106 @@
+#!/bin/sh
+# Runs inside the arm64 VM (scripts/arm64-vm, Debian's arm64 kernel under qemu-system-aarch64):
+# the cross-built `ljprof record` against Debian's arm64 luajit (JIT on and off) and an arm64
+# nginx-lua worker (OpenResty's luajit2) under a bounded local HTTP load, each running the known
+# split of ../workloads/split.lua. Everything the host-side test checks goes to /out: per case the
+# folded stacks, the workload's own per-part CPU clock (*.report), ljprof's exit status and
+# summary; and the number of BPF programs the kernel holds before and after (no leaked
+# programs or links once ljprof exits).
+#
+#   guest_record.sh LJPROF WORKLOADS_DIR SECONDS [NAME=LUAJIT_EXECUTABLE]...
+#
+# Each NAME=LUAJIT_EXECUTABLE (Debian's /usr/bin/luajit, Tarantool's LuaJIT fork built for
+# arm64, ...) runs the split with the JIT on and off: cases NAME_jit_on and NAME_jit_off.
+set -u
+ljprof=$1
+workloads=$2
+seconds=$3
+shift 3
+out=/out
+
+# JIT-compiled BPF programs are listed in /proc/kallsyms as "[bpf]" symbols once this is on.
+echo 1 >/proc/sys/net/core/bpf_jit_kallsyms
+bpf_programs() { grep -c '\[bpf\]$' /proc/kallsyms; }
+echo "before $(bpf_programs)" >"$out/bpf_programs"
+# The most programs seen while the recordings run (proves the count sees ljprof's).
+(
+  most=0
+  while [ ! -e /tmp/recordings-done ]; do
+    n=$(bpf_programs)
+    if [ "$n" -gt "$most" ]; then most=$n; fi
+    echo "$most" >"$out/bpf_programs_during"
+    sleep 0.5
+  done
+) &
+counter=$!
+
+for runtime in "$@"; do
+  name=${runtime%%=*}
+  exe=${runtime#*=}
+  for mode in jit_on jit_off; do
+    case_name=${name}_$mode
+    "$ljprof" record -F 999 -o "$out/$case_name.pb.gz" --folded "$out/$case_name.folded" -- \
+      "$exe" "$workloads/run_split.lua" "$seconds" "$out/$case_name.report" "$mode" \
+      >"$out/$case_name.log" 2>&1
+    echo $? >"$out/$case_name.rc"
+  done
+done
+
+# nginx-lua: a master and one worker (as www-data, Debian's default user) serving split.lua's
+# rounds; ljprof attaches to the running worker (-p) while a wget loop keeps it busy. The lua
+# module and OpenResty's LuaJIT (same soname as Debian's) live in their own tree.
+tree=/opt/nginx-lua
+nginx_case() {
+  mode=$1
+  case_name=nginx_lua_$mode
+  dir=/tmp/$case_name
+  mkdir -p "$dir"
+  {
+    echo "load_module $tree/usr/lib/nginx/modules/ndk_http_module.so;"
+    echo "load_module $tree/usr/lib/nginx/modules/ngx_http_lua_module.so;"
+    echo "daemon on; master_process on; worker_processes 1;"
+    echo "error_log $dir/error.log; pid $dir/nginx.pid;"
+    echo "events { worker_connections 16; }"
+    echo "http { access_log off;"
+    echo "  lua_package_path \"$workloads/?.lua;$tree/usr/share/lua/5.1/?.lua;;\";"
+    for temp in client_body proxy fastcgi uwsgi scgi; do echo "  ${temp}_temp_path $dir/$temp;"; done
+    if [ "$mode" = jit_off ]; then echo "  init_by_lua_block { jit.off() }"; fi
+    echo "  server { listen 127.0.0.1:8080;"
+    echo "    location / { content_by_lua_file $workloads/nginx_split.lua; } } }"
+  } >"$dir/nginx.conf"
+  if ! LD_LIBRARY_PATH=$tree/usr/lib/aarch64-linux-gnu /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf" >"$out/$case_name.log" 2>&1; then
+    echo 1 >"$out/$case_name.rc"
+    cat "$dir/error.log" >>"$out/$case_name.log" 2>/dev/null
+    return
+  fi
+  # (busybox wget -T crashes in Debian 12's busybox-static; timeout bounds it instead)
+  get() { timeout 60 wget -q -O - "http://127.0.0.1:8080$1"; }
+  worker=$(get /pid)
+  # Warm-up: the first request loads split.lua, the first rounds record the traces.
+  get /round >/dev/null && get /round >/dev/null && get /round >/dev/null
+  get /report >"$out/$case_name.before"
+  (
+    n=0
+    while [ ! -e "$dir/stop" ] && [ $n -lt 2000 ]; do
+      n=$((n + 1))
+      get /round >/dev/null || echo "request $n failed" >>"$out/$case_name.failed"
+    done
+  ) &
+  load=$!
+  "$ljprof" record -p "$worker" -F 999 -d "$seconds" -o "$out/$case_name.pb.gz" \
+    --folded "$out/$case_name.folded" >>"$out/$case_name.log" 2>&1
+  echo $? >"$out/$case_name.rc"
+  touch "$dir/stop"
+  wait "$load"
+  get /report >"$out/$case_name.after"
+  kill "$(cat "$dir/nginx.pid")"
+  i=0
+  while [ -e "$dir/nginx.pid" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  cat "$dir/error.log" >>"$out/$case_name.log" 2>/dev/null
+}
+nginx_case jit_on
+nginx_case jit_off
+
+touch /tmp/recordings-done
+wait "$counter"
+echo "after $(bpf_programs)" >>"$out/bpf_programs"
