@@ -565,5 +565,148 @@ TEST(VmSubRanges, Arm64PrologueByObjdump) {
   EXPECT_GE(prologues, 4);
 }
 
+// The arm64 VMs at hand (Debian's luajit and libluajit, and
+// Tarantool's fork built by the LuaJIT matrix), each with objdump as the oracle below.
+std::vector<std::string> arm64_vms() {
+  return {test::fixture("arm64/usr/bin/luajit"),
+          test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2"),
+          test::fixture("matrix/tarantool-arm64-gcc-O2/luajit")};
+}
+
+// AArch64 ins_call (`str PC, [BASE, FRAME_PC]`): every such store in the VM, found by objdump,
+// takes its frame link from PC (hint VM_LINK_PENDING), and no other instruction does.
+TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
+  for (const std::string& path : arm64_vms()) {
+    SCOPED_TRACE(path);
+    if (!test::file_exists(path)) GTEST_FAIL() << path << " missing: run scripts/bootstrap";
+    auto file = elf::ElfFile::open(path);
+    ASSERT_TRUE(file.ok());
+    auto fde = find_interpreter_fde(**file);
+    ASSERT_TRUE(fde.ok()) << fde.message();
+    auto table = vm_table(**file);
+    ASSERT_TRUE(table.ok());
+    int stores = 0;
+    for (const auto& [pc, text] :
+         objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false)) {
+      // objdump prints code after a data mapping symbol ($d) as words: the same encoding.
+      const bool call_store = text == "stur x21, [x19, #-8]" || text == ".word 0xf81f8275";
+      stores += call_store ? 1 : 0;
+      EXPECT_EQ(table->row_at(pc)->hint == LJ_CFI_VM_LINK_PENDING, call_store)
+          << std::hex << pc << " " << text;
+    }
+    // BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call (vm_arm64.dasc ins_call).
+    EXPECT_GE(stores, 3);
+  }
+}
+
+// AArch64 writeback prologue and epilogue (Tarantool's fork): `stp x29, x30, [sp, #-S]!` starts
+// at CFA = sp with the return address in x30; after it CFA = sp + S with x30 saved at CFA - S +
+// 8; `ldp x29, x30, [sp], #S` has the same rule and its `ret` the first one. S and the shape
+// come from objdump.
+TEST(VmSubRanges, Arm64WritebackPrologueByObjdump) {
+  const std::string path = test::fixture("matrix/tarantool-arm64-gcc-O2/luajit");
+  ASSERT_TRUE(test::file_exists(path)) << path << " missing: run scripts/luajit-matrix";
+  auto file = elf::ElfFile::open(path);
+  ASSERT_TRUE(file.ok());
+  auto fde = find_interpreter_fde(**file);
+  ASSERT_TRUE(fde.ok()) << fde.message();
+  auto table = vm_table(**file);
+  ASSERT_TRUE(table.ok());
+  auto code = objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false);
+  const std::regex push(R"(^stp x29, x30, \[sp, #-(\d+)\]!$)");
+  const std::regex pop(R"(^ldp x29, x30, \[sp\], #(\d+)$)");
+  int prologues = 0, epilogues = 0;
+  std::smatch m;
+  for (size_t i = 0; i + 1 < code.size(); ++i) {
+    if (std::regex_match(code[i].second, m, push) && code[i + 1].second == "mov x29, sp") {
+      const int32_t size = std::stoi(m[1]);
+      const lj_cfi_row* at_stp = table->row_at(code[i].first);
+      const lj_cfi_row* at_mov = table->row_at(code[i + 1].first);
+      EXPECT_EQ(at_stp->cfa_base, LJ_CFI_REG_SP);
+      EXPECT_EQ(at_stp->cfa_offset, 0);
+      EXPECT_EQ(at_stp->ra_rule, LJ_CFI_RULE_SAME);
+      EXPECT_EQ(at_stp->hint, LJ_CFI_OK);
+      EXPECT_EQ(at_mov->cfa_base, LJ_CFI_REG_SP);
+      EXPECT_EQ(at_mov->cfa_offset, size);
+      EXPECT_EQ(at_mov->ra_rule, LJ_CFI_RULE_AT_CFA);
+      EXPECT_EQ(at_mov->ra_offset, 8 - size);
+      EXPECT_EQ(at_mov->fp_offset, -size);
+      ++prologues;
+    }
+    if (std::regex_match(code[i].second, m, pop) && code[i + 1].second == "ret") {
+      const int32_t size = std::stoi(m[1]);
+      const lj_cfi_row* at_ldp = table->row_at(code[i].first);
+      const lj_cfi_row* at_ret = table->row_at(code[i + 1].first);
+      EXPECT_EQ(at_ldp->cfa_offset, size);
+      EXPECT_EQ(at_ldp->ra_offset, 8 - size);
+      EXPECT_EQ(at_ret->cfa_offset, 0);
+      EXPECT_EQ(at_ret->ra_rule, LJ_CFI_RULE_SAME);
+      ++epilogues;
+    }
+  }
+  // lj_vm_resume, _pcall, _call, _cpcall, _ffi_callback, _ffi_call; vm_leave_cp's epilogue
+  // (lj_vm_ffi_call's lies where objdump shows words).
+  EXPECT_GE(prologues, 5);
+  EXPECT_GE(epilogues, 1);
+}
+
+// AArch64 leaf helpers called from the VM and from traces: lj_vm_modi (by symbol in
+// Tarantool's fork, whose build keeps .symtab; per nm) gets the leaf rule, CFA = sp with the
+// return address in x30, over its whole body.
+TEST(VmSubRanges, Arm64ModuloHelperIsALeaf) {
+  const std::string path = test::fixture("matrix/tarantool-arm64-gcc-O2/luajit");
+  ASSERT_TRUE(test::file_exists(path)) << path << " missing: run scripts/luajit-matrix";
+  auto r = test::run({"aarch64-linux-gnu-nm", "-S", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(([0-9a-f]+) ([0-9a-f]+) t lj_vm_modi\n)")))
+      << "nm: no lj_vm_modi";
+  const uint64_t begin = std::stoull(m[1], nullptr, 16), size = std::stoull(m[2], nullptr, 16);
+  auto file = elf::ElfFile::open(path);
+  ASSERT_TRUE(file.ok());
+  auto table = vm_table(**file);
+  ASSERT_TRUE(table.ok());
+  for (uint64_t pc = begin; pc < begin + size; pc += 4) {
+    const lj_cfi_row* row = table->row_at(pc);
+    EXPECT_EQ(row->hint, LJ_CFI_VM_LEAF) << std::hex << pc;
+    EXPECT_EQ(row->cfa_base, LJ_CFI_REG_SP) << std::hex << pc;
+    EXPECT_EQ(row->cfa_offset, 0) << std::hex << pc;
+    EXPECT_EQ(row->ra_rule, LJ_CFI_RULE_SAME) << std::hex << pc;
+  }
+}
+
+// AArch64 .plt (no CFI from the linker): readelf gives the section; PLT0 saves x16/x30 with
+// `stp x16, x30, [sp, #-16]!` (objdump), the entries after it leave sp and x30 alone.
+TEST(Arm64Plt, EntriesReturnThroughX30) {
+  const std::string path = test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2");
+  auto r = test::run({"aarch64-linux-gnu-readelf", "-SW", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m, std::regex(R"(\] \.plt\s+PROGBITS\s+([0-9a-f]+) [0-9a-f]+ ([0-9a-f]+))")));
+  const uint64_t plt = std::stoull(m[1], nullptr, 16), size = std::stoull(m[2], nullptr, 16);
+  auto code = objdump("aarch64-linux-gnu-objdump", path, plt, plt + 8, false);
+  ASSERT_FALSE(code.empty());
+  ASSERT_EQ(code[0].second, "stp x16, x30, [sp, #-16]!");
+  auto file = elf::ElfFile::open(path);
+  ASSERT_TRUE(file.ok());
+  auto table = cfi::build_unwind_table(**file);
+  ASSERT_TRUE(table.ok()) << table.message();
+  const lj_cfi_row* plt0 = table->row_at(plt);
+  EXPECT_EQ(plt0->cfa_offset, 0);
+  EXPECT_EQ(plt0->ra_rule, LJ_CFI_RULE_SAME);
+  const lj_cfi_row* after_stp = table->row_at(plt + 4);
+  EXPECT_EQ(after_stp->cfa_offset, 16);
+  EXPECT_EQ(after_stp->ra_rule, LJ_CFI_RULE_AT_CFA);
+  EXPECT_EQ(after_stp->ra_offset, -8);
+  for (uint64_t pc = plt + 32; pc < plt + size; pc += 4) {
+    const lj_cfi_row* row = table->row_at(pc);
+    ASSERT_EQ(row->hint, LJ_CFI_OK) << std::hex << pc;
+    ASSERT_EQ(row->cfa_base, LJ_CFI_REG_SP) << std::hex << pc;
+    ASSERT_EQ(row->cfa_offset, 0) << std::hex << pc;
+    ASSERT_EQ(row->ra_rule, LJ_CFI_RULE_SAME) << std::hex << pc;
+  }
+}
+
 }  // namespace
 }  // namespace ljprof::luajit
