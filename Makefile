@@ -9,10 +9,15 @@ FUZZ_SECONDS ?= 20
 # LIVE_TESTS_ONLY=ON (make test): the release build carries ljprof and the live-recording tests
 # only (no other tests, no benchmarks); every other test runs once, in the check build.
 LIVE_TESTS_ONLY ?= OFF
+# Debug info as line tables only (-g1): backtraces, perf and sanitizer reports keep function,
+# file and line, and the compile costs 20% less than with full -g (measured on
+# tests/luajit/vm_cfi_test.cc under ASan: 29.3 s -> 23.6 s), which make test's cold budget needs.
 RELEASE_CONFIGURE = cmake -S . -B $(BUILD)/release -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   -DLJPROF_LIVE_TESTS_ONLY=$(LIVE_TESTS_ONLY)
 CHECK_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(BUILD)/check -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DLJPROF_SANITIZE=ON
+  -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_C_FLAGS_DEBUG=-g1 -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DLJPROF_SANITIZE=ON
 
 .PHONY: all bootstrap build check release-build check-build ljprof arm64 arm64-build test demo \
   matrix format check-format clean

@@ -21,7 +21,7 @@ using namespace record_oracle;
 
 // The recordings last this long (guest seconds; the emulated CPU runs the workload some 10-20x
 // slower than the host, the split is per CPU second so that does not matter).
-constexpr int kSeconds = 6;
+constexpr int kSeconds = 5;
 // The emulated guest takes fewer samples than 999 Hz would give natively (the kernel throttles
 // perf events whose handler runs long under emulation); enough to measure shares to 5 points.
 constexpr double kMinSamples = 400;
