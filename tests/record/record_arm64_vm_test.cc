@@ -88,7 +88,7 @@ class RecordArm64Vm : public ::testing::Test {
     EXPECT_EQ(slurp(file(name + ".rc")), "0\n") << slurp(file(name + ".log"));
   }
 
-  // A runtime started by `ljprof record -- ...` inside the VM: its split against its own clock.
+  // A runtime ljprof attached to inside the VM: its split against its own clock.
   static void expect_split(const std::string& name) {
     expect_recorded(name);
     expect_profile_matches_vm(file(name + ".folded"),
