@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cfi/internal.h"
+#include "common/bounds.h"
 
 namespace ljprof::cfi {
 
@@ -487,12 +488,8 @@ std::vector<Overlay> aarch64_plt(const elf::ElfFile& file, const Ranges& functio
   if (file.arch() != elf::Arch::AArch64) return {};
   const elf::Section* plt = file.section(".plt");
   if (plt == nullptr || !plt->has_file_data() || plt->size <= kA64Plt0Bytes) return {};
-  const std::span<const uint8_t> data = file.section_data(*plt);
-  if (data.size() < 4) return {};
-  const uint32_t first = static_cast<uint32_t>(data[0]) | static_cast<uint32_t>(data[1]) << 8 |
-                         static_cast<uint32_t>(data[2]) << 16 |
-                         static_cast<uint32_t>(data[3]) << 24;
-  if (first != kA64PltStp) return {};
+  uint32_t first = 0;  // little-endian, like the files ljprof reads and the hosts it runs on
+  if (!read_struct(file.section_data(*plt), 0, &first) || first != kA64PltStp) return {};
   for (const auto& f : functions) {
     if (f.begin < plt->addr + plt->size && plt->addr < f.end) return {};
   }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "common/bounds.h"
 #include "disasm/disasm.h"
 
 namespace ljprof::luajit {
@@ -510,6 +511,27 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
 constexpr int kA64Base = 19;
 constexpr int kA64Pc = 21;
 
+// An AArch64 row on sp: CFA = sp + cfa, with x30 and x29 still in their registers or, once
+// `saved`, in the pair at CFA - 16 (`stp x29, x30, [sp, #S-16]`).
+lj_cfi_row a64_sp_row(int32_t cfa, bool saved, uint8_t hint = LJ_CFI_OK) {
+  lj_cfi_row r{};
+  r.hint = hint;
+  r.cfa_base = LJ_CFI_REG_SP;
+  r.cfa_offset = cfa;
+  r.ra_rule = saved ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
+  r.ra_offset = saved ? -8 : 0;
+  r.fp_rule = saved ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
+  r.fp_offset = saved ? -16 : 0;
+  return r;
+}
+
+// vm_arm64.dasc ins_call's `str PC, [BASE, FRAME_PC]`: a call storing its frame's link.
+bool a64_stores_frame_link(const Insn& insn) {
+  return insn.kind == InsnKind::Store && insn.op_count == 2 && is_reg(insn, 0, kA64Pc) &&
+         insn.ops[1].kind == OpKind::Mem && insn.ops[1].base == kA64Base &&
+         insn.ops[1].index == disasm::kNoReg && insn.ops[1].disp == -8;
+}
+
 // A register operand of `insn` is canonical register `reg`, at any width.
 bool names_reg(const Insn& insn, int reg) {
   for (uint8_t k = 0; k < insn.op_count && k < insn.ops.size(); ++k) {
@@ -552,21 +574,14 @@ bool writes_interpreter_regs(elf::Arch arch, const Insn& insn) {
 lj_cfi_row leaf_row(elf::Arch arch, bool keeps_vm_regs) {
   const uint8_t hint = keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK;
   if (arch == elf::Arch::X86_64) return sp_row(8, LJ_CFI_RULE_SAME, 0, hint);
-  lj_cfi_row r{};
-  r.hint = hint;
-  r.cfa_base = LJ_CFI_REG_SP;
-  r.cfa_offset = 0;
-  r.ra_rule = LJ_CFI_RULE_SAME;
-  r.fp_rule = LJ_CFI_RULE_SAME;
-  return r;
+  return a64_sp_row(0, false, hint);
 }
 
 // An AArch64 entry's straight-line path from `start`: the instructions up to `stop(i)` (which
 // ends it, included) through fall-through of conditional branches and direct `b` jumps, or
-// nullopt when it reaches anything else first (a call unless `calls_end` (then it ends there,
-// included), an indirect jump, `ret`, undecodable bytes, code another rule already covers
-// unless `joins` (then it ends before it: vm_pcall's path joins vm_call's, proven first), or
-// more than kMaxWindowInsns instructions).
+// nullopt when it reaches anything else first (a call, an indirect jump, `ret`, undecodable
+// bytes, code another rule already covers unless `joins` (then it ends before it: vm_pcall's
+// path joins vm_call's, proven first), or more than kMaxWindowInsns instructions).
 struct A64Path {
   std::vector<size_t> insns;
   bool joined = false;  // ended where an earlier path's rows begin
@@ -574,7 +589,7 @@ struct A64Path {
 template <typename Stop>
 std::optional<A64Path> a64_path_to(const Finder& f, const std::vector<Insn>& code,
                                    const std::map<uint64_t, size_t>& index, size_t start,
-                                   bool calls_end, bool joins, Stop stop) {
+                                   bool joins, Stop stop) {
   constexpr size_t kMaxWindowInsns = 64;
   A64Path out;
   std::vector<size_t>& path = out.insns;
@@ -591,10 +606,7 @@ std::optional<A64Path> a64_path_to(const Finder& f, const std::vector<Insn>& cod
     }
     path.push_back(i);
     if (stop(insn)) return out;
-    if (is_call(insn)) {
-      if (calls_end) return out;
-      return std::nullopt;
-    }
+    if (is_call(insn)) return std::nullopt;
     if (insn.kind == InsnKind::Jump) {
       const std::optional<uint64_t> to = branch_target(elf::Arch::AArch64, insn);
       auto t = to ? index.find(*to) : index.end();
@@ -660,8 +672,7 @@ std::optional<size_t> add_a64_unlinked_window(Finder& f, const std::vector<Insn>
     }
     return false;
   };
-  const std::optional<A64Path> unlinked =
-      a64_path_to(f, code, index, start, false, true, links_cframe);
+  const std::optional<A64Path> unlinked = a64_path_to(f, code, index, start, true, links_cframe);
   if (!unlinked) return std::nullopt;
   lj_cfi_row ok = blanket;
   ok.hint = LJ_CFI_OK;
@@ -685,11 +696,6 @@ bool add_a64_empty_window(Finder& f, const std::vector<Insn>& code,
                           const std::map<uint64_t, std::vector<uint64_t>>& branch_sources,
                           std::set<uint64_t>* empty_insns, size_t start,
                           const lj_cfi_row& blanket) {
-  auto pushes_frame = [](const Insn& insn) {
-    return insn.kind == InsnKind::Store && insn.op_count == 2 && is_reg(insn, 0, kA64Pc) &&
-           insn.ops[1].kind == OpKind::Mem && insn.ops[1].base == kA64Base &&
-           insn.ops[1].disp == -8;
-  };
   auto shared = [&](uint64_t address) {
     auto it = branch_sources.find(address);
     if (it == branch_sources.end()) return false;
@@ -710,7 +716,7 @@ bool add_a64_empty_window(Finder& f, const std::vector<Insn>& code,
       break;
     }
     empty.push_back(i);
-    if (pushes_frame(insn) || (is_transfer(insn) && !is_call(insn))) break;
+    if (a64_stores_frame_link(insn) || (is_transfer(insn) && !is_call(insn))) break;
   }
   if (empty.empty()) return true;
   for (size_t i : empty) empty_insns->insert(code[i].address);
@@ -728,9 +734,7 @@ void add_a64_pending_links(Finder& f, const std::vector<Insn>& code, const lj_cf
   lj_cfi_row pending = blanket;
   pending.hint = LJ_CFI_VM_LINK_PENDING;
   for (const Insn& insn : code) {
-    if (insn.kind == InsnKind::Store && insn.op_count == 2 && is_reg(insn, 0, kA64Pc) &&
-        insn.ops[1].kind == OpKind::Mem && insn.ops[1].base == kA64Base &&
-        insn.ops[1].index == disasm::kNoReg && insn.ops[1].disp == -8 && !f.covers(insn.address)) {
+    if (a64_stores_frame_link(insn) && !f.covers(insn.address)) {
       f.add(insn.address, insn.end(), "call: frame link still in PC (str PC, [BASE, #-8])",
             "pattern", pending);
     }
@@ -789,10 +793,10 @@ void add_a64_return_to_c(Finder& f, const std::vector<Insn>& code,
       }
       return false;
     };
-    const std::optional<A64Path> empty = a64_path_to(f, code, index, k + 1, false, false, unlinks);
+    const std::optional<A64Path> empty = a64_path_to(f, code, index, k + 1, false, unlinks);
     if (!empty) continue;
-    const std::optional<A64Path> leaving = a64_path_to(
-        f, code, index, empty->insns.back() + 1, false, true, [](const Insn&) { return false; });
+    const std::optional<A64Path> leaving = a64_path_to(f, code, index, empty->insns.back() + 1,
+                                                       true, [](const Insn&) { return false; });
     if (!leaving || !leaving->joined) continue;
     lj_cfi_row no_lua_frame = blanket;
     no_lua_frame.hint = LJ_CFI_VM_EMPTY;
@@ -803,11 +807,11 @@ void add_a64_return_to_c(Finder& f, const std::vector<Insn>& code,
   }
 }
 
-// The instruction word of an AArch64 instruction (little-endian).
+// The instruction word of an AArch64 instruction (little-endian), 0 for anything else.
 uint32_t a64_word(const Insn& insn) {
-  if (insn.size != 4) return 0;
-  return static_cast<uint32_t>(insn.bytes[0]) | static_cast<uint32_t>(insn.bytes[1]) << 8 |
-         static_cast<uint32_t>(insn.bytes[2]) << 16 | static_cast<uint32_t>(insn.bytes[3]) << 24;
+  uint32_t word = 0;
+  if (insn.size != 4 || !read_struct(insn.byte_span(), 0, &word)) return 0;
+  return word;
 }
 
 // `stp x29, x30, [sp, #-S]!` (STP 64-bit pre-index, Arm ARM C6.2.273: opc 10, imm7 scaled by
@@ -852,17 +856,6 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint6
     return is_kind(i, kind, 3) && is_reg(i, 0, kA64Fp) && is_reg(i, 1, kA64Lr) &&
            i.ops[2].kind == OpKind::Mem && i.ops[2].base == kA64Sp;
   };
-  auto row = [](uint8_t base, int32_t cfa, bool saved) {
-    lj_cfi_row r{};
-    r.hint = LJ_CFI_OK;
-    r.cfa_base = base;
-    r.cfa_offset = cfa;
-    r.ra_rule = saved ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
-    r.ra_offset = saved ? -8 : 0;
-    r.fp_rule = saved ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_SAME;
-    r.fp_offset = saved ? -16 : 0;
-    return r;
-  };
   // The first instruction after each prologue, and whether x29 equals sp there.
   std::vector<std::pair<size_t, bool>> entries;
   for (size_t i = 0; i + 1 < code.size(); ++i) {
@@ -872,10 +865,10 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint6
         size && is_kind(code[i + 1], InsnKind::Mov, 2) && is_reg(code[i + 1], 0, kA64Fp) &&
         is_reg(code[i + 1], 1, kA64Sp)) {
       std::string what = fmt::format("VM entry prologue before mov x29, sp (frame {:#x})", *size);
-      lj_cfi_row pushed = row(LJ_CFI_REG_SP, static_cast<int32_t>(*size), true);
+      lj_cfi_row pushed = a64_sp_row(static_cast<int32_t>(*size), true);
       pushed.ra_offset = static_cast<int32_t>(8 - *size);
       pushed.fp_offset = static_cast<int32_t>(-*size);
-      f.add(code[i].address, code[i].end(), what, "pattern", row(LJ_CFI_REG_SP, 0, false));
+      f.add(code[i].address, code[i].end(), what, "pattern", a64_sp_row(0, false));
       f.add(code[i + 1].address, code[i + 1].end(), what, "pattern", pushed);
       entries.emplace_back(i + 2, true);
       ++i;
@@ -885,13 +878,13 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint6
     // frame is unlinked by then: hint OK); at the ret the return address is back in x30.
     if (const std::optional<int64_t> size = a64_pop_fp_lr(code[i]);
         size && code[i + 1].kind == InsnKind::Ret) {
-      lj_cfi_row before = row(LJ_CFI_REG_SP, static_cast<int32_t>(*size), true);
+      lj_cfi_row before = a64_sp_row(static_cast<int32_t>(*size), true);
       before.ra_offset = static_cast<int32_t>(8 - *size);
       before.fp_offset = static_cast<int32_t>(-*size);
       f.add(code[i].address, code[i].end(), "VM exit epilogue at ldp x29, x30 (writeback)",
             "pattern", before);
       f.add(code[i + 1].address, code[i + 1].end(), "VM exit epilogue after ldp x29, x30",
-            "pattern", row(LJ_CFI_REG_SP, 0, false));
+            "pattern", a64_sp_row(0, false));
       ++i;
       continue;
     }
@@ -904,11 +897,11 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint6
       int64_t slot = code[i + 1].ops[2].disp;
       if (slot + 16 != size || !is_imm(code[i + 2], 2) || code[i + 2].ops[2].imm != slot) continue;
       std::string what = fmt::format("VM entry prologue before add x29, sp, #{:#x}", slot);
-      f.add(code[i].address, code[i].end(), what, "pattern", row(LJ_CFI_REG_SP, 0, false));
+      f.add(code[i].address, code[i].end(), what, "pattern", a64_sp_row(0, false));
       f.add(code[i + 1].address, code[i + 1].end(), what, "pattern",
-            row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
+            a64_sp_row(static_cast<int32_t>(size), false));
       f.add(code[i + 2].address, code[i + 2].end(), what, "pattern",
-            row(LJ_CFI_REG_SP, static_cast<int32_t>(size), true));
+            a64_sp_row(static_cast<int32_t>(size), true));
       entries.emplace_back(i + 3, false);
       i += 2;
       continue;
@@ -919,9 +912,9 @@ void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint6
       int64_t size = code[i + 1].ops[2].imm;
       if (code[i].ops[2].disp + 16 != size) continue;
       f.add(code[i + 1].address, code[i + 1].end(), "VM exit epilogue after ldp x29, x30",
-            "pattern", row(LJ_CFI_REG_SP, static_cast<int32_t>(size), false));
+            "pattern", a64_sp_row(static_cast<int32_t>(size), false));
       f.add(code[i + 2].address, code[i + 2].end(), "VM exit epilogue after ldp x29, x30",
-            "pattern", row(LJ_CFI_REG_SP, 0, false));
+            "pattern", a64_sp_row(0, false));
       i += 2;
     }
   }

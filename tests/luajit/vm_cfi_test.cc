@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -532,16 +533,39 @@ TEST(VmSubRanges, StrippedLuajitByObjdumpPatterns) {
   }
 }
 
+// An AArch64 VM as the tests below read it: the walker's table, and objdump's instructions over
+// the interpreter FDE. nullopt (with the reason recorded as a failure) when it is not one.
+struct Arm64Vm {
+  UnwindTable table;
+  std::vector<std::pair<uint64_t, std::string>> code;
+};
+std::optional<Arm64Vm> read_arm64_vm(const std::string& path) {
+  auto file = elf::ElfFile::open(path);
+  if (!file.ok()) {
+    ADD_FAILURE() << file.message();
+    return std::nullopt;
+  }
+  auto fde = find_interpreter_fde(**file);
+  if (!fde.ok()) {
+    ADD_FAILURE() << fde.message();
+    return std::nullopt;
+  }
+  auto table = vm_table(**file);
+  if (!table.ok()) {
+    ADD_FAILURE() << table.message();
+    return std::nullopt;
+  }
+  return Arm64Vm{std::move(*table),
+                 objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false)};
+}
+
 // AArch64: before `add x29, sp, #N` of a VM entry the blanket x29+16 rule is wrong.
 TEST(VmSubRanges, Arm64PrologueByObjdump) {
   const std::string path = test::fixture("arm64/usr/lib/aarch64-linux-gnu/libluajit-5.1.so.2");
-  auto file = elf::ElfFile::open(path);
-  ASSERT_TRUE(file.ok());
-  auto fde = find_interpreter_fde(**file);
-  ASSERT_TRUE(fde.ok()) << fde.message();
-  auto table = vm_table(**file);
-  ASSERT_TRUE(table.ok());
-  auto code = objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false);
+  std::optional<Arm64Vm> vm = read_arm64_vm(path);
+  ASSERT_TRUE(vm);
+  const UnwindTable* table = &vm->table;
+  const auto& code = vm->code;
   int prologues = 0;
   for (size_t i = 0; i + 2 < code.size(); ++i) {
     if (code[i].second.rfind("sub sp, sp, #0x", 0) == 0 &&
@@ -579,19 +603,14 @@ TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
   for (const std::string& path : arm64_vms()) {
     SCOPED_TRACE(path);
     if (!test::file_exists(path)) GTEST_FAIL() << path << " missing: run scripts/bootstrap";
-    auto file = elf::ElfFile::open(path);
-    ASSERT_TRUE(file.ok());
-    auto fde = find_interpreter_fde(**file);
-    ASSERT_TRUE(fde.ok()) << fde.message();
-    auto table = vm_table(**file);
-    ASSERT_TRUE(table.ok());
+    std::optional<Arm64Vm> vm = read_arm64_vm(path);
+    ASSERT_TRUE(vm);
     int stores = 0;
-    for (const auto& [pc, text] :
-         objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false)) {
+    for (const auto& [pc, text] : vm->code) {
       // objdump prints code after a data mapping symbol ($d) as words: the same encoding.
       const bool call_store = text == "stur x21, [x19, #-8]" || text == ".word 0xf81f8275";
       stores += call_store ? 1 : 0;
-      EXPECT_EQ(table->row_at(pc)->hint == LJ_CFI_VM_LINK_PENDING, call_store)
+      EXPECT_EQ(vm->table.row_at(pc)->hint == LJ_CFI_VM_LINK_PENDING, call_store)
           << std::hex << pc << " " << text;
     }
     // BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call (vm_arm64.dasc ins_call).
@@ -606,13 +625,10 @@ TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
 TEST(VmSubRanges, Arm64WritebackPrologueByObjdump) {
   const std::string path = test::fixture("matrix/tarantool-arm64-gcc-O2/luajit");
   ASSERT_TRUE(test::file_exists(path)) << path << " missing: run scripts/luajit-matrix";
-  auto file = elf::ElfFile::open(path);
-  ASSERT_TRUE(file.ok());
-  auto fde = find_interpreter_fde(**file);
-  ASSERT_TRUE(fde.ok()) << fde.message();
-  auto table = vm_table(**file);
-  ASSERT_TRUE(table.ok());
-  auto code = objdump("aarch64-linux-gnu-objdump", path, fde->pc_begin, fde->pc_end, false);
+  std::optional<Arm64Vm> vm = read_arm64_vm(path);
+  ASSERT_TRUE(vm);
+  const UnwindTable* table = &vm->table;
+  const auto& code = vm->code;
   const std::regex push(R"(^stp x29, x30, \[sp, #-(\d+)\]!$)");
   const std::regex pop(R"(^ldp x29, x30, \[sp\], #(\d+)$)");
   int prologues = 0, epilogues = 0;
