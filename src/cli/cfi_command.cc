@@ -133,14 +133,13 @@ int run_cfi(const CfiOptions& opt) {
 
 }  // namespace
 
-void add_cfi_command(CLI::App& app, int* exit_code) {
+void add_cfi_command(CommandLine& cli) {
   auto opt = std::make_shared<CfiOptions>();
-  CLI::App* cmd =
-      app.add_subcommand("cfi", "Show the unwind rows (CFI) the walker uses for a binary");
-  cmd->add_option("BINARY", opt->binary, "ELF executable or shared library")->required();
-  cmd->add_option("--at", opt->at, "Only the row covering this link-time address (0x...)");
-  cmd->add_flag("--json", opt->json, "Machine-readable output");
-  cmd->callback([opt, exit_code] { *exit_code = run_cfi(*opt); });
+  Command cmd = cli.add("cfi", "Show the unwind rows (CFI) the walker uses for a binary");
+  cmd.option("BINARY", opt->binary, "ELF executable or shared library").required();
+  cmd.option("--at", opt->at, "Only the row covering this link-time address (0x...)");
+  cmd.flag("--json", opt->json, "Machine-readable output");
+  cmd.run([opt]() { return run_cfi(*opt); });
 }
 
 }  // namespace ljprof::cli

@@ -1,15 +1,15 @@
-// Subcommands of the `ljprof` executable. Each registers itself on the CLI11 app and stores the
-// process exit status in `*exit_code` when it runs (0 ok, 1 check failed, 2 bad input/usage).
+// Subcommands of the `ljprof` executable; each registers itself, its options and what it runs
+// on the command line.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "cli/command_line.h"
 
 namespace ljprof::cli {
 
-void add_inspect_command(CLI::App& app, int* exit_code);
-void add_core_command(CLI::App& app, int* exit_code);
-void add_cfi_command(CLI::App& app, int* exit_code);
-void add_report_command(CLI::App& app, int* exit_code);
-void add_record_command(CLI::App& app, int* exit_code);
+void add_inspect_command(CommandLine& cli);
+void add_core_command(CommandLine& cli);
+void add_cfi_command(CommandLine& cli);
+void add_report_command(CommandLine& cli);
+void add_record_command(CommandLine& cli);
 
 }  // namespace ljprof::cli

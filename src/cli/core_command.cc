@@ -30,7 +30,7 @@ std::string signal_name(int sig) {
 
 }  // namespace
 
-void add_core_command(CLI::App& app, int* exit_code) {
+void add_core_command(CommandLine& cli) {
   struct Options {
     std::string core;
     std::string exe;
@@ -39,36 +39,34 @@ void add_core_command(CLI::App& app, int* exit_code) {
     bool all_fibers = false;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
+  Command cmd = cli.add(
       "core",
       "Print the mixed native + Lua backtrace of every thread of a core file (kernel, gcore or "
       "qemu-user core of tarantool, luajit or nginx-lua; x86-64 and arm64).");
-  cmd->add_option("CORE", opts->core, "The core file")->required();
-  cmd->add_option("--exe", opts->exe, "The executable, when it is not at its recorded path");
-  cmd->add_option("--sysroot", opts->sysroots,
-                  "A root to look for the core's mapped files in (repeatable): each file is "
-                  "looked for under every root in order, then at its recorded path, and used only "
-                  "if its build-id equals the core's (e.g. /usr/aarch64-linux-gnu for a "
-                  "qemu-aarch64 core); files not found are named in the output");
-  cmd->add_flag("--json", opts->json, "Print one JSON object (the golden format) instead of text");
-  cmd->add_flag("--all-fibers,--all-coroutines", opts->all_fibers,
-                "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
-                "state) found on the LuaJIT GC list: suspended ones and those inside a C call");
-  cmd->callback([opts, exit_code]() {
+  cmd.option("CORE", opts->core, "The core file").required();
+  cmd.option("--exe", opts->exe, "The executable, when it is not at its recorded path");
+  cmd.option("--sysroot", opts->sysroots,
+             "A root to look for the core's mapped files in (repeatable): each file is "
+             "looked for under every root in order, then at its recorded path, and used only "
+             "if its build-id equals the core's (e.g. /usr/aarch64-linux-gnu for a "
+             "qemu-aarch64 core); files not found are named in the output");
+  cmd.flag("--json", opts->json, "Print one JSON object (the golden format) instead of text");
+  cmd.flag("--all-fibers,--all-coroutines", opts->all_fibers,
+           "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
+           "state) found on the LuaJIT GC list: suspended ones and those inside a C call");
+  cmd.run([opts]() {
     core::CoreOptions options;
     options.exe = opts->exe;
     options.sysroots = opts->sysroots;
     auto core = core::CoreFile::open(opts->core, options);
     if (!core.ok()) {
       std::cerr << "ljprof core: " << core.message() << "\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     auto walker = core::CoreWalker::create(*core);
     if (!walker.ok()) {
       std::cerr << "ljprof core: " << walker.message() << "\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     Json out;
     out["core"] = opts->core;
@@ -148,7 +146,7 @@ void add_core_command(CLI::App& app, int* exit_code) {
       if (!refused_text.empty()) text = refused_text + "\n" + text;
       std::cout << text;
     }
-    *exit_code = 0;
+    return 0;
   });
 }
 

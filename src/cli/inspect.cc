@@ -325,7 +325,7 @@ int verify_live(int pid, bool json) {
 
 }  // namespace
 
-void add_inspect_command(CLI::App& app, int* exit_code) {
+void add_inspect_command(CommandLine& cli) {
   struct Options {
     std::string binary;
     bool json = false;
@@ -334,43 +334,39 @@ void add_inspect_command(CLI::App& app, int* exit_code) {
     int verify_live_pid = 0;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
+  Command cmd = cli.add(
       "inspect",
       "Show what ljprof understands about a binary: architecture, build-id, unwind and debug "
       "sections, the LuaJIT runtime it is (tarantool, luajit, libluajit, nginx/openresty) and "
       "where the LuaJIT symbols ljprof relies on are.");
-  cmd->add_option("BINARY", opts->binary,
-                  "ELF executable or shared object (required unless --verify-live)");
-  cmd->add_flag("--json", opts->json, "Print one JSON object with stable keys instead of text");
-  cmd->add_option("--lib-path", opts->lib_dirs,
-                  "Extra directory to resolve DT_NEEDED libluajit in, searched first (like "
-                  "LD_LIBRARY_PATH); repeatable");
-  cmd->add_flag("--verify-dwarf", opts->verify_dwarf,
-                "Compare every extracted LuaJIT offset with the binary's DWARF (libdw) and "
-                "print PASS/FAIL per field; exit 1 on any FAIL");
-  cmd->add_option("--verify-live", opts->verify_live_pid,
-                  "Check the extracted offsets against running process PID: briefly stops it "
-                  "(ptrace) until a stop lands in the LuaJIT VM, then reads G, cur_L, the Lua "
-                  "stack, jit_base, vmstate and a chunk name; exit 1 on any FAIL");
-  cmd->callback([opts, exit_code]() {
+  cmd.option("BINARY", opts->binary,
+             "ELF executable or shared object (required unless --verify-live)");
+  cmd.flag("--json", opts->json, "Print one JSON object with stable keys instead of text");
+  cmd.option("--lib-path", opts->lib_dirs,
+             "Extra directory to resolve DT_NEEDED libluajit in, searched first (like "
+             "LD_LIBRARY_PATH); repeatable");
+  cmd.flag("--verify-dwarf", opts->verify_dwarf,
+           "Compare every extracted LuaJIT offset with the binary's DWARF (libdw) and "
+           "print PASS/FAIL per field; exit 1 on any FAIL");
+  cmd.option("--verify-live", opts->verify_live_pid,
+             "Check the extracted offsets against running process PID: briefly stops it "
+             "(ptrace) until a stop lands in the LuaJIT VM, then reads G, cur_L, the Lua "
+             "stack, jit_base, vmstate and a chunk name; exit 1 on any FAIL");
+  cmd.run([opts]() {
     if (opts->verify_live_pid > 0) {
-      *exit_code = verify_live(opts->verify_live_pid, opts->json);
-      return;
+      return verify_live(opts->verify_live_pid, opts->json);
     }
     if (opts->binary.empty()) {
       std::cerr << "ljprof inspect: BINARY is required (or --verify-live PID)\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     if (opts->verify_dwarf) {
-      *exit_code = verify_dwarf(opts->binary, opts->json);
-      return;
+      return verify_dwarf(opts->binary, opts->json);
     }
     auto file = elf::ElfFile::open(opts->binary);
     if (!file.ok()) {
       std::cerr << "ljprof inspect: " << file.message() << "\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     Json report = describe(**file, opts->lib_dirs);
     if (opts->json) {
@@ -378,7 +374,7 @@ void add_inspect_command(CLI::App& app, int* exit_code) {
     } else {
       print_text(report);
     }
-    *exit_code = 0;
+    return 0;
   });
 }
 

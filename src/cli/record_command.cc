@@ -12,7 +12,7 @@
 
 namespace ljprof::cli {
 
-void add_record_command(CLI::App& app, int* exit_code) {
+void add_record_command(CommandLine& cli) {
   struct Options {
     std::string pids;
     bool all = false;
@@ -28,43 +28,42 @@ void add_record_command(CLI::App& app, int* exit_code) {
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
+  Command cmd = cli.add(
       "record",
       "Sample processes live with eBPF and unwind every sample's mixed native + Lua stack in "
       "the kernel (CFI + the LuaJIT frame walk; JIT traces, C functions called from Lua, "
       "Tarantool fibers). Needs root. The targets are never stopped or written. With no "
       "output option: -o ljprof.pb.gz and --top=20.");
-  cmd->add_option("-p,--pid", opts->pids, "Comma-separated PIDs of running processes to sample");
-  cmd->add_flag("-a,--all", opts->all,
-                "Sample every process with a detected LuaJIT runtime (tarantool, luajit, "
-                "nginx with lua), including ones that start while recording");
-  cmd->add_flag("--follow-forks", opts->follow_forks,
-                "With -p: also sample child processes they fork (always on for -- COMMAND)");
-  cmd->add_option("-F,--freq", opts->freq, "Samples per second per CPU (default 99)")
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("-d,--duration", opts->duration,
-                  "Stop after SECONDS (default: at Ctrl-C, or when the sampled processes exit)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--ringbuf-mb", opts->ringbuf_mb,
-                  "Kernel ring buffer size in MiB, a power of two (default 2); raise it if the "
-                  "summary reports dropped samples")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("-o,--output", opts->pprof,
-                  "Write a gzip pprof profile (go tool pprof, Pyroscope, Parca, speedscope)");
-  cmd->add_option("--folded", opts->folded, "Write folded stacks to FILE ('-' = stdout)");
-  cmd->add_option("--flamegraph", opts->flamegraph,
-                  "Write a flame graph: FILE.svg = SVG, otherwise self-contained HTML");
-  cmd->add_flag("--top{20}", opts->top, "Print the N hottest functions (default 20)");
-  cmd->add_flag("-q,--quiet", opts->quiet, "No progress line while recording");
-  cmd->add_option("COMMAND", opts->command,
-                  "After '--': a command to launch and sample, with its children");
-  cmd->footer(
+  cmd.option("-p,--pid", opts->pids, "Comma-separated PIDs of running processes to sample");
+  cmd.flag("-a,--all", opts->all,
+           "Sample every process with a detected LuaJIT runtime (tarantool, luajit, "
+           "nginx with lua), including ones that start while recording");
+  cmd.flag("--follow-forks", opts->follow_forks,
+           "With -p: also sample child processes they fork (always on for -- COMMAND)");
+  cmd.option("-F,--freq", opts->freq, "Samples per second per CPU (default 99)").range(1, 100000);
+  cmd.option("-d,--duration", opts->duration,
+             "Stop after SECONDS (default: at Ctrl-C, or when the sampled processes exit)")
+      .non_negative();
+  cmd.option("--ringbuf-mb", opts->ringbuf_mb,
+             "Kernel ring buffer size in MiB, a power of two (default 2); raise it if the "
+             "summary reports dropped samples")
+      .range(1, 1024);
+  cmd.option("-o,--output", opts->pprof,
+             "Write a gzip pprof profile (go tool pprof, Pyroscope, Parca, speedscope)");
+  cmd.option("--folded", opts->folded, "Write folded stacks to FILE ('-' = stdout)");
+  cmd.option("--flamegraph", opts->flamegraph,
+             "Write a flame graph: FILE.svg = SVG, otherwise self-contained HTML");
+  cmd.flag("--top{20}", opts->top, "Print the N hottest functions (default 20)");
+  cmd.flag("-q,--quiet", opts->quiet, "No progress line while recording");
+  cmd.option("COMMAND", opts->command,
+             "After '--': a command to launch and sample, with its children");
+  cmd.footer(
       "Examples:\n"
       "  ljprof record -p $(pidof tarantool) -d 30 --flamegraph cpu.html\n"
       "  ljprof record -o cpu.pb.gz -- luajit bench.lua\n"
       "The summary says how many samples were unwound to a proven stack root and why the "
       "others stopped (each cut stack ends in an explicit [unknown: reason] frame).");
-  cmd->callback([opts, exit_code]() {
+  cmd.run([opts]() {
     record::RecordOptions ro;
     if (!opts->pids.empty()) {
       std::stringstream ss(opts->pids);
@@ -74,8 +73,7 @@ void add_record_command(CLI::App& app, int* exit_code) {
         const unsigned long v = std::strtoul(item.c_str(), &end, 10);
         if (item.empty() || *end != '\0' || v == 0 || v > UINT32_MAX) {
           std::cerr << "ljprof record: -p: '" << item << "' is not a process id\n";
-          *exit_code = 2;
-          return;
+          return 2;
         }
         ro.pids.push_back(static_cast<uint32_t>(v));
       }
@@ -88,14 +86,12 @@ void add_record_command(CLI::App& app, int* exit_code) {
     ro.ringbuf_mb = opts->ringbuf_mb;
     if ((ro.ringbuf_mb & (ro.ringbuf_mb - 1)) != 0) {
       std::cerr << "ljprof record: --ringbuf-mb must be a power of two\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     const int sources = (ro.pids.empty() ? 0 : 1) + (ro.all ? 1 : 0) + (ro.command.empty() ? 0 : 1);
     if (sources != 1) {
       std::cerr << "ljprof record: give exactly one of -p PID, -a, or -- COMMAND (see --help)\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     const bool tty = ::isatty(2);
     if (!opts->quiet) {
@@ -122,8 +118,7 @@ void add_record_command(CLI::App& app, int* exit_code) {
     if (tty && !opts->quiet) std::cerr << "\r\033[K";
     if (!r.ok()) {
       std::cerr << "ljprof record: " << r.message() << "\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     std::string with_context;
     if (r->without_context > 0 && r->samples > r->without_context) {
@@ -145,13 +140,12 @@ void add_record_command(CLI::App& app, int* exit_code) {
     auto written = report::write_outputs(r->profile, out);
     if (!written.ok()) {
       std::cerr << "ljprof record: " << written.message() << "\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     for (const std::string* p : {&out.pprof_path, &out.folded_path, &out.flamegraph_path}) {
       if (!p->empty() && *p != "-") std::cerr << "ljprof record: wrote " << *p << "\n";
     }
-    *exit_code = 0;
+    return 0;
   });
 }
 

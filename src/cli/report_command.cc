@@ -8,7 +8,7 @@
 
 namespace ljprof::cli {
 
-void add_report_command(CLI::App& app, int* exit_code) {
+void add_report_command(CommandLine& cli) {
   struct Options {
     std::string input;
     size_t top = 0;
@@ -16,34 +16,33 @@ void add_report_command(CLI::App& app, int* exit_code) {
     std::string flamegraph;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
+  Command cmd = cli.add(
       "report",
       "Read a pprof profile (.pb.gz, e.g. from 'ljprof record -o') and print the hottest "
       "functions, or write folded stacks or a flame graph. With no output option: --top=20.");
-  cmd->add_option("FILE", opts->input, "The pprof profile (gzip-compressed or raw profile.proto)")
-      ->type_name("")
-      ->required();
+  cmd.option("FILE", opts->input, "The pprof profile (gzip-compressed or raw profile.proto)")
+      .type_name("")
+      .required();
   // A flag with an optional value ("--top" or "--top=N") so that "--top FILE" still reads FILE
   // as the profile rather than as N.
-  cmd->add_flag("--top{20}", opts->top,
-                "Print the N hottest functions (default 20) to stdout: flat = samples whose "
-                "leaf is the function, cum = samples with it anywhere in the stack")
-      ->option_text("[=N]");
-  cmd->add_option("--folded", opts->folded,
-                  "Write folded stacks (Brendan Gregg's format: root first, ';'-joined frames, "
-                  "space, count; input of flamegraph.pl, speedscope, inferno) to FILE; '-' = "
-                  "stdout")
-      ->type_name("FILE");
-  cmd->add_option("--flamegraph", opts->flamegraph,
-                  "Write a flame graph to FILE: FILE.svg = static SVG, anything else (FILE.html) "
-                  "= self-contained interactive HTML (zoom, search, colour by frame kind)")
-      ->type_name("FILE");
-  cmd->callback([opts, exit_code]() {
+  cmd.flag("--top{20}", opts->top,
+           "Print the N hottest functions (default 20) to stdout: flat = samples whose "
+           "leaf is the function, cum = samples with it anywhere in the stack")
+      .option_text("[=N]");
+  cmd.option("--folded", opts->folded,
+             "Write folded stacks (Brendan Gregg's format: root first, ';'-joined frames, "
+             "space, count; input of flamegraph.pl, speedscope, inferno) to FILE; '-' = "
+             "stdout")
+      .type_name("FILE");
+  cmd.option("--flamegraph", opts->flamegraph,
+             "Write a flame graph to FILE: FILE.svg = static SVG, anything else (FILE.html) "
+             "= self-contained interactive HTML (zoom, search, colour by frame kind)")
+      .type_name("FILE");
+  cmd.run([opts]() {
     auto profile = report::read_pprof(opts->input);
     if (!profile.ok()) {
       std::cerr << "ljprof report: " << profile.message() << "\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
     report::OutputOptions out;
     out.folded_path = opts->folded;
@@ -53,10 +52,9 @@ void add_report_command(CLI::App& app, int* exit_code) {
     auto written = report::write_outputs(*profile, out);
     if (!written.ok()) {
       std::cerr << "ljprof report: " << written.message() << "\n";
-      *exit_code = 2;
-      return;
+      return 2;
     }
-    *exit_code = 0;
+    return 0;
   });
 }
 
