@@ -110,9 +110,10 @@ std::optional<std::string> resolve_needed(const elf::ElfFile& file, const std::s
   return std::nullopt;
 }
 
-RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string> extra_lib_dirs) {
+RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string> extra_lib_dirs,
+                           std::string_view name) {
   RuntimeInfo info;
-  const std::string base = basename_of(file.path());
+  const std::string base = basename_of(name.empty() ? file.path() : std::string(name));
   const bool linked_in = defines_luajit(file);
 
   for (std::string_view needed : file.needed()) {

@@ -41,7 +41,10 @@ std::span<const char* const> reported_symbols();
 
 // Classifies `file`. `extra_lib_dirs` are searched before the standard library directories
 // when resolving a DT_NEEDED libluajit (like LD_LIBRARY_PATH).
-RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string> extra_lib_dirs);
+// `name`: the file's path when `file` was opened through another one (a live process's
+// /proc/PID/map_files/START-END link, whose basename says nothing); "" = file.path().
+RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string> extra_lib_dirs,
+                           std::string_view name = {});
 
 // Resolves a DT_NEEDED name the way the dynamic loader would look in: `extra_lib_dirs`, the
 // file's DT_RUNPATH/DT_RPATH ($ORIGIN expanded), then the standard directories for its arch.
