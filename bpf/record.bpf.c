@@ -101,6 +101,9 @@ struct {
 
 /* Set by the loader before load (skeleton .rodata). */
 const volatile uint32_t follow_children = 0;
+/* 1 (-a, ljprof agent): every exec on the host is notified, so a LuaJIT process that starts is
+ * followed from its first milliseconds rather than at the agent's next /proc scan. */
+const volatile uint32_t notify_all_execs = 0;
 /* Samples wake the agent only once this many bytes wait in `events` (a quarter of it): the agent
  * drains the ring on its own short timer instead, so it is not woken 1000 times a second. */
 const volatile uint64_t wakeup_bytes = 0;
@@ -413,7 +416,10 @@ int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm*
   uint32_t* slotp = bpf_map_lookup_elem(&pids, &tgid);
   (void)old_pid;
   (void)bprm;
-  if (!slotp) return 0;
+  if (!slotp) {
+    if (notify_all_execs) notify_rescan(tgid);
+    return 0;
+  }
   /* The old image's context is void from here: no sample may use it. */
   *slotp = LJ_REC_PID_PENDING;
   count(LJ_REC_CTR_EXECS);

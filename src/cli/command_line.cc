@@ -59,6 +59,10 @@ Command& Command::option_text(std::string_view option_text) {
   last_->option_text(text(option_text));
   return *this;
 }
+Command& Command::env(std::string_view variable) {
+  last_->envname(text(variable));
+  return *this;
+}
 Command& Command::footer(std::string_view footer_text) {
   app_->footer(text(footer_text));
   return *this;
@@ -80,6 +84,14 @@ CommandLine::~CommandLine() = default;
 
 Command CommandLine::add(std::string_view name, std::string_view description) {
   return Command(app_->add_subcommand(text(name), text(description)), &exit_code_);
+}
+
+void CommandLine::config_file(std::string_view names, std::string_view help) {
+  app_->set_config(text(names), "", text(help))->type_name("FILE");
+  // A misspelt key is an error, not an option silently left at its default.
+  app_->allow_config_extras(CLI::config_extras_mode::error);
+  // `ljprof agent --config FILE`: each command passes the option it does not know to the app.
+  for (CLI::App* command : app_->get_subcommands({})) command->fallthrough();
 }
 
 int CommandLine::run(int argc, char** argv) {

@@ -35,8 +35,9 @@ class Command {
   Command& required();
   Command& range(double min, double max);
   Command& non_negative();
-  Command& type_name(std::string_view name);   // the value's name in --help ("FILE")
+  Command& type_name(std::string_view name);    // the value's name in --help ("FILE")
   Command& option_text(std::string_view text);  // everything after the names in --help
+  Command& env(std::string_view variable);      // the value's default from the environment
   Command& footer(std::string_view text);
   // What the command does when it is chosen; returns the process exit status (0 ok, 1 a check
   // failed, 2 bad input or usage).
@@ -59,6 +60,11 @@ class CommandLine {
   CommandLine& operator=(const CommandLine&) = delete;
 
   Command add(std::string_view name, std::string_view description);
+  // An option (given before or after the command's name) naming a TOML file of further options:
+  // a section per command ("[agent]"), in it one "name = value" per line with the long option
+  // names without "--", repeated options as ["a", "b"], flags as true; the command line wins
+  // over the file. CLI11 reads config files for the main app only, hence here.
+  void config_file(std::string_view names, std::string_view help);
   // Parses argv, runs the chosen command, returns the exit status (2 on a usage error, 0 for
   // --help and --version).
   int run(int argc, char** argv);

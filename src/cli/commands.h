@@ -11,5 +11,6 @@ void add_core_command(CommandLine& cli);
 void add_cfi_command(CommandLine& cli);
 void add_report_command(CommandLine& cli);
 void add_record_command(CommandLine& cli);
+void add_agent_command(CommandLine& cli);
 
 }  // namespace ljprof::cli

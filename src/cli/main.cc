@@ -13,5 +13,9 @@ int main(int argc, char** argv) {
   ljprof::cli::add_cfi_command(cli);
   ljprof::cli::add_record_command(cli);
   ljprof::cli::add_report_command(cli);
+  ljprof::cli::add_agent_command(cli);
+  cli.config_file(
+      "--config",
+      "Read options from a TOML file, a [COMMAND] section each (see 'ljprof agent --help')");
   return cli.run(argc, argv);
 }

@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <iostream>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/recording.h"
 #include "record/recorder.h"
 #include "report/outputs.h"
 
@@ -66,17 +66,12 @@ void add_record_command(CommandLine& cli) {
   cmd.run([opts]() {
     record::RecordOptions ro;
     if (!opts->pids.empty()) {
-      std::stringstream ss(opts->pids);
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        char* end = nullptr;
-        const unsigned long v = std::strtoul(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || v == 0 || v > UINT32_MAX) {
-          std::cerr << "ljprof record: -p: '" << item << "' is not a process id\n";
-          return 2;
-        }
-        ro.pids.push_back(static_cast<uint32_t>(v));
+      auto pids = parse_pid_list(opts->pids);
+      if (!pids.ok()) {
+        std::cerr << "ljprof record: " << pids.message() << "\n";
+        return 2;
       }
+      ro.pids = std::move(*pids);
     }
     ro.all = opts->all;
     ro.command = opts->command;
@@ -120,23 +115,7 @@ void add_record_command(CommandLine& cli) {
       std::cerr << "ljprof record: " << r.message() << "\n";
       return 2;
     }
-    std::string with_context;
-    if (r->without_context > 0 && r->samples > r->without_context) {
-      const uint64_t had = r->samples - r->without_context;
-      with_context = fmt::format("; {:.1f}% of the {} that had an unwind context",
-                                 100.0 * r->reached_root / had, had);
-    }
-    std::cerr << fmt::format(
-        "ljprof record: {} samples in {:.1f} s, {} delivered, {} ({:.1f}%) unwound to a proven "
-        "root{}\n",
-        r->samples, r->profile.duration_ns / 1e9, r->delivered, r->reached_root,
-        r->samples ? 100.0 * r->reached_root / r->samples : 0.0, with_context);
-    for (const record::RecordResult::Reason& reason : r->reasons) {
-      std::cerr << fmt::format("  {:>8}  {}\n", reason.count, reason.name);
-      for (auto& [where, n] : reason.sites) {
-        std::cerr << fmt::format("  {:>8}    {} at {}\n", "", n, where);
-      }
-    }
+    print_record_summary(std::cerr, "record", *r, r->profile.duration_ns / 1e9);
     auto written = report::write_outputs(r->profile, out);
     if (!written.ok()) {
       std::cerr << "ljprof record: " << written.message() << "\n";

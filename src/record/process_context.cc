@@ -9,6 +9,7 @@
 
 #include "luajit/runtime.h"
 #include "luajit/vm_cfi.h"
+#include "record/process_identity.h"
 
 namespace ljprof::record {
 
@@ -25,7 +26,8 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
     obj->error = elf.message();
   } else {
     obj->elf = std::move(*elf);
-    luajit::RuntimeInfo rt = luajit::detect_runtime(*obj->elf, {});
+    // Named by the mapped path: the map_files link's basename is "START-END".
+    luajit::RuntimeInfo rt = luajit::detect_runtime(*obj->elf, {}, map.path);
     if (rt.source == luajit::LuaJITSource::LinkedIn) {
       auto info = luajit::extract_proc_info(*obj->elf, rt.runtime);
       auto walker_info = info.ok() ? luajit::to_walker_info(*info) : info.error();
@@ -121,13 +123,6 @@ Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const MapEntry& map) {
 }
 
 namespace {
-
-std::string read_comm(uint32_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/comm", pid));
-  std::string comm;
-  std::getline(in, comm);
-  return comm;
-}
 
 // Tarantool keeps its main lua_State in the exported `tarantool_L` (src/lua/init.c); L->glref
 // is G. The walker re-proves any hint (G->cur_L->glref == G) before use.

@@ -32,6 +32,7 @@
 #include "record.skel.h"
 #include "record/counters.h"
 #include "record/process_context.h"
+#include "record/process_identity.h"
 #include "record/sample_frames.h"
 #include "symbolize/symbolize.h"
 
@@ -141,6 +142,10 @@ class Recorder {
   void drop(uint32_t pid);
   void housekeeping();
   void scan_all();
+  bool selected(uint32_t pid);
+  void cut_interval(bool last);
+  void release_gone();
+  RecordStats stats(bool every_reason);
   void handle_sample(const void* data, size_t size);
   Status upload_rows(std::span<const lj_cfi_row> rows);
   struct RawStack;
@@ -174,6 +179,7 @@ class Recorder {
   ObjectCache cache_;
   struct Proc {
     std::unique_ptr<ProcessContext> ctx;
+    ProcessIdentity identity;
     uint32_t slot = LJ_REC_PID_PENDING;
     bool gone = false;
     // When each code mapping's rows were first published (CLOCK_MONOTONIC, bpf_ktime_get_ns's
@@ -216,6 +222,8 @@ class Recorder {
   pid_t child_ = -1;
   int child_status_ = -1;
   bool child_exited_ = false;
+  // Continuous mode: when the current interval started (wall clock, for its profiles).
+  std::chrono::system_clock::time_point interval_start_;
 };
 
 Status Recorder::open_bpf() {
@@ -224,6 +232,7 @@ Status Recorder::open_bpf() {
   skel_ = record_bpf__open();
   if (skel_ == nullptr) return make_error("cannot open the BPF object: {}", std::strerror(errno));
   skel_->rodata->follow_children = (opt_.follow_forks || !opt_.command.empty()) ? 1 : 0;
+  skel_->rodata->notify_all_execs = opt_.all ? 1 : 0;
   const uint32_t rb_bytes = std::max<uint32_t>(1, opt_.ringbuf_mb) << 20;
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
@@ -356,6 +365,7 @@ void Recorder::setup(uint32_t pid) {
   for (const ModuleView& m : (*ctx)->modules) {
     if (m.object->uploaded) p.published_ns.emplace(std::make_pair(m.start, m.object), now);
   }
+  p.identity = identify_process(pid, **ctx);
   p.ctx = std::move(*ctx);
 }
 
@@ -377,6 +387,7 @@ void Recorder::scan_all() {
     const unsigned long pid = std::strtoul(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || pid == 0 || pid == self || pid > UINT32_MAX) continue;
     if (procs_.count(static_cast<uint32_t>(pid))) continue;
+    if (!selected(static_cast<uint32_t>(pid))) continue;
     if (maps_luajit(static_cast<uint32_t>(pid), cache_)) {
       follow(static_cast<uint32_t>(pid));
       setup(static_cast<uint32_t>(pid));
@@ -570,6 +581,108 @@ Status Recorder::launch_command() {
   return Ok{};
 }
 
+// The counters so far. `every_reason`: also the reasons still at zero (a metrics page shows
+// every series from its first scrape).
+RecordStats Recorder::stats(bool every_reason) {
+  RecordStats r;
+  const auto c = read_counters();
+  r.samples = c[LJ_REC_CTR_SAMPLES];
+  r.delivered = delivered_;
+  r.reached_root = reached_root_;
+  for (auto& [pid, p] : procs_) r.processes_followed += (p.gone || !p.ctx) ? 0 : 1;
+  uint64_t before_context = 0;
+  for (uint32_t e = 0; e < before_context_.size(); ++e) {
+    if (e == LJ_END_ROOT) continue;
+    const uint64_t late = std::min(before_context_[e], c[LJ_REC_CTR_END_BASE + e]);
+    before_context += late;
+    const uint64_t ended = c[LJ_REC_CTR_END_BASE + e] - late;
+    if (ended == 0 && !every_reason) continue;
+    RecordStats::Reason reason{fmt::format("walk ended: {}", symbolize::walk_end_name(e)),
+                               fmt::format("walk_end_{}", symbolize::walk_end_metric(e)),
+                               ended,
+                               {end_sites_[e].begin(), end_sites_[e].end()}};
+    std::sort(reason.sites.begin(), reason.sites.end(),
+              [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (reason.sites.size() > 3) reason.sites.resize(3);
+    r.reasons.push_back(std::move(reason));
+  }
+  agent_counts_[LJ_REC_CTR_BEFORE_CONTEXT] = before_context;
+  r.without_context = c[LJ_REC_CTR_NO_CONTEXT] + before_context;
+  // Every other counter of the registry, in its order (the sample total is the summary's
+  // first line, not a reason).
+  for (const CounterSpec& spec : kCounterSpecs) {
+    if (spec.id == LJ_REC_CTR_SAMPLES) continue;
+    const uint64_t v = spec.where == CounterWhere::KERNEL ? c[spec.id] : agent_counts_[spec.id];
+    if (v != 0 || every_reason) {
+      r.reasons.push_back({std::string(spec.text), std::string(spec.metric), v, {}});
+    }
+  }
+  return r;
+}
+
+bool Recorder::selected(uint32_t pid) {
+  if (!opt_.comms.empty()) {
+    const std::string comm = read_comm(pid), exe = executable_name(pid);
+    if (std::find_if(opt_.comms.begin(), opt_.comms.end(), [&](const std::string& name) {
+          return name == comm || name == exe;
+        }) == opt_.comms.end()) {
+      return false;
+    }
+  }
+  return in_cgroup(pid, opt_.cgroup);
+}
+
+// Hands the interval's stacks, one profile per process, to on_interval and starts the next
+// interval empty. The symbolized-stack cache points into the stacks, so it starts over too.
+void Recorder::cut_interval(bool last) {
+  const auto now = std::chrono::system_clock::now();
+  auto unix_ns = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  IntervalProfiles cut;
+  cut.start_unix_ns = unix_ns(interval_start_);
+  cut.end_unix_ns = unix_ns(now);
+  cut.last = last;
+  std::map<uint32_t, size_t> index;  // pid -> its entry in cut.processes
+  for (auto& [key, count] : stacks_) {
+    if (count == 0) continue;
+    auto [at, added] = index.try_emplace(key.first, cut.processes.size());
+    if (added) {
+      ProcessProfile pp;
+      auto proc = procs_.find(key.first);
+      if (proc != procs_.end()) pp.process = proc->second.identity;
+      pp.process.pid = key.first;
+      pp.profile.period_ns = 1000000000LL / opt_.frequency_hz;
+      pp.profile.start_time_ns = cut.start_unix_ns;
+      pp.profile.duration_ns = cut.end_unix_ns - cut.start_unix_ns;
+      cut.processes.push_back(std::move(pp));
+    }
+    report::Sample sample;
+    sample.pid = key.first;
+    sample.frames = key.second;
+    sample.count = count;
+    cut.processes[at->second].profile.samples.push_back(std::move(sample));
+  }
+  raw_stacks_.clear();
+  stacks_.clear();
+  interval_start_ = now;
+  release_gone();
+  if (opt_.on_interval) opt_.on_interval(std::move(cut));
+}
+
+// Forgets processes that exited before this interval's samples were drained: no sample of
+// theirs is left to symbolize (their slot was already freed when they were dropped).
+void Recorder::release_gone() {
+  for (auto it = procs_.begin(); it != procs_.end();) {
+    if (it->second.gone) {
+      warned_.erase(it->first);
+      it = procs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 Result<RecordResult> Recorder::run() {
   if (opt_.pids.empty() && opt_.command.empty() && !opt_.all) {
     return make_error("nothing to record: give -p PID, -a, or -- COMMAND");
@@ -596,7 +709,8 @@ Result<RecordResult> Recorder::run() {
   LJ_TRY(attach_perf());
   if (!opt_.command.empty()) LJ_TRY(launch_command());
   const Clock::time_point start = Clock::now();
-  Clock::time_point last_status = start, last_house = start, last_scan = start;
+  Clock::time_point last_status = start, last_house = start, last_scan = start, last_cut = start;
+  interval_start_ = std::chrono::system_clock::now();
 
   while (!g_stop) {
     // Samples do not wake this loop (record.bpf.c wakeup_bytes): they are drained every
@@ -611,8 +725,14 @@ Result<RecordResult> Recorder::run() {
       }
       auto p = procs_.find(pid);
       if (p == procs_.end()) {
-        procs_[pid];  // a child the kernel added
-        setup(pid);
+        uint32_t slot = 0;
+        if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &slot) == 0) {
+          procs_[pid];  // a child the kernel added
+          setup(pid);
+        } else if (opt_.all && selected(pid) && maps_luajit(pid, cache_)) {
+          follow(pid);  // a process that exec'd a LuaJIT runtime (notify_all_execs)
+          setup(pid);
+        }
         continue;
       }
       if (p->second.gone) continue;
@@ -644,14 +764,20 @@ Result<RecordResult> Recorder::run() {
       scan_all();
       last_scan = Clock::now();
     }
-    if (opt_.command.empty() && !opt_.all) {
+    if (opt_.command.empty() && !opt_.all && !opt_.keep_running) {
       bool any = false;
       for (auto& [pid, p] : procs_) any = any || (!p.gone && process_alive(pid));
       if (!any) break;
     }
-    if (opt_.progress && seconds_since(last_status) >= 1.0) {
-      opt_.progress(status_line(elapsed));
+    if (seconds_since(last_status) >= 1.0) {
+      if (opt_.progress) opt_.progress(status_line(elapsed));
+      if (opt_.on_stats) opt_.on_stats(stats(true));
       last_status = Clock::now();
+    }
+    if (opt_.interval_s > 0 && seconds_since(last_cut) >= opt_.interval_s) {
+      ring_buffer__consume(rb_);
+      cut_interval(false);
+      last_cut = Clock::now();
     }
   }
   const double elapsed = seconds_since(start);
@@ -671,37 +797,13 @@ Result<RecordResult> Recorder::run() {
   }
 
   RecordResult r;
-  const auto c = read_counters();
-  r.samples = c[LJ_REC_CTR_SAMPLES];
-  r.delivered = delivered_;
-  r.reached_root = reached_root_;
+  static_cast<RecordStats&>(r) = stats(false);
   r.command_exit_status = child_status_;
-  uint64_t before_context = 0;
-  for (uint32_t e = 0; e < before_context_.size(); ++e) {
-    if (e == LJ_END_ROOT) continue;
-    const uint64_t late = std::min(before_context_[e], c[LJ_REC_CTR_END_BASE + e]);
-    before_context += late;
-    const uint64_t ended = c[LJ_REC_CTR_END_BASE + e] - late;
-    if (ended == 0) continue;
-    RecordResult::Reason reason{fmt::format("walk ended: {}", symbolize::walk_end_name(e)),
-                                fmt::format("walk_end_{}", symbolize::walk_end_metric(e)),
-                                ended,
-                                {end_sites_[e].begin(), end_sites_[e].end()}};
-    std::sort(reason.sites.begin(), reason.sites.end(),
-              [](const auto& a, const auto& b) { return a.second > b.second; });
-    if (reason.sites.size() > 3) reason.sites.resize(3);
-    r.reasons.push_back(std::move(reason));
+  if (opt_.on_stats) opt_.on_stats(stats(true));
+  if (opt_.interval_s > 0) {
+    cut_interval(true);
+    return r;
   }
-  agent_counts_[LJ_REC_CTR_BEFORE_CONTEXT] = before_context;
-  r.without_context = c[LJ_REC_CTR_NO_CONTEXT] + before_context;
-  // Every other counter of the registry, in its order (the sample total is the summary's
-  // first line, not a reason).
-  for (const CounterSpec& spec : kCounterSpecs) {
-    if (spec.id == LJ_REC_CTR_SAMPLES) continue;
-    const uint64_t v = spec.where == CounterWhere::KERNEL ? c[spec.id] : agent_counts_[spec.id];
-    if (v != 0) r.reasons.push_back({std::string(spec.text), std::string(spec.metric), v, {}});
-  }
-
   report::Profile& prof = r.profile;
   prof.period_ns = 1000000000LL / opt_.frequency_hz;
   prof.start_time_ns =

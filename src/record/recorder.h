@@ -13,30 +13,70 @@
 
 namespace ljprof::record {
 
+struct IntervalProfiles;
+struct RecordStats;
+
 struct RecordOptions {
   std::vector<uint32_t> pids;        // -p: existing processes
   std::vector<std::string> command;  // -- COMMAND ARGS...: launched and followed with children
   bool all = false;                  // -a: every process with a detected LuaJIT runtime
   bool follow_forks = false;         // also follow children forked by -p processes
   uint32_t frequency_hz = 99;
-  double duration_s = 0;  // 0: until Ctrl-C, or until the followed processes are gone
+  double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
+  bool keep_running = false;  // with -p: until stopped, also once every process is gone
   uint32_t ringbuf_mb = 2;
   // Called about once a second with a one-line status; empty: no progress output.
   std::function<void(const std::string&)> progress;
   // Messages worth a user's attention (a file without CFI, a process that could not be
   // attached); empty: dropped.
   std::function<void(const std::string&)> warn;
+  // With -a: only processes whose comm or executable name is one of `comms` (empty: any), and
+  // whose cgroup (/proc/PID/cgroup, v2 path or any v1 hierarchy's) starts with `cgroup`.
+  std::vector<std::string> comms;
+  std::string cgroup;
+  // Continuous mode (`ljprof agent`): every `interval_s` seconds the samples so far are cut into
+  // one profile per process and handed to `on_interval`, and the next interval starts empty;
+  // the last, partial interval is cut when recording stops. The profile in the result is then
+  // empty. 0: one profile at the end.
+  double interval_s = 0;
+  std::function<void(IntervalProfiles&&)> on_interval;
+  // Called about once a second, and once at the end, with the counters so far (metrics).
+  std::function<void(const RecordStats&)> on_stats;
 };
 
-struct RecordResult {
+// Who a followed process is, read when its unwind context is first built (labels of the
+// profiles `ljprof agent` pushes).
+struct ProcessIdentity {
+  uint32_t pid = 0;
+  std::string comm;        // /proc/PID/comm
+  std::string executable;  // the basename of /proc/PID/exe
+  std::string runtime;     // "tarantool", "openresty" or "luajit"
+  // OTEL_SERVICE_NAME, else PYROSCOPE_APPLICATION_NAME, from its environment; "" if neither.
+  std::string service;
+};
+
+struct ProcessProfile {
+  ProcessIdentity process;
   report::Profile profile;
+};
+
+// One interval of continuous recording: a profile per process sampled in it.
+struct IntervalProfiles {
+  int64_t start_unix_ns = 0;
+  int64_t end_unix_ns = 0;
+  bool last = false;  // the partial interval cut when recording stopped
+  std::vector<ProcessProfile> processes;
+};
+
+// The counters of a recording so far: the end-of-run summary and the agent's metrics.
+struct RecordStats {
   uint64_t samples = 0;       // samples of followed processes the kernel saw
   uint64_t delivered = 0;     // samples that reached user space
   uint64_t reached_root = 0;  // delivered samples whose walk ended at a proven root
   // Samples taken before their process's unwind context (or the rows of the mapping the walk
   // stopped in) was published: the seconds after an exec, before ljprof read the new mappings.
   uint64_t without_context = 0;
-  int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
+  size_t processes_followed = 0;  // processes with an unwind context now
   struct Reason {
     std::string name;    // what people read: "walk ended: no CFI"
     std::string metric;  // stable snake_case name (LJ_REC_COUNTERS / LJ_WALK_ENDS)
@@ -45,7 +85,13 @@ struct RecordResult {
     // (link-time address, as `ljprof cfi FILE --at` takes it) or "anonymous 0x7f..." (JIT code).
     std::vector<std::pair<std::string, uint64_t>> sites;
   };
-  std::vector<Reason> reasons;  // nonzero only
+  // Nonzero only, unless asked for every reason (metrics: a series exists from the start).
+  std::vector<Reason> reasons;
+};
+
+struct RecordResult : RecordStats {
+  report::Profile profile;
+  int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
 };
 
 // Runs until the duration elapses, SIGINT/SIGTERM arrives, or every followed process exited.

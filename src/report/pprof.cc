@@ -503,13 +503,28 @@ class Reader {
   std::unordered_map<uint64_t, std::vector<Frame>> locations_;
 };
 
+// The one encoder behind write_pprof() and pprof_gzip_bytes(); `what` starts its error messages
+// (the file's path, or a word saying what is being encoded).
+Result<std::string> encode_gzip(const Profile& profile, const std::string& what) {
+  LJ_ASSIGN_OR_RETURN(std::string raw, serialize(profile, what));
+  return gzip(what, raw);
+}
+
 }  // namespace
+
+Result<std::string> pprof_gzip_bytes(const Profile& profile) {
+  // protobuf and the allocator may throw (bad_alloc); nothing may escape this module.
+  try {
+    return encode_gzip(profile, "pprof profile");
+  } catch (const std::exception& e) {
+    return make_error("encoding the pprof profile failed: {}", e.what());
+  }
+}
 
 Status write_pprof(const Profile& profile, const std::string& path) {
   // protobuf and the allocator may throw (bad_alloc); nothing may escape this module.
   try {
-    LJ_ASSIGN_OR_RETURN(std::string raw, serialize(profile, path));
-    LJ_ASSIGN_OR_RETURN(std::string compressed, gzip(path, raw));
+    LJ_ASSIGN_OR_RETURN(std::string compressed, encode_gzip(profile, path));
     return write_file(path, compressed);
   } catch (const std::exception& e) {
     return make_error("{}: writing the pprof profile failed: {}", path, e.what());

@@ -30,6 +30,11 @@ namespace ljprof::report {
 //   each invalid byte; that is the one thing that does not round-trip byte for byte.
 Status write_pprof(const Profile& profile, const std::string& path);
 
+// The bytes write_pprof() writes to its file (the gzip-compressed serialized profile.proto), for
+// a consumer that sends them elsewhere (export/: Pyroscope ingest, the rotating output
+// directory).
+Result<std::string> pprof_gzip_bytes(const Profile& profile);
+
 // Caps on what read_pprof() accepts, so a hostile file cannot make it allocate without bound.
 struct PprofReadLimits {
   uint64_t max_file_bytes = 512ull << 20;          // the file as stored (gzip or raw)

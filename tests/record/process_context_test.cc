@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "record/process_context.h"
+#include "record/process_identity.h"
 #include "support/test_support.h"
 
 namespace ljprof::record {
@@ -65,6 +66,43 @@ TEST(ProcessContext, VdsoUnwindRowsMatchReadelf) {
   }
   EXPECT_EQ(vdso->object->table->fde_count(), fdes);
   ::unlink(dump.c_str());
+}
+
+// The -a filters and the agent's labels, against this test's own process: /proc/self/cgroup
+// (read here with plain file I/O) and the environment set below.
+TEST(ProcessIdentity, CgroupPrefixesMatchWholePathComponents) {
+  const uint32_t self = static_cast<uint32_t>(::getpid());
+  std::ifstream in("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(':', line.find(':') + 1);
+    if (colon != std::string::npos && line.size() > colon + 1) path = line.substr(colon + 1);
+  }
+  ASSERT_FALSE(path.empty()) << "no cgroup path in /proc/self/cgroup";
+  EXPECT_TRUE(record::in_cgroup(self, ""));
+  EXPECT_TRUE(record::in_cgroup(self, path));
+  EXPECT_FALSE(record::in_cgroup(self, path + "-not-this-one"));
+  EXPECT_FALSE(record::in_cgroup(self, "/ljprof-no-such-cgroup"));
+  if (path != "/") {
+    const std::string parent = path.substr(0, path.rfind('/'));
+    EXPECT_TRUE(record::in_cgroup(self, parent.empty() ? "/" : parent)) << path;
+    EXPECT_FALSE(record::in_cgroup(self, path.substr(0, path.size() - 1))) << path;
+  }
+}
+
+TEST(ProcessIdentity, NamesAndServiceFromProc) {
+  // A child with a known environment: its service name comes from /proc/PID/environ.
+  test::Background child(
+      {"env", "PYROSCOPE_APPLICATION_NAME=billing", "OTEL_SERVICE_NAME=orders", "sleep", "5"});
+  ASSERT_GT(child.pid(), 0);
+  const uint32_t pid = static_cast<uint32_t>(child.pid());
+  for (int i = 0; i < 100 && record::executable_name(pid) != "sleep"; ++i) ::usleep(10000);
+  EXPECT_EQ(record::executable_name(pid), "sleep");
+  EXPECT_EQ(record::read_comm(pid), "sleep");
+  EXPECT_EQ(record::environment_value(pid, {"OTEL_SERVICE_NAME", "PYROSCOPE_APPLICATION_NAME"}),
+            "orders");
+  EXPECT_EQ(record::environment_value(pid, {"PYROSCOPE_APPLICATION_NAME"}), "billing");
+  EXPECT_EQ(record::environment_value(pid, {"LJPROF_NO_SUCH_VARIABLE"}), "");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "split_oracle.h"
+#include "support/nginx_lua.h"
 #include "support/test_support.h"
 
 namespace ljprof {
@@ -121,58 +122,17 @@ class RecordNginxLua : public ::testing::TestWithParam<NginxCase> {};
 TEST_P(RecordNginxLua, WorkerSharesMatchItsOwnClock) {
   const NginxCase& c = GetParam();
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
-  const std::string tree = test::fixture("nginx-lua");
-  ASSERT_TRUE(test::file_exists(tree + "/usr/lib/nginx/modules/ngx_http_lua_module.so"))
-      << tree << ": run scripts/bootstrap";
   const std::string dir = testing::TempDir() + "/ljprof-record-nginx-" + c.label;
-  test::run({"rm", "-rf", dir});
-  test::run({"mkdir", "-p", dir});
-  const int port = test::free_loopback_port();
-  {
-    std::ofstream conf(dir + "/nginx.conf");
-    conf << "load_module " << tree << "/usr/lib/nginx/modules/ndk_http_module.so;\n"
-         << "load_module " << tree << "/usr/lib/nginx/modules/ngx_http_lua_module.so;\n"
-         << "daemon off;\nmaster_process on;\nworker_processes 1;\n"
-         << "error_log " << dir << "/error.log;\npid " << dir << "/nginx.pid;\n"
-         << "events { worker_connections 16; }\nhttp {\n  access_log off;\n"
-         << "  lua_package_path \"" << test::record_workloads_dir() << "/?.lua;" << tree
-         << "/usr/share/lua/5.1/?.lua;;\";\n";
-    for (const char* temp : {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"}) {
-      conf << "  " << temp << "_temp_path " << dir << "/" << temp << ";\n";
-    }
-    // The master runs init_by_lua before it forks the worker, which inherits the VM's mode.
-    if (c.jit_off) conf << "  init_by_lua_block { jit.off() }\n";
-    conf << "  server {\n    listen 127.0.0.1:" << port << ";\n"
-         << "    location / { content_by_lua_file " << test::record_workloads_dir()
-         << "/nginx_split.lua; }\n"
-         << "  }\n}\n";
-  }
-  test::Background nginx({"env", "LD_LIBRARY_PATH=" + tree + "/usr/lib/x86_64-linux-gnu",
-                          "/usr/sbin/nginx", "-p", dir, "-c", dir + "/nginx.conf"},
-                         dir + "/nginx.out");
-  ASSERT_GT(nginx.pid(), 0);
-  bool up = false;
-  for (int i = 0; i < 100 && !up && nginx.running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    up = test::port_open(port);
-  }
-  ASSERT_TRUE(up) << "nginx did not listen on 127.0.0.1:" << port << "\n"
-                  << slurp(dir + "/error.log") << slurp(dir + "/nginx.out");
-  const test::HttpResponse pid_reply = test::http_get(port, "/pid", 5000);
-  ASSERT_EQ(pid_reply.status, 200) << pid_reply.body << slurp(dir + "/error.log");
-  const pid_t worker = std::stoi(pid_reply.body);
-  ASSERT_NE(worker, nginx.pid()) << "expected a worker process forked by the master";
-  // The worker runs as `nobody`: make sure it never outlives the test, whatever fails below.
-  struct KillWorker {
-    pid_t pid;
-    ~KillWorker() { kill(pid, SIGKILL); }
-  } worker_guard{worker};
+  test::NginxLua nginx(dir, c.jit_off);
+  ASSERT_EQ(nginx.error(), "");
+  const int port = nginx.port();
+  const pid_t worker = nginx.worker();
 
   // Warm-up (the first request loads split.lua; with the JIT on the first rounds record the
   // traces), then the worker's own clock is read before and after the recorded load.
   for (int i = 0; i < 3; ++i) ASSERT_EQ(test::http_get(port, "/round", 10000).status, 200);
   const VmReport before = VmReport::parse(test::http_get(port, "/report", 10000).body);
-  ASSERT_EQ(before.parts.size(), 5u) << slurp(dir + "/error.log");
+  ASSERT_EQ(before.parts.size(), 5u) << nginx.logs();
 
   // Bounded load: one request at a time (each is a round of tens of milliseconds of Lua), until
   // the recording ends, at most 30 s or 2000 requests whatever happens to ljprof.
@@ -192,7 +152,7 @@ TEST_P(RecordNginxLua, WorkerSharesMatchItsOwnClock) {
   stop = true;
   load.join();
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(failed, 0) << "of " << requests << " requests\n" << slurp(dir + "/error.log");
+  EXPECT_EQ(failed, 0) << "of " << requests << " requests\n" << nginx.logs();
   const VmReport after = VmReport::parse(test::http_get(port, "/report", 10000).body);
   std::cout << requests << " requests while recording\n";
   expect_profile_matches_vm(folded, after.since(before), c.min_root_share, r.err);
@@ -202,8 +162,7 @@ TEST_P(RecordNginxLua, WorkerSharesMatchItsOwnClock) {
   const char state = test::process_state(worker);
   EXPECT_TRUE(state == 'R' || state == 'S') << "worker state " << state;
   EXPECT_EQ(test::http_get(port, "/round", 10000).status, 200);
-  kill(nginx.pid(), SIGTERM);
-  EXPECT_EQ(nginx.wait(10000), 0) << slurp(dir + "/error.log");
+  EXPECT_EQ(nginx.stop(), 0) << nginx.logs();
   test::run({"rm", "-rf", dir});
 }
 

@@ -1,0 +1,44 @@
+#include "cli/recording.h"
+
+#include <fmt/format.h>
+
+namespace ljprof::cli {
+
+Result<std::vector<uint32_t>> parse_pid_list(const std::string& text) {
+  std::vector<uint32_t> pids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v == 0 || v > UINT32_MAX) {
+      return make_error("-p: '{}' is not a process id", item);
+    }
+    pids.push_back(static_cast<uint32_t>(v));
+    pos = comma + 1;
+  }
+  return pids;
+}
+
+void print_record_summary(std::ostream& out, std::string_view command, const record::RecordStats& r,
+                          double seconds) {
+  std::string with_context;
+  if (r.without_context > 0 && r.samples > r.without_context) {
+    const uint64_t had = r.samples - r.without_context;
+    with_context = fmt::format("; {:.1f}% of the {} that had an unwind context",
+                               100.0 * r.reached_root / had, had);
+  }
+  out << fmt::format(
+      "ljprof {}: {} samples in {:.1f} s, {} delivered, {} ({:.1f}%) unwound to a proven "
+      "root{}\n",
+      command, r.samples, seconds, r.delivered, r.reached_root,
+      r.samples ? 100.0 * r.reached_root / r.samples : 0.0, with_context);
+  for (const record::RecordStats::Reason& reason : r.reasons) {
+    out << fmt::format("  {:>8}  {}\n", reason.count, reason.name);
+    for (auto& [where, n] : reason.sites) out << fmt::format("  {:>8}    {} at {}\n", "", n, where);
+  }
+}
+
+}  // namespace ljprof::cli

@@ -1,0 +1,26 @@
+// cli/recording.h: what `ljprof record` and `ljprof agent` share on the command line: the -p
+// list, and the counters of a recording as both print them at exit (the agent's metrics page
+// carries the same numbers under the registry's names).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+#include "record/recorder.h"
+
+namespace ljprof::cli {
+
+// "-p 12,34": process ids, comma-separated.
+Result<std::vector<uint32_t>> parse_pid_list(const std::string& text);
+
+// "ljprof COMMAND: N samples in S s, D delivered, R (P%) unwound to a proven root", then one
+// line per reason with its count and where walks stopped.
+void print_record_summary(std::ostream& out, std::string_view command,
+                          const record::RecordStats& stats, double seconds);
+
+}  // namespace ljprof::cli

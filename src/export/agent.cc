@@ -1,0 +1,273 @@
+#include "export/agent.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <mutex>
+
+#include "export/metrics.h"
+#include "report/pprof.h"
+
+namespace ljprof::exporter {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What the metrics page shows, updated by the recorder's loop and read by the server thread.
+class AgentState {
+ public:
+  void set_stats(const record::RecordStats& stats) {
+    std::lock_guard lock(mutex_);
+    stats_ = stats;
+  }
+  void count_interval(size_t profiles) {
+    std::lock_guard lock(mutex_);
+    ++intervals_;
+    profiles_ += profiles;
+  }
+  record::RecordStats stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+  std::pair<uint64_t, uint64_t> intervals_and_profiles() const {
+    std::lock_guard lock(mutex_);
+    return {intervals_, profiles_};
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  record::RecordStats stats_;
+  uint64_t intervals_ = 0;
+  uint64_t profiles_ = 0;
+};
+
+MetricFamily counter(std::string name, std::string help, double value) {
+  return {std::move(name), std::move(help), MetricType::Counter, {{{}, value}}};
+}
+
+MetricFamily gauge(std::string name, std::string help, double value) {
+  return {std::move(name), std::move(help), MetricType::Gauge, {{{}, value}}};
+}
+
+// The agent's own resident memory (/proc/self/statm, pages) in bytes; 0 if unreadable.
+double resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// The recorder's counters: one family per counter of the registry (bpf/record/record_types.h
+// LJ_REC_COUNTERS, walk ends LJ_WALK_ENDS), named ljprof_<metric>_total, help = the summary's
+// text, so the page and the summary `ljprof agent` prints at exit say the same.
+void add_recorder_families(const record::RecordStats& s, std::vector<MetricFamily>& out) {
+  out.push_back(counter("ljprof_samples_total", "samples of followed processes", s.samples));
+  out.push_back(
+      counter("ljprof_samples_delivered_total", "samples that reached user space", s.delivered));
+  out.push_back(counter("ljprof_samples_unwound_to_root_total",
+                        "delivered samples whose walk ended at a proven stack root",
+                        s.reached_root));
+  out.push_back(counter("ljprof_samples_without_context_total",
+                        "samples taken before their process's unwind context was published",
+                        s.without_context));
+  for (const record::RecordStats::Reason& reason : s.reasons) {
+    out.push_back(counter(fmt::format("ljprof_{}_total", reason.metric), reason.name,
+                          static_cast<double>(reason.count)));
+  }
+  out.push_back(gauge("ljprof_processes_followed", "processes with an unwind context now",
+                      static_cast<double>(s.processes_followed)));
+}
+
+void add_queue_families(const std::vector<std::unique_ptr<UploadQueue>>& queues,
+                        std::vector<MetricFamily>& out) {
+  MetricFamily uploads{"ljprof_uploads_total",
+                       "profiles per sink and outcome: ok, failed (an attempt to retry), "
+                       "dropped_full (pushed out of a full queue), dropped_rejected (refused)",
+                       MetricType::Counter,
+                       {}};
+  MetricFamily depth{
+      "ljprof_upload_queue_depth", "profiles waiting per sink", MetricType::Gauge, {}};
+  for (const auto& q : queues) {
+    const QueueCounts c = q->counts();
+    const std::string& sink = q->sink_name();
+    for (auto [result, value] : {std::pair<const char*, uint64_t>{"ok", c.delivered},
+                                 {"failed", c.failed_attempts},
+                                 {"dropped_full", c.dropped_full},
+                                 {"dropped_rejected", c.dropped_rejected}}) {
+      uploads.points.push_back({{{"sink", sink}, {"result", result}}, static_cast<double>(value)});
+    }
+    depth.points.push_back({{{"sink", sink}}, static_cast<double>(c.depth)});
+  }
+  out.push_back(std::move(uploads));
+  out.push_back(std::move(depth));
+}
+
+std::string render_metrics(const AgentState& state,
+                           const std::vector<std::unique_ptr<UploadQueue>>& queues) {
+  std::vector<MetricFamily> families;
+  add_recorder_families(state.stats(), families);
+  const auto [intervals, profiles] = state.intervals_and_profiles();
+  families.push_back(counter("ljprof_intervals_total", "intervals cut", intervals));
+  families.push_back(counter("ljprof_profiles_total", "per-process profiles cut", profiles));
+  add_queue_families(queues, families);
+  families.push_back(
+      gauge("process_resident_memory_bytes", "the agent's resident memory", resident_bytes()));
+  families.push_back(
+      counter("process_cpu_seconds_total", "the agent's CPU time (user + system)", cpu_seconds()));
+  return render_prometheus(families);
+}
+
+std::string default_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
+// The profiles of one interval, each to every queue.
+void deliver_interval(const AgentOptions& o, const std::string& host,
+                      record::IntervalProfiles&& cut,
+                      std::vector<std::unique_ptr<UploadQueue>>& queues, AgentState& state) {
+  uint64_t samples = 0;
+  for (record::ProcessProfile& pp : cut.processes) {
+    IntervalProfile ip;
+    ip.app_name = app_name(pp.process);
+    ip.labels = profile_labels(pp.process, host, o.labels);
+    ip.pid = pp.process.pid;
+    ip.from_unix_s = cut.start_unix_ns / 1000000000;
+    ip.until_unix_s = (cut.end_unix_ns + 999999999) / 1000000000;
+    ip.sample_rate_hz = o.record.frequency_hz;
+    for (const report::Sample& s : pp.profile.samples) samples += static_cast<uint64_t>(s.count);
+    auto bytes = report::pprof_gzip_bytes(pp.profile);
+    if (!bytes.ok()) {
+      if (o.log) o.log(fmt::format("pid {}: profile not written: {}", ip.pid, bytes.message()));
+      continue;
+    }
+    ip.pprof_gz = std::move(*bytes);
+    for (size_t i = 0; i < queues.size(); ++i) {
+      if (i + 1 == queues.size()) {
+        queues[i]->push(std::move(ip));
+      } else {
+        queues[i]->push(ip);
+      }
+    }
+  }
+  state.count_interval(cut.processes.size());
+  if (!o.log) return;
+  std::string line =
+      fmt::format("interval of {:.1f} s{}: {} profile{}, {} samples",
+                  (cut.end_unix_ns - cut.start_unix_ns) / 1e9, cut.last ? " (last, partial)" : "",
+                  cut.processes.size(), cut.processes.size() == 1 ? "" : "s", samples);
+  for (const auto& q : queues) {
+    const QueueCounts c = q->counts();
+    line += fmt::format("; {}: {} queued, {} delivered, {} dropped", q->sink_name(), c.depth,
+                        c.delivered, c.dropped_full + c.dropped_rejected + c.dropped_stopped);
+    if (!c.last_error.empty()) line += fmt::format(" (last error: {})", c.last_error);
+  }
+  o.log(line);
+}
+
+// The queue options of one sink, with its attempts logged: a refused profile, a warning, and a
+// backend's failures when they start and when they end (not every retry).
+QueueOptions logged(QueueOptions qo, const std::string& sink_name,
+                    const std::function<void(const std::string&)>& log) {
+  if (!log) return qo;
+  auto failing = std::make_shared<bool>(false);  // touched by this queue's worker only
+  qo.on_attempt = [failing, log, sink_name](const IntervalProfile&, const Delivery& d) {
+    if (d.ok) {
+      if (*failing) log(fmt::format("{}: delivering again", sink_name));
+      *failing = false;
+      if (!d.warning.empty()) log(d.warning);
+    } else if (!d.retryable) {
+      log(fmt::format("profile refused: {}", d.error));
+    } else if (!*failing) {
+      *failing = true;
+      log(fmt::format("{} (retrying with backoff; profiles stay queued)", d.error));
+    }
+  };
+  return qo;
+}
+
+Result<std::vector<std::unique_ptr<UploadQueue>>> make_queues(const AgentOptions& o) {
+  std::vector<std::unique_ptr<Sink>> sinks;
+  if (o.pyroscope) {
+    LJ_ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, make_pyroscope_sink(*o.pyroscope));
+    sinks.push_back(std::move(sink));
+  }
+  if (o.out_dir) {
+    LJ_ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, make_out_dir_sink(*o.out_dir));
+    sinks.push_back(std::move(sink));
+  }
+  if (sinks.empty()) return make_error("no sink: give --pyroscope URL and/or --out-dir DIR");
+  std::vector<std::unique_ptr<UploadQueue>> queues;
+  for (auto& sink : sinks) {
+    const std::string name = sink->name();
+    queues.push_back(std::make_unique<UploadQueue>(std::move(sink), logged(o.queue, name, o.log)));
+  }
+  return queues;
+}
+
+}  // namespace
+
+std::string app_name(const record::ProcessIdentity& process) {
+  if (!process.service.empty()) return process.service;
+  if (!process.executable.empty()) return process.executable;
+  if (!process.comm.empty()) return process.comm;
+  return "unknown";
+}
+
+std::map<std::string, std::string> profile_labels(const record::ProcessIdentity& process,
+                                                  const std::string& host_name,
+                                                  const std::map<std::string, std::string>& user) {
+  std::map<std::string, std::string> labels = user;
+  labels["service_name"] = app_name(process);
+  labels["host_name"] = host_name;
+  labels["pid"] = std::to_string(process.pid);
+  labels["runtime"] = process.runtime.empty() ? "luajit" : process.runtime;
+  return labels;
+}
+
+Result<AgentSummary> run_agent(AgentOptions o) {
+  if (o.record.interval_s <= 0) return make_error("--interval must be positive");
+  LJ_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<UploadQueue>> queues, make_queues(o));
+  const std::string host = o.host_name.empty() ? default_host_name() : o.host_name;
+  AgentState state;
+  std::unique_ptr<MetricsServer> metrics;
+  if (!o.metrics_address.empty()) {
+    LJ_ASSIGN_OR_RETURN(metrics, MetricsServer::start(o.metrics_address, [&state, &queues] {
+                          return render_metrics(state, queues);
+                        }));
+    if (o.log) {
+      const std::string host_part = o.metrics_address.substr(0, o.metrics_address.rfind(':'));
+      o.log(fmt::format("metrics on http://{}:{}/metrics", host_part, metrics->port()));
+    }
+  }
+  o.record.keep_running = true;
+  o.record.on_stats = [&state](const record::RecordStats& s) { state.set_stats(s); };
+  o.record.on_interval = [&](record::IntervalProfiles&& cut) {
+    deliver_interval(o, host, std::move(cut), queues, state);
+  };
+  const Clock::time_point start = Clock::now();
+  auto recorded = record::record(o.record);
+  if (!recorded.ok()) return make_error("{}", recorded.message());
+  AgentSummary summary;
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& q : queues) q->stop(o.drain_timeout_s);
+  summary.stats = *recorded;
+  std::tie(summary.intervals, summary.profiles) = state.intervals_and_profiles();
+  for (auto& q : queues) summary.sinks.emplace_back(q->sink_name(), q->counts());
+  return summary;
+}
+
+}  // namespace ljprof::exporter

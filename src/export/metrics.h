@@ -1,0 +1,68 @@
+// export/metrics.h: the Prometheus metrics page of `ljprof agent` — the text exposition format
+// (0.0.4) and the small HTTP server that serves it on GET /metrics.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+
+namespace ljprof::exporter {
+
+enum class MetricType { Counter, Gauge };
+
+struct MetricFamily {
+  std::string name;  // full Prometheus name, e.g. "ljprof_samples_total"
+  std::string help;  // empty: no # HELP line
+  MetricType type;
+  struct Point {
+    std::vector<std::pair<std::string, std::string>> labels;  // (name, value), in output order
+    double value;
+  };
+  std::vector<Point> points;  // a family without points is left out of the page
+};
+
+// The families in Prometheus text exposition format 0.0.4: per family `# HELP` (\ and newline
+// escaped), `# TYPE`, then one line per point (label values with \, " and newline escaped;
+// integral values without exponent; NaN, +Inf, -Inf). Invalid UTF-8 in help text or label
+// values becomes U+FFFD: Prometheus rejects the whole page over one bad byte, and label values
+// come from other processes (comm, paths). A metric name not matching [a-zA-Z_:][a-zA-Z0-9_:]*,
+// a repeated family name, or a point with a label name not matching [a-zA-Z_][a-zA-Z0-9_]* (or
+// reserved "__" prefix) is a programming error: it is left out (the rest of the page stays
+// valid) and asserts in debug builds.
+std::string render_prometheus(const std::vector<MetricFamily>& families);
+
+// Serves GET /metrics (Content-Type: text/plain; version=0.0.4; charset=utf-8) and 404 for
+// every other path, on its own thread. Request handling is bounded: a pool of 2 worker threads
+// and 1-second read/write/keep-alive timeouts, so a slow or idle client holds one worker for at
+// most about a second and can never make the server start more threads.
+class MetricsServer {
+ public:
+  // `address` is "HOST:PORT": HOST an IPv4 address, a name, or a bracketed IPv6 address
+  // ("[::1]:9100"); PORT 0 binds an ephemeral port (see port()). `render` is called on a server
+  // worker thread for each request, possibly on two threads at once: the caller makes it
+  // thread-safe. An error names the address and why (parse error, port range, bind failure
+  // such as a port in use).
+  static Result<std::unique_ptr<MetricsServer>> start(const std::string& address,
+                                                      std::function<std::string()> render);
+
+  uint16_t port() const;  // the bound port
+
+  // Stops accepting, then joins the server thread; a connected client delays this by at most
+  // the keep-alive/read timeout (about a second).
+  ~MetricsServer();
+
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+ private:
+  struct Impl;
+  explicit MetricsServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ljprof::exporter

@@ -1,0 +1,443 @@
+// `ljprof agent` live, against real processes (two tarantools, an nginx-lua worker under a local
+// HTTP load, luajit) and a local receiver that holds Pyroscope's ingest contract
+// (support/pyroscope_receiver.h). What arrives is decoded by the real `go tool pprof`; the
+// sample totals are compared with a `ljprof record` of the same processes over the same time;
+// the metrics page is checked with Prometheus's own `promtool`.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "support/nginx_lua.h"
+#include "support/pyroscope_receiver.h"
+#include "support/test_support.h"
+
+namespace ljprof {
+namespace {
+
+using Receiver = test::PyroscopeReceiver;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void sleep_s(double s) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
+// A running `ljprof agent`, its stderr in a log file.
+class Agent {
+ public:
+  Agent(const std::string& dir, std::vector<std::string> args) : log_(dir + "/agent.log") {
+    args.insert(args.begin(), {test::ljprof_bin(), "agent"});
+    process_ = std::make_unique<test::Background>(args, log_);
+  }
+  pid_t pid() const { return process_->pid(); }
+  std::string log() const { return slurp(log_); }
+  // The port of its metrics page, from its "metrics on http://HOST:PORT/metrics" line.
+  int metrics_port(double timeout_s) {
+    static const std::regex kLine(R"(metrics on http://[^:]+:(\d+)/metrics)");
+    for (double waited = 0; waited < timeout_s; waited += 0.05) {
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, kLine)) return std::stoi(m[1]);
+      if (!process_->running()) return 0;
+      sleep_s(0.05);
+    }
+    return 0;
+  }
+  // Waits until its log contains `text`: false on timeout or if it exited.
+  bool wait_for_log(const std::string& text, double timeout_s) {
+    for (double waited = 0; waited < timeout_s; waited += 0.05) {
+      if (log().find(text) != std::string::npos) return true;
+      if (!process_->running()) return false;
+      sleep_s(0.05);
+    }
+    return false;
+  }
+  // SIGTERM, then its exit status (-1 if it did not exit within 15 s).
+  int terminate() {
+    ::kill(process_->pid(), SIGTERM);
+    return process_->wait(15000);
+  }
+
+ private:
+  std::string log_;
+  std::unique_ptr<test::Background> process_;
+};
+
+// Resident memory of a process in KiB (/proc/PID/status VmRSS); 0 if gone.
+long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+// Samples per pid label of the profiles in `files`, merged and printed by `go tool pprof -raw`
+// ("   COUNT   VALUE: LOCATIONS" then "   pid:[N] ...").
+std::map<uint32_t, int64_t> samples_by_pid(const std::string& dir,
+                                           const std::vector<std::string>& files) {
+  std::vector<std::string> args = {"-raw"};
+  args.insert(args.end(), files.begin(), files.end());
+  test::CommandResult raw = test::go_tool_pprof(dir, args);
+  EXPECT_EQ(raw.exit_code, 0) << raw.err;
+  std::map<uint32_t, int64_t> out;
+  static const std::regex kSample(R"(^\s+(\d+)\s+\d+:)"), kPid(R"(pid:\[(\d+)\])");
+  std::istringstream in(raw.out);
+  std::string line;
+  int64_t pending = -1;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, kSample)) {
+      pending = std::stoll(m[1]);
+    } else if (pending >= 0 && std::regex_search(line, m, kPid)) {
+      out[static_cast<uint32_t>(std::stoul(m[1]))] += pending;
+      pending = -1;
+    }
+  }
+  return out;
+}
+
+// The received bodies with status `status`, each written to a file of `dir`.
+std::vector<std::string> write_bodies(const std::string& dir,
+                                      const std::vector<Receiver::Request>& requests,
+                                      const std::string& pid = "") {
+  std::vector<std::string> files;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Receiver::Request& r = requests[i];
+    if (r.status != 200) continue;
+    if (!pid.empty() && Receiver::name_labels(r.param("name"))["pid"] != pid) continue;
+    files.push_back(dir + "/body-" + std::to_string(i) + ".pb.gz");
+    std::ofstream(files.back(), std::ios::binary) << r.body;
+  }
+  return files;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// The agent's per-interval sample counts, from its log lines "interval of 1.0 s: 1 profile, N
+// samples" (the last, partial interval excluded).
+std::vector<int64_t> interval_samples(const std::string& log) {
+  static const std::regex kLine(R"(interval of [0-9.]+ s: \d+ profiles?, (\d+) samples)");
+  std::vector<int64_t> out;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), kLine); it != std::sregex_iterator();
+       ++it) {
+    out.push_back(std::stoll((*it)[1]));
+  }
+  return out;
+}
+
+struct SinkSummary {
+  int64_t delivered = -1, failed = -1, dropped_full = -1, refused = -1, queued = -1;
+};
+// "ljprof agent: NAME: D delivered, F failed attempts, X dropped (queue full), R refused, Q still
+// queued"
+SinkSummary sink_summary(const std::string& log, const std::string& sink_prefix) {
+  const std::regex line(
+      sink_prefix +
+      R"([^\n]*?: (\d+) delivered, (\d+) failed attempts, (\d+) dropped \(queue full\), (\d+) refused, (\d+) still queued)");
+  std::smatch m;
+  SinkSummary s;
+  if (std::regex_search(log, m, line)) {
+    s = {std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]), std::stoll(m[5])};
+  }
+  return s;
+}
+
+int64_t profiles_cut(const std::string& log) {
+  static const std::regex kLine(R"(ljprof agent: (\d+) intervals, (\d+) profiles)");
+  std::smatch m;
+  return std::regex_search(log, m, kLine) ? std::stoll(m[2]) : -1;
+}
+
+// A metrics page as name -> value and name -> help (no labels: the recorder's counters).
+struct Page {
+  std::map<std::string, double> value;
+  std::map<std::string, std::string> help;
+  std::string text;
+};
+Page scrape(int port) {
+  Page page;
+  test::HttpResponse r = test::http_get(port, "/metrics", 5000);
+  EXPECT_EQ(r.status, 200);
+  page.text = r.body;
+  std::istringstream in(r.body);
+  std::string line;
+  static const std::regex kHelp(R"(^# HELP (\S+) (.*)$)"),
+      kValue(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*) (\S+)$)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, kHelp)) page.help[m[1]] = m[2];
+    if (std::regex_match(line, m, kValue)) page.value[m[1]] = std::stod(m[2]);
+  }
+  return page;
+}
+
+// (1) Two tarantools (one naming its service in OTEL_SERVICE_NAME) and an nginx-lua worker under
+// load: each interval brings one profile per process with the right labels, the last (partial)
+// interval is sent at SIGTERM, and per process the samples of all intervals add up to what a
+// `ljprof record` of the same processes over the same seconds counted.
+TEST(AgentLive, OneProfilePerProcessPerIntervalAddsUpToOneRecording) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
+  test::TempDir tmp;
+  const std::string dir = tmp.path(), go = dir + "/go", stop = dir + "/stop";
+  // The tarantools idle until `go` exists, run split.lua's rounds for 5 s, then idle until
+  // `stop`: both recorders are attached before the first and after the last busy second, so
+  // they sample the same CPU time.
+  const std::string gated = dir + "/gated.lua";
+  std::ofstream(gated)
+      << "local ffi = require('ffi')\n"
+      << "ffi.cdef('int usleep(unsigned int)')\n"
+      << "local function wait(f) while not io.open(f) do ffi.C.usleep(20000) end end\n"
+      << "local go, stop, report = arg[1], arg[2], arg[3]\n"
+      << "wait(go)\n"
+      << "arg = {[0] = '" << test::record_workloads_dir()
+      << "/run_split.lua', '5', report, 'jit_on'}\n"
+      << "dofile(arg[0])\n"
+      << "wait(stop)\n";
+  test::Background t1({"env", "OTEL_SERVICE_NAME=orders", "/usr/bin/tarantool", gated, go, stop,
+                       dir + "/t1.report"},
+                      dir + "/t1.out");
+  test::Background t2({"/usr/bin/tarantool", gated, go, stop, dir + "/t2.report"}, dir + "/t2.out");
+  test::NginxLua nginx(dir + "/nginx", false);
+  ASSERT_EQ(nginx.error(), "");
+  const std::string pids = fmt::format("{},{},{}", t1.pid(), t2.pid(), nginx.worker());
+
+  Receiver receiver;
+  // 999 Hz: a few thousand samples per process, so chance alone moves the two counts apart by
+  // well under the 5% allowed (at 99 Hz, a few hundred samples, it was about that much).
+  Agent agent(dir, {"-p", pids, "-F", "999", "--interval", "1", "--pyroscope", receiver.url(),
+                    "--label", "env=test"});
+  test::Background record({test::ljprof_bin(), "record", "-p", pids, "-F", "999", "-d", "60", "-q",
+                           "-o", dir + "/record.pb.gz"},
+                          dir + "/record.log");
+  // Both attached: the agent has cut an interval (the processes idle: no profile yet), the
+  // recorder prints nothing with -q, so it gets the same time plus a margin.
+  ASSERT_TRUE(agent.wait_for_log("interval of", 15)) << agent.log();
+  sleep_s(2.5);
+  std::ofstream(go) << "go\n";
+  // The nginx worker's share: a request at a time for the same 5 s.
+  const auto load_end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < load_end) {
+    EXPECT_EQ(test::http_get(nginx.port(), "/round", 10000).status, 200);
+  }
+  for (int i = 0;
+       i < 100 && !(test::file_exists(dir + "/t1.report") && test::file_exists(dir + "/t2.report"));
+       ++i) {
+    sleep_s(0.1);
+  }
+  sleep_s(0.5);
+  ::kill(record.pid(), SIGINT);
+  EXPECT_EQ(record.wait(15000), 0) << slurp(dir + "/record.log");
+  sleep_s(0.5);
+  const int agent_exit = agent.terminate();  // mid-interval: the partial one is flushed
+  std::ofstream(stop) << "stop\n";
+  EXPECT_EQ(t1.wait(10000), 0);
+  EXPECT_EQ(t2.wait(10000), 0);
+  EXPECT_EQ(nginx.stop(), 0) << nginx.logs();
+  ASSERT_EQ(agent_exit, 0) << agent.log();
+  const std::string log = agent.log();
+  EXPECT_EQ(receiver.violations(), std::vector<std::string>{});
+  EXPECT_NE(log.find("(last, partial)"), std::string::npos) << log;
+
+  const std::vector<Receiver::Request> requests = receiver.requests();
+  EXPECT_EQ(static_cast<int64_t>(requests.size()), profiles_cut(log)) << log;
+  std::map<std::string, std::set<std::string>> intervals;  // pid -> `from` of its profiles
+  const std::map<std::string, std::pair<std::string, std::string>> expected = {
+      {std::to_string(t1.pid()), {"orders", "tarantool"}},
+      {std::to_string(t2.pid()), {"tarantool", "tarantool"}},
+      {std::to_string(nginx.worker()), {"nginx", "openresty"}}};
+  for (const Receiver::Request& r : requests) {
+    auto labels = Receiver::name_labels(r.param("name"));
+    ASSERT_EQ(expected.count(labels["pid"]), 1u) << r.param("name");
+    const auto& [service, runtime] = expected.at(labels["pid"]);
+    EXPECT_EQ(labels["service_name"], service) << r.param("name");
+    EXPECT_EQ(labels["runtime"], runtime) << r.param("name");
+    EXPECT_EQ(labels["host_name"], host_name()) << r.param("name");
+    EXPECT_EQ(labels["env"], "test") << r.param("name");
+    EXPECT_EQ(r.param("sampleRate"), "999");
+    EXPECT_TRUE(intervals[labels["pid"]].insert(r.param("from")).second)
+        << "two profiles of pid " << labels["pid"] << " from " << r.param("from");
+  }
+  for (const auto& [pid, unused] : expected) {
+    EXPECT_GE(intervals[pid].size(), 5u) << "pid " << pid << "\n" << log;
+  }
+
+  // Per process, every interval together against the one long recording.
+  const auto agent_samples = samples_by_pid(dir, write_bodies(dir, requests));
+  const auto record_samples = samples_by_pid(dir, {dir + "/record.pb.gz"});
+  for (const auto& [pid, unused] : expected) {
+    const uint32_t p = static_cast<uint32_t>(std::stoul(pid));
+    ASSERT_GT(record_samples.count(p), 0u) << "record saw no sample of " << pid;
+    const double a = agent_samples.count(p) ? agent_samples.at(p) : 0;
+    const double r = record_samples.at(p);
+    std::cout << "pid " << pid << ": agent " << a << " samples, record " << r << "\n";
+    EXPECT_NEAR(a / r, 1.0, 0.05) << "pid " << pid << ": agent " << a << " vs record " << r;
+  }
+}
+
+// (2) The backend goes down for three intervals, comes back, then hangs (accepts, never
+// answers): the queue keeps what fits and drops the oldest beyond it, the backlog arrives when
+// the backend is back, uploads time out while it hangs, and sampling never pauses.
+TEST(AgentLive, ABackendThatIsDownOrHangsNeverPausesSampling) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
+  test::TempDir tmp;
+  const std::string dir = tmp.path(), stop = dir + "/stop";
+  test::Background luajit({"/usr/bin/luajit", test::record_workloads_dir() + "/run_split.lua", "40",
+                           dir + "/report", "jit_on", stop},
+                          dir + "/luajit.out");
+  Receiver receiver;
+  Agent agent(dir, {"-p", std::to_string(luajit.pid()), "-F", "99", "--interval", "1", "--queue",
+                    "2", "--upload-timeout", "0.5", "--pyroscope", receiver.url()});
+  ASSERT_TRUE(receiver.wait_for_requests(2, 10)) << agent.log();
+  const long rss_before = rss_kib(agent.pid());
+  receiver.stop();
+  sleep_s(3.5);
+  const long rss_down = rss_kib(agent.pid());
+  ASSERT_TRUE(receiver.start());
+  sleep_s(2.5);
+  receiver.set_mode(Receiver::Mode::Hang);
+  sleep_s(2.5);
+  const long rss_hang = rss_kib(agent.pid());
+  receiver.set_mode(Receiver::Mode::Up);
+  sleep_s(2.5);
+  ASSERT_EQ(agent.terminate(), 0) << agent.log();
+  std::ofstream(stop) << "stop\n";
+  EXPECT_EQ(luajit.wait(10000), 0);
+  const std::string log = agent.log();
+  EXPECT_EQ(receiver.violations(), std::vector<std::string>{});
+
+  const SinkSummary s = sink_summary(log, "pyroscope");
+  const int64_t cut = profiles_cut(log);
+  ASSERT_GE(s.delivered, 0) << log;
+  EXPECT_GE(s.dropped_full, 1) << "three intervals down with room for two\n" << log;
+  EXPECT_GE(s.failed, 2) << "refused connections and timeouts while it hung\n" << log;
+  EXPECT_EQ(s.refused, 0) << log;
+  EXPECT_EQ(s.delivered + s.dropped_full + s.queued, cut) << log;
+  std::set<std::string> from;
+  for (const Receiver::Request& r : receiver.requests()) {
+    if (r.status == 200) from.insert(r.param("from"));
+  }
+  EXPECT_EQ(static_cast<int64_t>(from.size()), s.delivered) << "each profile arrived once\n" << log;
+
+  // Sampling went on at the same pace whatever the backend did.
+  std::vector<int64_t> per = interval_samples(log);
+  ASSERT_GE(per.size(), 10u) << log;
+  std::vector<int64_t> sorted = per;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = static_cast<double>(sorted[sorted.size() / 2]);
+  for (size_t i = 1; i < per.size(); ++i) {  // the first began while the agent attached
+    EXPECT_NEAR(per[i] / median, 1.0, 0.10) << "interval " << i << "\n" << log;
+  }
+  std::cout << "agent RSS: " << rss_before << " KiB before, " << rss_down << " after 3.5 s down, "
+            << rss_hang << " while hanging\n";
+  EXPECT_LT(rss_down - rss_before, 4096) << "KiB";
+  EXPECT_LT(rss_hang - rss_before, 4096) << "KiB";
+}
+
+// (3) 200 short-lived luajit processes under `-a`: they are followed (from their exec) and
+// every one is released — the followed count returns to zero and the agent's memory to within
+// 10% — and the metrics page is valid Prometheus text whose counters equal the summary the
+// agent prints when it stops.
+TEST(AgentLive, ShortLivedProcessesAreReleasedAndMetricsEqualTheSummary) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
+  test::TempDir tmp;
+  const std::string dir = tmp.path();
+  // Most options from a config file, as the systemd unit runs it.
+  std::ofstream(dir + "/agent.conf") << "[agent]\ncomm = [\"luajit\"]\ninterval = 1\nout-dir = \""
+                                     << dir << "/profiles\"\nkeep-files = 500\n";
+  Agent agent(dir, {"--config", dir + "/agent.conf", "-F", "99", "--metrics-addr", "127.0.0.1:0"});
+  const int port = agent.metrics_port(10);
+  ASSERT_GT(port, 0) << agent.log();
+  auto busy = [](const std::string& seconds) {
+    return "local t = os.clock() while os.clock() - t < " + seconds + " do end";
+  };
+  // Warm-up: the first luajit makes the agent read and upload luajit's tables once.
+  test::Background warm({"/usr/bin/luajit", "-e", busy("1")});
+  EXPECT_EQ(warm.wait(10000), 0);
+  sleep_s(2.5);  // its exit seen, its state released at the next interval
+  Page before = scrape(port);
+  EXPECT_EQ(before.value["ljprof_processes_followed"], 0) << before.text;
+  const long rss_start = rss_kib(agent.pid());
+
+  // 200 processes over about 15 s, two at a time.
+  std::vector<std::unique_ptr<test::Background>> running;
+  for (int i = 0; i < 200; ++i) {
+    running.push_back(std::make_unique<test::Background>(
+        std::vector<std::string>{"/usr/bin/luajit", "-e", busy("0.05")}));
+    if (running.size() == 2) {
+      for (auto& p : running) EXPECT_EQ(p->wait(10000), 0);
+      running.clear();
+    }
+    sleep_s(0.02);
+  }
+  for (auto& p : running) EXPECT_EQ(p->wait(10000), 0);
+  sleep_s(2.5);
+  Page after = scrape(port);
+  const long rss_end = rss_kib(agent.pid());
+  EXPECT_EQ(after.value["ljprof_processes_followed"], 0) << after.text;
+  std::cout << "agent RSS: " << rss_start << " KiB before the churn, " << rss_end << " after; "
+            << after.value["ljprof_profiles_total"] - before.value["ljprof_profiles_total"]
+            << " profiles of short-lived processes\n";
+  EXPECT_LE(rss_end, rss_start * 11 / 10);
+  EXPECT_GE(after.value["ljprof_profiles_total"] - before.value["ljprof_profiles_total"], 100)
+      << "most of the 200 processes were sampled\n"
+      << agent.log();
+
+  // Prometheus's own checker on the page.
+  const std::string page_file = dir + "/metrics.txt";
+  std::ofstream(page_file) << after.text;
+  test::CommandResult check =
+      test::run({"/bin/sh", "-c",
+                 test::fixture("prometheus/usr/bin/promtool") + " check metrics < " + page_file});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err << after.text;
+
+  // Nothing is followed now, so no counter moves: the summary printed at SIGTERM says what the
+  // page says.
+  ASSERT_EQ(agent.terminate(), 0) << agent.log();
+  const std::string log = agent.log();
+  static const std::regex kHead(
+      R"(ljprof agent: (\d+) samples in [0-9.]+ s, (\d+) delivered, (\d+) \()");
+  std::smatch head;
+  ASSERT_TRUE(std::regex_search(log, head, kHead)) << log;
+  EXPECT_EQ(std::stod(head[1]), after.value["ljprof_samples_total"]);
+  EXPECT_EQ(std::stod(head[2]), after.value["ljprof_samples_delivered_total"]);
+  EXPECT_EQ(std::stod(head[3]), after.value["ljprof_samples_unwound_to_root_total"]);
+  static const std::regex kReason(R"(\n\s+(\d+)  (\S[^\n]*))");
+  int reasons = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), kReason);
+       it != std::sregex_iterator(); ++it) {
+    const std::string text = (*it)[2];
+    std::string metric;
+    for (const auto& [name, help] : after.help) {
+      if (help == text) metric = name;
+    }
+    if (metric.empty()) continue;  // a site line ("3 at luajit+0x...")
+    ++reasons;
+    EXPECT_EQ(std::stod((*it)[1]), after.value[metric]) << text;
+  }
+  std::cout << reasons << " summary reasons compared with the page\n";
+}
+
+}  // namespace
+}  // namespace ljprof
