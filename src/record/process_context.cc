@@ -13,15 +13,23 @@
 
 namespace ljprof::record {
 
+namespace {
+
+// A mapping's file as the process sees it: in another mount namespace, or deleted since it was
+// mapped, this is still the right file.
+std::string map_files_path(uint32_t pid, const MapEntry& map) {
+  return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, map.start, map.end);
+}
+
+}  // namespace
+
 MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
   auto key = std::make_tuple(map.dev, map.inode, map.path);
   auto it = objects_.find(key);
   if (it != objects_.end()) return it->second.get();
   auto obj = std::make_unique<MappedObject>();
   obj->path = map.path;
-  const std::string open_path =
-      fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, map.start, map.end);
-  auto elf = elf::ElfFile::open(open_path);
+  auto elf = elf::ElfFile::open(map_files_path(pid, map));
   if (!elf.ok()) {
     obj->error = elf.message();
   } else {
@@ -48,6 +56,17 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
   MappedObject* raw = obj.get();
   objects_.emplace(std::move(key), std::move(obj));
   return raw;
+}
+
+bool ObjectCache::links_luajit(uint32_t pid, const MapEntry& map) {
+  auto key = std::make_tuple(map.dev, map.inode, map.path);
+  if (auto it = links_luajit_.find(key); it != links_luajit_.end()) return it->second;
+  auto elf = elf::ElfFile::open(map_files_path(pid, map));
+  if (!elf.ok()) return false;  // the process is gone, most likely: ask again next time
+  const bool links =
+      luajit::detect_runtime(**elf, {}, map.path).source == luajit::LuaJITSource::LinkedIn;
+  links_luajit_.emplace(std::move(key), links);
+  return links;
 }
 
 MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& mem) {
@@ -186,7 +205,7 @@ bool maps_luajit(uint32_t pid, ObjectCache& cache) {
   if (!maps.ok()) return false;
   for (const MapEntry& m : *maps) {
     if (!m.executable || !m.file_backed()) continue;
-    if (cache.get(pid, m)->luajit) return true;
+    if (cache.links_luajit(pid, m) && cache.get(pid, m)->luajit) return true;
   }
   return false;
 }

@@ -56,11 +56,16 @@ class ObjectCache {
   // through it). Read from the process's memory, at most kMaxVdsoBytes; keyed by content.
   MappedObject* get_vdso(const MapEntry& map, const ProcessMemory& mem);
   static constexpr uint64_t kMaxVdsoBytes = 1u << 20;
+  // Whether the file of a mapping links LuaJIT in (it defines lua_close), without analysing it
+  // further: `record -a` and the agent ask this of every executable mapping on the host, and
+  // only a file that says yes is worth its unwind table and layout (get). Remembered per file.
+  bool links_luajit(uint32_t pid, const MapEntry& map);
   size_t size() const { return objects_.size(); }
 
  private:
   std::map<std::tuple<std::string, uint64_t, std::string>, std::unique_ptr<MappedObject>> objects_;
   std::vector<std::unique_ptr<MappedObject>> uncached_;
+  std::map<std::tuple<std::string, uint64_t, std::string>, bool> links_luajit_;
 };
 
 struct ModuleView {
