@@ -3,6 +3,8 @@
 // other coroutine).
 #include <fmt/format.h>
 
+#include "common/hex.h"
+
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -18,10 +20,6 @@ namespace ljprof::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::string hex(uint64_t v) {
-  return fmt::format("{:#x}", v);
-}
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);

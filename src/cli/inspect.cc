@@ -1,6 +1,8 @@
 // `ljprof inspect BINARY [--json]`: what ljprof understands about one binary.
 #include <elf.h>
+
 #include <fmt/format.h>
+#include "common/hex.h"
 
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -19,10 +21,6 @@ namespace ljprof::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::string hex(uint64_t v) {
-  return fmt::format("{:#x}", v);
-}
 
 const char* elf_type_name(uint16_t type) {
   switch (type) {

@@ -46,7 +46,7 @@ bool all_digits(const std::string& s, size_t from, size_t n) {
   return true;
 }
 
-std::string sanitize_app(const std::string& app) {
+std::string app_for_file_name(const std::string& app) {
   std::string out = app.substr(0, kMaxAppBytes);
   for (char& c : out) {
     bool keep = is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
@@ -232,8 +232,8 @@ std::string OutDirSink::enforce_retention(const std::string& newest) {
 }  // namespace
 
 std::string out_dir_file_name(const IntervalProfile& profile) {
-  return fmt::format("{}-{}-{}{}", utc_stamp(profile.from_unix_s), sanitize_app(profile.app_name),
-                     profile.pid, kSuffix);
+  return fmt::format("{}-{}-{}{}", utc_stamp(profile.from_unix_s),
+                     app_for_file_name(profile.app_name), profile.pid, kSuffix);
 }
 
 bool is_out_dir_file_name(const std::string& name) {

@@ -1,5 +1,7 @@
 #include "luajit/runtime.h"
 
+#include "common/path.h"
+
 #include <elf.h>
 #include <sys/stat.h>
 
@@ -12,10 +14,6 @@ namespace {
 
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
-}
-
-std::string basename_of(const std::string& path) {
-  return std::filesystem::path(path).filename().string();
 }
 
 bool is_regular_file(const std::string& path) {

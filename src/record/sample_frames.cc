@@ -1,5 +1,7 @@
 #include "record/sample_frames.h"
 
+#include "common/path.h"
+
 #include <fmt/format.h>
 
 #include "report/frames.h"
@@ -7,15 +9,6 @@
 #include "symbolize/walk_frames.h"
 
 namespace ljprof::record {
-
-namespace {
-
-std::string basename_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-}  // namespace
 
 // A live process's memory, read after the sample, for the shared walk-to-frames converter:
 // every Lua reading is checked against what the kernel read at sample time.

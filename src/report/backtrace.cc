@@ -1,5 +1,9 @@
 #include "report/backtrace.h"
 
+#include "common/hex.h"
+
+#include "common/path.h"
+
 #include <fmt/format.h>
 
 namespace ljprof::report {
@@ -9,15 +13,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 using symbolize::frame_kind_name;
 using symbolize::FrameKind;
-
-std::string hex(uint64_t v) {
-  return fmt::format("{:#x}", v);
-}
-
-std::string basename_of(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // The call-site name of a Lua or C function frame, as JSON fields.
 void add_call_name(Json& j, const symbolize::Frame& f) {

@@ -1,5 +1,7 @@
 #include "report/frames.h"
 
+#include "common/path.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,11 +11,6 @@
 namespace ljprof::report {
 
 namespace {
-
-std::string basename_of(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // A Lua chunk's file as labels show it: a path's last component ("app.lua"); a string chunk's
 // short form ("[string \"...\"]", "=stdin") as it is.
