@@ -21,38 +21,53 @@ std::string map_files_path(uint32_t pid, const MapEntry& map) {
   return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, map.start, map.end);
 }
 
+// Opens the mapping's file through `pid` and analyses it into `obj`: ELF, LuaJIT layout, unwind
+// table. A file that cannot be opened leaves `obj` without an ELF and says why in `error`.
+void analyse_mapped_file(MappedObject& obj, uint32_t pid, const MapEntry& map) {
+  obj.opened_through = pid;
+  auto elf = elf::ElfFile::open(map_files_path(pid, map));
+  if (!elf.ok()) {
+    obj.error = elf.message();
+    return;
+  }
+  obj.error.clear();
+  obj.elf = std::move(*elf);
+  // Named by the mapped path: the map_files link's basename is "START-END".
+  luajit::RuntimeInfo rt = luajit::detect_runtime(*obj.elf, {}, map.path);
+  if (rt.source == luajit::LuaJITSource::LinkedIn) {
+    auto info = luajit::extract_proc_info(*obj.elf, rt.runtime);
+    auto walker_info = info.ok() ? luajit::to_walker_info(*info) : info.error();
+    if (walker_info.ok()) {
+      obj.luajit = std::move(*info);
+      obj.info = *walker_info;
+    } else {
+      obj.luajit_error = walker_info.message();
+    }
+  }
+  auto table = cfi::build_unwind_table(*obj.elf, luajit::unwind_overlays(*obj.elf).overlays);
+  if (table.ok()) {
+    obj.table = std::move(*table);
+  } else {
+    obj.error = table.message();
+  }
+}
+
 }  // namespace
 
 MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
   auto key = std::make_tuple(map.dev, map.inode, map.path);
-  auto it = objects_.find(key);
-  if (it != objects_.end()) return it->second.get();
+  if (auto it = objects_.find(key); it != objects_.end()) {
+    MappedObject* obj = it->second.get();
+    // The process it was first opened through had exited (its map_files gone): another process
+    // mapping the same file tries again, into the same object (contexts may point at it).
+    if (!obj->elf && obj->image.empty() && obj->opened_through != pid) {
+      analyse_mapped_file(*obj, pid, map);
+    }
+    return obj;
+  }
   auto obj = std::make_unique<MappedObject>();
   obj->path = map.path;
-  auto elf = elf::ElfFile::open(map_files_path(pid, map));
-  if (!elf.ok()) {
-    obj->error = elf.message();
-  } else {
-    obj->elf = std::move(*elf);
-    // Named by the mapped path: the map_files link's basename is "START-END".
-    luajit::RuntimeInfo rt = luajit::detect_runtime(*obj->elf, {}, map.path);
-    if (rt.source == luajit::LuaJITSource::LinkedIn) {
-      auto info = luajit::extract_proc_info(*obj->elf, rt.runtime);
-      auto walker_info = info.ok() ? luajit::to_walker_info(*info) : info.error();
-      if (walker_info.ok()) {
-        obj->luajit = std::move(*info);
-        obj->info = *walker_info;
-      } else {
-        obj->luajit_error = walker_info.message();
-      }
-    }
-    auto table = cfi::build_unwind_table(*obj->elf, luajit::unwind_overlays(*obj->elf).overlays);
-    if (table.ok()) {
-      obj->table = std::move(*table);
-    } else {
-      obj->error = table.message();
-    }
-  }
+  analyse_mapped_file(*obj, pid, map);
   MappedObject* raw = obj.get();
   objects_.emplace(std::move(key), std::move(obj));
   return raw;

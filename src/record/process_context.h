@@ -32,7 +32,8 @@ struct MappedObject {
   // An object with no file ([vdso]): its bytes, read from the process; `elf` views them.
   std::vector<uint8_t> image;
   std::unique_ptr<elf::ElfFile> elf;
-  std::string error;  // why `elf` or `table` is missing
+  std::string error;            // why `elf` or `table` is missing
+  uint32_t opened_through = 0;  // the process whose /proc/PID/map_files it was opened by
   std::optional<cfi::UnwindTable> table;
   std::optional<luajit::LuaJITProcInfo> luajit;  // set when this file carries the LuaJIT VM
   std::string luajit_error;

@@ -2,10 +2,13 @@
 // (clock_gettime and gettimeofday run there; a CPU-time clock makes its syscall there), read
 // from the process's memory. Oracle: readelf on the same bytes, dumped to a file.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <optional>
 #include <regex>
+#include <tuple>
 
 #include "record/process_context.h"
 #include "record/process_identity.h"
@@ -103,6 +106,49 @@ TEST(ProcessIdentity, NamesAndServiceFromProc) {
             "orders");
   EXPECT_EQ(record::environment_value(pid, {"PYROSCOPE_APPLICATION_NAME"}), "billing");
   EXPECT_EQ(record::environment_value(pid, {"LJPROF_NO_SUCH_VARIABLE"}), "");
+}
+
+// A file first met through a process that exited before its /proc/PID/map_files could be read
+// (the exec storms of short-lived processes): the failure is not handed to every later process
+// that maps the same file; the next one opens it, into the same object.
+TEST(ObjectCache, AFileUnopenedThroughAnExitedProcessIsOpenedThroughTheNext) {
+  auto libc_of = [](pid_t pid) -> std::optional<MapEntry> {
+    auto maps = read_proc_maps(static_cast<uint32_t>(pid));
+    if (!maps.ok()) return std::nullopt;
+    for (const MapEntry& m : *maps) {
+      if (m.executable && m.file_backed() && m.path.find("/libc.so") != std::string::npos) return m;
+    }
+    return std::nullopt;
+  };
+  ObjectCache cache;
+  std::optional<MapEntry> first;
+  {
+    test::Background gone({"sleep", "5"});
+    for (int i = 0; i < 200 && !first; ++i) {
+      first = libc_of(gone.pid());
+      if (!first) ::usleep(10000);
+    }
+    ASSERT_TRUE(first) << "no libc mapping in sleep's maps";
+    ::kill(gone.pid(), SIGKILL);
+    EXPECT_NE(gone.wait(5000), -1);
+    MappedObject* unopened = cache.get(static_cast<uint32_t>(gone.pid()), *first);
+    EXPECT_EQ(unopened->elf, nullptr);
+    EXPECT_NE(unopened->error, "");
+  }
+  test::Background next({"sleep", "5"});
+  std::optional<MapEntry> second;
+  for (int i = 0; i < 200 && !second; ++i) {
+    second = libc_of(next.pid());
+    if (!second) ::usleep(10000);
+  }
+  ASSERT_TRUE(second);
+  ASSERT_EQ(std::make_tuple(second->dev, second->inode, second->path),
+            std::make_tuple(first->dev, first->inode, first->path));
+  MappedObject* obj = cache.get(static_cast<uint32_t>(next.pid()), *second);
+  ASSERT_NE(obj->elf, nullptr) << obj->error;
+  EXPECT_TRUE(obj->table.has_value()) << obj->error;
+  EXPECT_EQ(cache.get(static_cast<uint32_t>(next.pid()), *second), obj);
+  EXPECT_EQ(cache.size(), 1u);
 }
 
 }  // namespace
