@@ -312,15 +312,15 @@ TEST(AgentLive, ABackendThatIsDownOrHangsNeverPausesSampling) {
   ASSERT_TRUE(receiver.wait_for_requests(2, 10)) << agent.log();
   const long rss_before = rss_kib(agent.pid());
   receiver.stop();
-  sleep_s(3.5);
+  sleep_s(3.3);
   const long rss_down = rss_kib(agent.pid());
   ASSERT_TRUE(receiver.start());
-  sleep_s(2.5);
+  sleep_s(2);
   receiver.set_mode(Receiver::Mode::Hang);
-  sleep_s(2.5);
+  sleep_s(2);
   const long rss_hang = rss_kib(agent.pid());
   receiver.set_mode(Receiver::Mode::Up);
-  sleep_s(2.5);
+  sleep_s(2);
   ASSERT_EQ(agent.terminate(), 0) << agent.log();
   std::ofstream(stop) << "stop\n";
   EXPECT_EQ(luajit.wait(10000), 0);
@@ -342,14 +342,14 @@ TEST(AgentLive, ABackendThatIsDownOrHangsNeverPausesSampling) {
 
   // Sampling went on at the same pace whatever the backend did.
   std::vector<int64_t> per = interval_samples(log);
-  ASSERT_GE(per.size(), 10u) << log;
+  ASSERT_GE(per.size(), 9u) << log;
   std::vector<int64_t> sorted = per;
   std::sort(sorted.begin(), sorted.end());
   const double median = static_cast<double>(sorted[sorted.size() / 2]);
   for (size_t i = 1; i < per.size(); ++i) {  // the first began while the agent attached
     EXPECT_NEAR(per[i] / median, 1.0, 0.10) << "interval " << i << "\n" << log;
   }
-  std::cout << "agent RSS: " << rss_before << " KiB before, " << rss_down << " after 3.5 s down, "
+  std::cout << "agent RSS: " << rss_before << " KiB before, " << rss_down << " after 3.3 s down, "
             << rss_hang << " while hanging\n";
   EXPECT_LT(rss_down - rss_before, 4096) << "KiB";
   EXPECT_LT(rss_hang - rss_before, 4096) << "KiB";
@@ -373,9 +373,9 @@ TEST(AgentLive, ShortLivedProcessesAreReleasedAndMetricsEqualTheSummary) {
     return "local t = os.clock() while os.clock() - t < " + seconds + " do end";
   };
   // Warm-up: the first luajit makes the agent read and upload luajit's tables once.
-  test::Background warm({"/usr/bin/luajit", "-e", busy("1")});
+  test::Background warm({"/usr/bin/luajit", "-e", busy("0.3")});
   EXPECT_EQ(warm.wait(10000), 0);
-  sleep_s(2.5);  // its exit seen, its state released at the next interval
+  sleep_s(2);  // its exit seen (housekeeping every 0.5 s), its state released at the next cut
   Page before = scrape(port);
   EXPECT_EQ(before.value["ljprof_processes_followed"], 0) << before.text;
   const long rss_start = rss_kib(agent.pid());
