@@ -31,13 +31,6 @@ std::vector<std::string> list_dir(const std::string& dir) {
   return names;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int pid_from_output(const std::string& out) {
   std::smatch m;
   static const std::regex re(R"((?:ready|pid) (\d+))");

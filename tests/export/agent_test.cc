@@ -27,13 +27,6 @@ namespace {
 
 using Receiver = test::PyroscopeReceiver;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void sleep_s(double s) {
   std::this_thread::sleep_for(std::chrono::duration<double>(s));
 }
@@ -46,7 +39,7 @@ class Agent {
     process_ = std::make_unique<test::Background>(args, log_);
   }
   pid_t pid() const { return process_->pid(); }
-  std::string log() const { return slurp(log_); }
+  std::string log() const { return test::read_text(log_); }
   // The port of its metrics page, from its "metrics on http://HOST:PORT/metrics" line.
   int metrics_port(double timeout_s) {
     static const std::regex kLine(R"(metrics on http://[^:]+:(\d+)/metrics)");
@@ -248,7 +241,7 @@ TEST(AgentLive, OneProfilePerProcessPerIntervalAddsUpToOneRecording) {
   }
   sleep_s(0.5);
   ::kill(record.pid(), SIGINT);
-  EXPECT_EQ(record.wait(15000), 0) << slurp(dir + "/record.log");
+  EXPECT_EQ(record.wait(15000), 0) << test::read_text(dir + "/record.log");
   sleep_s(0.5);
   const int agent_exit = agent.terminate();  // mid-interval: the partial one is flushed
   std::ofstream(stop) << "stop\n";

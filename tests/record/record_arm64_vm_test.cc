@@ -85,15 +85,15 @@ class RecordArm64Vm : public ::testing::Test {
   static void expect_recorded(const std::string& name) {
     ASSERT_EQ(vm_.exit_code, 0) << "the VM run failed:\n" << vm_.err << vm_.out;
     ASSERT_TRUE(test::file_exists(file(name + ".rc"))) << name << " did not run:\n" << vm_.out;
-    EXPECT_EQ(slurp(file(name + ".rc")), "0\n") << slurp(file(name + ".log"));
+    EXPECT_EQ(test::read_text(file(name + ".rc")), "0\n") << test::read_text(file(name + ".log"));
   }
 
   // A runtime ljprof attached to inside the VM: its split against its own clock.
   static void expect_split(const std::string& name) {
     expect_recorded(name);
     expect_profile_matches_vm(file(name + ".folded"),
-                              VmReport::parse(slurp(file(name + ".report"))), 0.99,
-                              slurp(file(name + ".log")), kMinSamples, kMinNestedShare);
+                              VmReport::parse(test::read_text(file(name + ".report"))), 0.99,
+                              test::read_text(file(name + ".log")), kMinSamples, kMinNestedShare);
   }
 
   static inline std::string out_;
@@ -118,12 +118,13 @@ TEST_F(RecordArm64Vm, TarantoolLuajitJitOffSharesMatchTheVmsOwnClock) {
 
 void expect_nginx_case(const std::string& name) {
   const std::string dir = testing::TempDir() + "/ljprof-arm64-vm/";
-  EXPECT_FALSE(test::file_exists(dir + name + ".failed")) << slurp(dir + name + ".failed");
-  const VmReport before = VmReport::parse(slurp(dir + name + ".before"));
-  const VmReport after = VmReport::parse(slurp(dir + name + ".after"));
-  ASSERT_EQ(before.parts.size(), 5u) << slurp(dir + name + ".log");
+  EXPECT_FALSE(test::file_exists(dir + name + ".failed"))
+      << test::read_text(dir + name + ".failed");
+  const VmReport before = VmReport::parse(test::read_text(dir + name + ".before"));
+  const VmReport after = VmReport::parse(test::read_text(dir + name + ".after"));
+  ASSERT_EQ(before.parts.size(), 5u) << test::read_text(dir + name + ".log");
   expect_profile_matches_vm(dir + name + ".folded", after.since(before), 0.99,
-                            slurp(dir + name + ".log"), kMinSamples, kMinNestedShare);
+                            test::read_text(dir + name + ".log"), kMinSamples, kMinNestedShare);
 }
 
 TEST_F(RecordArm64Vm, NginxLuaWorkerJitOnSharesMatchItsOwnClock) {
@@ -141,18 +142,19 @@ TEST_F(RecordArm64Vm, NginxLuaWorkerJitOffSharesMatchItsOwnClock) {
 // program left behind would keep its JIT image listed in /proc/kallsyms).
 TEST_F(RecordArm64Vm, ProgramsLoadAndNothingIsLeftBehind) {
   ASSERT_EQ(vm_.exit_code, 0) << vm_.err << vm_.out;
-  const std::vector<std::string> lines = split(slurp(file("bpf_programs")), '\n');
-  ASSERT_EQ(lines.size(), 2u) << slurp(file("bpf_programs"));
-  EXPECT_EQ(split(lines[0], ' ').at(1), split(lines[1], ' ').at(1)) << slurp(file("bpf_programs"));
-  EXPECT_GT(std::stoi("0" + slurp(file("bpf_programs_during"))),
+  const std::vector<std::string> lines = split(test::read_text(file("bpf_programs")), '\n');
+  ASSERT_EQ(lines.size(), 2u) << test::read_text(file("bpf_programs"));
+  EXPECT_EQ(split(lines[0], ' ').at(1), split(lines[1], ' ').at(1))
+      << test::read_text(file("bpf_programs"));
+  EXPECT_GT(std::stoi("0" + test::read_text(file("bpf_programs_during"))),
             std::stoi(split(lines[0], ' ').at(1)))
       << "the kernel never listed ljprof's programs while it recorded";
   for (const char* name : {"luajit_jit_on", "luajit_jit_off", "tarantool_luajit_jit_on",
                            "tarantool_luajit_jit_off", "nginx_lua_jit_on", "nginx_lua_jit_off"}) {
-    EXPECT_NE(slurp(file(std::string(name) + ".log")).find("unwound to a proven root"),
+    EXPECT_NE(test::read_text(file(std::string(name) + ".log")).find("unwound to a proven root"),
               std::string::npos)
         << name << ": no summary of delivered samples:\n"
-        << slurp(file(std::string(name) + ".log"));
+        << test::read_text(file(std::string(name) + ".log"));
   }
 }
 

@@ -74,7 +74,8 @@ TEST_P(RecordSplit, SharesMatchTheVmsOwnClock) {
   test::CommandResult r = test::run(argv);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(test::file_exists(report)) << "the workload did not finish: " << r.err;
-  expect_profile_matches_vm(folded, VmReport::parse(slurp(report)), c.min_root_share, r.err);
+  expect_profile_matches_vm(folded, VmReport::parse(test::read_text(report)), c.min_root_share,
+                            r.err);
   test::run({"rm", "-rf", dir});
 }
 
@@ -222,7 +223,7 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
                           dir + "/target.out");
   ASSERT_GT(target.pid(), 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  ASSERT_TRUE(target.running()) << slurp(dir + "/target.out");
+  ASSERT_TRUE(target.running()) << test::read_text(dir + "/target.out");
 
   // /proc/PID/stat every 5 ms while ljprof runs: 'T' (stopped) or 't' (tracing stop) must never
   // show up.
@@ -251,7 +252,7 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::this_thread::sleep_for(std::chrono::seconds(2));
   std::ofstream(stop_file) << "stop\n";
-  EXPECT_EQ(target.wait(20000), 0) << slurp(dir + "/target.out");
+  EXPECT_EQ(target.wait(20000), 0) << test::read_text(dir + "/target.out");
   EXPECT_EQ(stopped_states, "") << "seen stopped in " << stopped_states.size() << " of " << polls
                                 << " polls";
   EXPECT_GT(polls, 100);
@@ -281,8 +282,8 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   EXPECT_GE(s0, static_cast<double>(t0) - 1e6);
   EXPECT_LE(s1, static_cast<double>(t1) + 2e7);
 
-  const VmReport vm = VmReport::parse(slurp(report));
-  ASSERT_EQ(vm.parts.size(), 5u) << "incomplete report: " << slurp(report);
+  const VmReport vm = VmReport::parse(test::read_text(report));
+  ASSERT_EQ(vm.parts.size(), 5u) << "incomplete report: " << test::read_text(report);
   // Per window, [0] before ljprof, [1] sampling, [2] after ljprof: rounds over the wall time
   // minus the time the target sat on the run queue. That wait is a busy neighbour's share of
   // this 2-core machine (measured: 0.85x-1.04x wall-clock ratios from it alone), not ljprof's
@@ -307,9 +308,9 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
     if (w < 0) continue;  // straddles a boundary, or attach / output writing
     rounds[w] += q.rounds, ns[w] += d - q.wait_ns, wall[w] += d, ++n[w];
   }
-  ASSERT_GE(n[0], 3) << slurp(report);
-  ASSERT_GE(n[1], 4) << slurp(report);
-  ASSERT_GE(n[2], 3) << slurp(report);
+  ASSERT_GE(n[0], 3) << test::read_text(report);
+  ASSERT_GE(n[1], 4) << test::read_text(report);
+  ASSERT_GE(n[2], 3) << test::read_text(report);
   auto rate = [&](int w) { return rounds[w] / ns[w] * 1e9; };
   const double rate_in = rate(1), rate_out = (rounds[0] + rounds[2]) / (ns[0] + ns[2]) * 1e9;
   const double wall_ratio = (rounds[1] / wall[1]) / ((rounds[0] + rounds[2]) / (wall[0] + wall[2]));
@@ -320,9 +321,9 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
             << " ms; attach took " << (s0 - static_cast<double>(t0)) / 1e9 << " s\n";
   EXPECT_GE(rate_in, 0.8 * rate_out)
       << "rounds/s while sampling " << rate_in << ", outside " << rate_out << "\n"
-      << slurp(report);
+      << test::read_text(report);
   // The target never sleeps; 2% is schedstat's accounting slack, far below a stop that matters.
-  EXPECT_LT(off_cpu, 0.02 * covered) << slurp(report);
+  EXPECT_LT(off_cpu, 0.02 * covered) << test::read_text(report);
   test::run({"rm", "-rf", dir});
 }
 
@@ -446,7 +447,7 @@ TEST(RecordPprof, GoToolPprofTopListsTheWorkloadsLuaFunctions) {
       test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "-o", profile, "--",
                  "/usr/bin/luajit", test::record_workloads_dir() + "/run_split.lua", "3", report});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const VmReport vm = VmReport::parse(slurp(report));
+  const VmReport vm = VmReport::parse(test::read_text(report));
   ASSERT_EQ(vm.parts.size(), 5u) << "the workload did not finish: " << r.err;
 
   test::CommandResult top =
@@ -511,18 +512,17 @@ TEST_P(RecordFromTrace, CalleeNestsUnderTheTracedFunction) {
                                      folded, "--", "/usr/bin/tarantool",
                                      test::record_workloads_dir() + "/" + c.workload, "3", report});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto fields = split(slurp(report), ' ');
-  ASSERT_EQ(fields.size(), 2u) << slurp(report);
+  auto fields = split(test::read_text(report), ' ');
+  ASSERT_EQ(fields.size(), 2u) << test::read_text(report);
   // The loop function, by the name its caller used (the report's first field) and its file;
   // JIT-compiled code of it carries the same label.
   const std::string traced = fields[0] + " (" + c.workload;
-  double total = 0, with_context = 0, inside = 0, nested = 0, rooted = 0;
+  RootTally tally;
+  double inside = 0, nested = 0;
   for (const FoldedStack& stack : read_folded(folded)) {
     const std::vector<std::string>& frames = stack.frames;
     const double n = stack.count;
-    total += n;
-    if (stack.had_context()) with_context += n;
-    if (stack.rooted()) rooted += n;
+    tally.add(stack);
     for (size_t i = 0; i < frames.size(); ++i) {
       if (frames[i] != c.native) continue;
       inside += n;
@@ -535,6 +535,7 @@ TEST_P(RecordFromTrace, CalleeNestsUnderTheTracedFunction) {
       break;
     }
   }
+  const auto [total, with_context, rooted] = tally;
   std::cout << "samples " << total << ", in " << c.native << " " << 100 * inside / total
             << "%, under the traced function " << 100 * nested / std::max(inside, 1.0)
             << "%, rooted " << 100 * rooted / std::max(with_context, 1.0) << "%\n";

@@ -1,5 +1,7 @@
 #include "split_oracle.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -14,11 +16,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   std::istringstream in(s);
   while (std::getline(in, item, sep)) out.push_back(item);
   return out;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 const char* const kParts[4] = {"burn_a", "burn_b", "in_c", "in_ffi"};
@@ -73,13 +70,12 @@ void expect_profile_matches_vm(const std::string& folded, const VmReport& vm, do
                                double min_nested_share) {
   ASSERT_EQ(vm.parts.size(), 5u) << what;
   std::map<std::string, double> samples;
-  double total = 0, with_context = 0, rooted = 0, nested = 0, in_c = 0;
+  RootTally tally;
+  double nested = 0, in_c = 0;
   for (const FoldedStack& stack : read_folded(folded)) {
     const std::vector<std::string>& frames = stack.frames;
     const double n = stack.count;
-    total += n;
-    if (stack.had_context()) with_context += n;
-    if (stack.rooted()) rooted += n;
+    tally.add(stack);
     for (const char* name : kParts) {
       bool hit = false;
       for (const std::string& f : frames) hit |= f.rfind(vm.label(name), 0) == 0;
@@ -99,6 +95,7 @@ void expect_profile_matches_vm(const std::string& folded, const VmReport& vm, do
       }
     }
   }
+  const auto [total, with_context, rooted] = tally;
   ASSERT_GT(total, min_samples) << what;
   EXPECT_GE(rooted / with_context, min_root_share) << what;
   double vm_total = 0, prof_total = 0;

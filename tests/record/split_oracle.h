@@ -11,7 +11,6 @@
 namespace ljprof::record_oracle {
 
 std::vector<std::string> split(const std::string& s, char sep);
-std::string slurp(const std::string& path);
 
 // The parts of split.lua whose shares are compared.
 extern const char* const kParts[4];
@@ -51,6 +50,17 @@ struct FoldedStack {
 };
 
 std::vector<FoldedStack> read_folded(const std::string& path);
+
+// Sample counts of a recording: all of them, those that had an unwind context, those whose walk
+// reached a proven root.
+struct RootTally {
+  double total = 0, with_context = 0, rooted = 0;
+  void add(const FoldedStack& stack) {
+    total += stack.count;
+    if (stack.had_context()) with_context += stack.count;
+    if (stack.rooted()) rooted += stack.count;
+  }
+};
 
 // A recording's folded stacks against the VM's per-part CPU time: more than `min_samples`
 // samples, shares within 5 points, at least `min_root_share` of the samples that had an unwind

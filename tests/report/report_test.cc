@@ -29,13 +29,6 @@ using test::run;
 
 using test::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void spit(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
@@ -248,7 +241,7 @@ TEST(FlameGraph, HtmlRenderedByHeadlessChromium) {
   // A name that would end the <script> element if the JSON were embedded naively.
   p.samples.push_back(sample({native("evil</script><b>x", "", 0, 0x10)}, 1));
   ASSERT_TRUE(write_flamegraph(p, path).ok());
-  std::string html = slurp(path);
+  std::string html = test::read_text(path);
   EXPECT_EQ(html.find("evil</script>"), std::string::npos);
   EXPECT_EQ(html.find("http://"), std::string::npos);  // self-contained: no network
   EXPECT_EQ(html.find("https://"), std::string::npos);
@@ -282,7 +275,7 @@ TEST(FlameGraph, SvgHasFramesAndTitles) {
   TempDir dir;
   std::string path = dir.file("flame.svg");
   ASSERT_TRUE(write_flamegraph(make_profile(), path).ok());
-  std::string svg = slurp(path);
+  std::string svg = test::read_text(path);
   EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find("<title>callback (app.lua:30) (7 samples, 36.84%)</title>"),
             std::string::npos);
@@ -310,8 +303,8 @@ TEST(Outputs, WritesEveryRequestedOutput) {
   Status s = write_outputs(make_profile(), o);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_TRUE(read_pprof(o.pprof_path).ok());
-  EXPECT_EQ(slurp(o.folded_path), folded_text(make_profile()));
-  EXPECT_NE(slurp(o.flamegraph_path).find("<html"), std::string::npos);
+  EXPECT_EQ(test::read_text(o.folded_path), folded_text(make_profile()));
+  EXPECT_NE(test::read_text(o.flamegraph_path).find("<html"), std::string::npos);
   EXPECT_NE(top.str().find("Showing top 3 of"), std::string::npos);
 
   o.folded_path = dir.file("no/such/dir/p.folded");
@@ -491,7 +484,7 @@ TEST(Malformed, TruncatedGzip) {
   TempDir dir;
   std::string path = dir.file("p.pb.gz");
   ASSERT_TRUE(write_pprof(make_profile(), path).ok());
-  std::string bytes = slurp(path);
+  std::string bytes = test::read_text(path);
   spit(path, bytes.substr(0, bytes.size() / 2));
   auto r = read_pprof(path);
   ASSERT_FALSE(r.ok());
@@ -639,9 +632,9 @@ TEST(ReportCommand, DefaultTopAndOutputs) {
   auto fg = run({test::ljprof_bin(), "report", path, "--flamegraph", html});
   ASSERT_EQ(fg.exit_code, 0) << fg.err;
   EXPECT_TRUE(fg.out.empty()) << fg.out;  // an output option replaces the default table
-  EXPECT_NE(slurp(html).find("<script"), std::string::npos);
+  EXPECT_NE(test::read_text(html).find("<script"), std::string::npos);
   ASSERT_EQ(run({test::ljprof_bin(), "report", path, "--flamegraph", svg}).exit_code, 0);
-  EXPECT_NE(slurp(svg).find("<svg"), std::string::npos);
+  EXPECT_NE(test::read_text(svg).find("<svg"), std::string::npos);
 }
 
 TEST(ReportCommand, HelpAndBadInput) {

@@ -11,13 +11,6 @@ namespace ljprof::test {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void write_conf(const std::string& dir, const std::string& tree, int port, bool jit_off) {
   std::ofstream conf(dir + "/nginx.conf");
   conf << "load_module " << tree << "/usr/lib/nginx/modules/ndk_http_module.so;\n"

@@ -57,6 +57,8 @@ void PrintTo(const MatrixVariant& v, std::ostream* os);
 std::string gtest_name(std::string name);
 
 std::vector<uint8_t> read_file(const std::string& path);
+// A file's bytes as a string (a log, a report a workload wrote); "" if it cannot be read.
+std::string read_text(const std::string& path);
 
 // A fresh directory under /tmp (ljprof-test-XXXXXX), removed with everything in it when the
 // guard goes away.
