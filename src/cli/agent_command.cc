@@ -1,6 +1,7 @@
 // `ljprof agent`: continuous profiling of every LuaJIT process on the host (or those the
 // filters select), one profile per process per interval to Pyroscope and/or a directory, with a
 // Prometheus metrics page (export/agent.h).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <ctime>
@@ -36,11 +37,16 @@ struct AgentFlags {
   bool quiet = false;
 };
 
+// Called from the recorder's loop and from every sink's upload thread: localtime_r, and the
+// whole line written at once so that lines do not interleave.
 void log_line(const std::string& line) {
-  std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", std::localtime(&now));
-  std::cerr << stamp << " ljprof agent: " << line << "\n" << std::flush;
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  char stamp[32] = "";
+  if (::localtime_r(&now, &local) != nullptr) {
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &local);
+  }
+  std::cerr << fmt::format("{} ljprof agent: {}\n", stamp, line) << std::flush;
 }
 
 // The flags as the agent's options; an error names the flag.
