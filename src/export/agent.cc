@@ -259,12 +259,11 @@ Result<AgentSummary> run_agent(AgentOptions o) {
     deliver_interval(o, host, std::move(cut), queues, state);
   };
   const Clock::time_point start = Clock::now();
-  auto recorded = record::record(o.record);
-  if (!recorded.ok()) return make_error("{}", recorded.message());
+  LJ_ASSIGN_OR_RETURN(record::RecordResult recorded, record::record(o.record));
   AgentSummary summary;
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (auto& q : queues) q->stop(o.drain_timeout_s);
-  summary.stats = *recorded;
+  summary.stats = recorded;
   std::tie(summary.intervals, summary.profiles) = state.intervals_and_profiles();
   for (auto& q : queues) summary.sinks.emplace_back(q->sink_name(), q->counts());
   return summary;

@@ -111,7 +111,7 @@ std::optional<std::string> resolve_needed(const elf::ElfFile& file, const std::s
 RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string> extra_lib_dirs,
                            std::string_view name) {
   RuntimeInfo info;
-  const std::string base = basename_of(name.empty() ? file.path() : std::string(name));
+  const std::string base = basename_of(name.empty() ? std::string_view(file.path()) : name);
   const bool linked_in = defines_luajit(file);
 
   for (std::string_view needed : file.needed()) {

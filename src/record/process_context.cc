@@ -60,7 +60,7 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
     MappedObject* obj = it->second.get();
     // The process it was first opened through had exited (its map_files gone): another process
     // mapping the same file tries again, into the same object (contexts may point at it).
-    if (!obj->elf && obj->image.empty() && obj->opened_through != pid) {
+    if (!obj->elf && obj->opened_through != pid) {
       analyse_mapped_file(*obj, pid, map);
     }
     return obj;

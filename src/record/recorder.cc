@@ -143,9 +143,11 @@ class Recorder {
   void housekeeping();
   void scan_all();
   bool selected(uint32_t pid);
+  void adopt(uint32_t pid);
   void cut_interval(bool last);
   void release_gone();
-  RecordStats stats(bool every_reason);
+  enum class StatsFor { Summary, Metrics };
+  RecordStats stats(StatsFor use);
   void handle_sample(const void* data, size_t size);
   Status upload_rows(std::span<const lj_cfi_row> rows);
   struct RawStack;
@@ -387,11 +389,7 @@ void Recorder::scan_all() {
     const unsigned long pid = std::strtoul(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || pid == 0 || pid == self || pid > UINT32_MAX) continue;
     if (procs_.count(static_cast<uint32_t>(pid))) continue;
-    if (!selected(static_cast<uint32_t>(pid))) continue;
-    if (maps_luajit(static_cast<uint32_t>(pid), cache_)) {
-      follow(static_cast<uint32_t>(pid));
-      setup(static_cast<uint32_t>(pid));
-    }
+    adopt(static_cast<uint32_t>(pid));
   }
   ::closedir(d);
 }
@@ -581,9 +579,12 @@ Status Recorder::launch_command() {
   return Ok{};
 }
 
-// The counters so far. `every_reason`: also the reasons still at zero (a metrics page shows
-// every series from its first scrape).
-RecordStats Recorder::stats(bool every_reason) {
+// The counters so far. For the summary: the reasons that occurred, each with the three sites
+// where most walks stopped. For the metrics page (built every second): every reason, also those
+// still at zero (a series exists from the first scrape), without sites (the page has no place
+// for them).
+RecordStats Recorder::stats(StatsFor use) {
+  const bool every_reason = use == StatsFor::Metrics;
   RecordStats r;
   const auto c = read_counters();
   r.samples = c[LJ_REC_CTR_SAMPLES];
@@ -600,10 +601,13 @@ RecordStats Recorder::stats(bool every_reason) {
     RecordStats::Reason reason{fmt::format("walk ended: {}", symbolize::walk_end_name(e)),
                                fmt::format("walk_end_{}", symbolize::walk_end_metric(e)),
                                ended,
-                               {end_sites_[e].begin(), end_sites_[e].end()}};
-    std::sort(reason.sites.begin(), reason.sites.end(),
-              [](const auto& a, const auto& b) { return a.second > b.second; });
-    if (reason.sites.size() > 3) reason.sites.resize(3);
+                               {}};
+    if (use == StatsFor::Summary) {
+      reason.sites.resize(std::min<size_t>(3, end_sites_[e].size()));
+      std::partial_sort_copy(end_sites_[e].begin(), end_sites_[e].end(), reason.sites.begin(),
+                             reason.sites.end(),
+                             [](const auto& a, const auto& b) { return a.second > b.second; });
+    }
     r.reasons.push_back(std::move(reason));
   }
   agent_counts_[LJ_REC_CTR_BEFORE_CONTEXT] = before_context;
@@ -630,6 +634,14 @@ bool Recorder::selected(uint32_t pid) {
     }
   }
   return in_cgroup(pid, opt_.cgroup);
+}
+
+// With -a: follows a process the filters select once it maps a LuaJIT runtime (found by the
+// /proc scan, or at its exec).
+void Recorder::adopt(uint32_t pid) {
+  if (!selected(pid) || !maps_luajit(pid, cache_)) return;
+  follow(pid);
+  setup(pid);
 }
 
 // Hands the interval's stacks, one profile per process, to on_interval and starts the next
@@ -729,9 +741,8 @@ Result<RecordResult> Recorder::run() {
         if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &slot) == 0) {
           procs_[pid];  // a child the kernel added
           setup(pid);
-        } else if (opt_.all && selected(pid) && maps_luajit(pid, cache_)) {
-          follow(pid);  // a process that exec'd a LuaJIT runtime (notify_all_execs)
-          setup(pid);
+        } else if (opt_.all) {
+          adopt(pid);  // a process that exec'd (notify_all_execs)
         }
         continue;
       }
@@ -771,7 +782,7 @@ Result<RecordResult> Recorder::run() {
     }
     if (seconds_since(last_status) >= 1.0) {
       if (opt_.progress) opt_.progress(status_line(elapsed));
-      if (opt_.on_stats) opt_.on_stats(stats(true));
+      if (opt_.on_stats) opt_.on_stats(stats(StatsFor::Metrics));
       last_status = Clock::now();
     }
     if (opt_.interval_s > 0 && seconds_since(last_cut) >= opt_.interval_s) {
@@ -797,9 +808,9 @@ Result<RecordResult> Recorder::run() {
   }
 
   RecordResult r;
-  static_cast<RecordStats&>(r) = stats(false);
+  static_cast<RecordStats&>(r) = stats(StatsFor::Summary);
   r.command_exit_status = child_status_;
-  if (opt_.on_stats) opt_.on_stats(stats(true));
+  if (opt_.on_stats) opt_.on_stats(stats(StatsFor::Metrics));
   if (opt_.interval_s > 0) {
     cut_interval(true);
     return r;

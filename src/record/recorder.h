@@ -83,9 +83,10 @@ struct RecordStats {
     uint64_t count = 0;
     // Where walks with this reason stopped, most frequent first (at most 3): "luajit+0x704e0"
     // (link-time address, as `ljprof cfi FILE --at` takes it) or "anonymous 0x7f..." (JIT code).
+    // In the summary only; on_stats leaves it empty.
     std::vector<std::pair<std::string, uint64_t>> sites;
   };
-  // Nonzero only, unless asked for every reason (metrics: a series exists from the start).
+  // The summary's: nonzero only; on_stats's: every reason (a metric exists from the start).
   std::vector<Reason> reasons;
 };
 
