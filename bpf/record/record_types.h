@@ -21,6 +21,8 @@
                 it by batched updates, never maps it) */
 #define LJ_REC_ROW_SEARCH_STEPS 22 /* binary search steps: enough for 1 << 21 rows */
 
+#define LJ_REC_ROW_CACHE 4096 /* rows remembered per CPU (record.bpf.c row_cache), a power of 2 */
+
 /* `pids` map values: the process's slot in `procs`, or one of these. */
 #define LJ_REC_PID_PENDING 0xffffffffu /* followed, context not uploaded yet (new or exec'd) */
 
@@ -35,6 +37,16 @@ struct lj_rec_module {
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_module) == 32, "lj_rec_module: 32 bytes, no padding");
 
+/* One entry of the kernel's per-CPU row cache: the row found for runtime `pc` in the context
+ * of that generation. */
+struct lj_rec_row_cache_entry {
+  uint64_t pc;
+  uint32_t generation; /* lj_rec_proc.generation; 0: empty */
+  uint32_t pad;
+  struct lj_cfi_row row;
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_row_cache_entry) == 40, "lj_rec_row_cache_entry: 40 bytes");
+
 /* The unwind context of one process. Modules are sorted by start and do not overlap. */
 struct lj_rec_proc {
   struct lj_luajit_info lj; /* version 0: no LuaJIT (native frames only) */
@@ -42,7 +54,9 @@ struct lj_rec_proc {
   uint64_t g_hint;          /* a global_State candidate (tarantool_L, or a G a walk proved) */
   uint64_t trace_hint;      /* AArch64: the GCtrace a walk last proved running (0 at upload) */
   uint32_t nmodules;
-  uint32_t generation; /* bumped by the loader on each upload of this slot */
+  /* Unique per uploaded context, never 0 (the kernel's row cache is keyed by it): the loader's
+   * ProcessContext::generation, low 32 bits. */
+  uint32_t generation;
   struct lj_rec_module modules[LJ_REC_MAX_MODULES];
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_proc) ==
@@ -68,16 +82,21 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_frame) == 48, "lj_rec_frame: 48 bytes, no 
 struct lj_rec_sample {
   uint32_t pid; /* tgid */
   uint32_t tid;
-  uint64_t time_ns; /* bpf_ktime_get_ns */
+  uint64_t time_ns; /* bpf_ktime_get_ns when the program started on this sample */
   uint32_t cpu;
   uint32_t nframes;
   uint32_t end; /* LJ_END_* */
   uint32_t lua_states;
   uint64_t end_pc;
+  /* The program's own time for this sample, from its start to the ring-buffer output (the
+   * walk and the prototype reads; `record --stats` prints the median, bench/record_overhead
+   * compares it with the kernel's frame-pointer unwinder). Saturates at UINT32_MAX. */
+  uint32_t walk_ns;
+  uint32_t reserved;
   struct lj_rec_frame frames[LJ_WALK_MAX_FRAMES];
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 40 + 48 * LJ_WALK_MAX_FRAMES,
-                 "lj_rec_sample: 40-byte header + frames");
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 48 + 48 * LJ_WALK_MAX_FRAMES,
+                 "lj_rec_sample: 48-byte header + frames");
 
 /* The recorder's counters, declared once: X(ID, id, where, metric, text). KERNEL counters are
  * slots of the BPF program's per-CPU `counters` array (ids below LJ_REC_NCOUNTERS; slots
@@ -131,12 +150,5 @@ enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_EN
 #define LJ_REC_COUNTER_IDS 80 /* every id, kernel and agent, is below this */
 LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
                  "walk ends fit below the kernel counters");
-
-/* Read-only configuration of the program (set by the loader before load). */
-struct lj_rec_config {
-  uint32_t follow_children; /* 1: add forked children of followed processes */
-  uint32_t pad;
-};
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_config) == 8, "lj_rec_config: 8 bytes");
 
 #endif /* LJPROF_BPF_RECORD_RECORD_TYPES_H */

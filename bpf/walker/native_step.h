@@ -25,27 +25,10 @@ static int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64
 #define LJ_STEP_RA_UNKNOWN 6 /* the RA rule is "same value" but x30 is not known here */
 #define LJ_STEP_RA_ZERO 7    /* the saved return address is 0: the chain ends (thread entry) */
 
-/* Applies `row` to `r`. `row` must be the row covering r->pc (for a caller frame: r->pc - 1,
- * the call instruction, since the return address may start the next function's row). */
-LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* row,
-                             struct lj_native_regs* r) {
-  uint64_t cfa, ra, fp;
-
-  if (row->hint == LJ_CFI_STOP) return LJ_STEP_ROOT;
-  if (row->hint == LJ_CFI_INVALID) return LJ_STEP_NO_CFI;
-
-  if (row->cfa_base == LJ_CFI_REG_FP) {
-    if (!r->fp_valid) return LJ_STEP_FP_UNKNOWN;
-    cfa = r->fp + (int64_t)row->cfa_offset;
-  } else {
-    cfa = r->sp + (int64_t)row->cfa_offset;
-  }
-  /* Both ABIs: the CFA is the caller's SP, and stacks grow down. An AArch64 leaf that keeps
-   * its return address in x30 may use no stack at all (CFA == SP, e.g. glibc's syscall stubs);
-   * that can happen once per walk only, since a step clears lr_valid. */
-  if (cfa < r->sp || (cfa == r->sp && !(row->ra_rule == LJ_CFI_RULE_SAME && r->lr_valid)))
-    return LJ_STEP_BAD_FRAME;
-
+/* The caller's RA and FP by rules that are not the common frame record (lj_native_step). */
+LJ_INLINE int lj_read_ra_fp(struct lj_walk_env* env, const struct lj_cfi_row* row, uint64_t cfa,
+                            struct lj_native_regs* r, uint64_t* ra_out) {
+  uint64_t ra = 0, fp;
   switch (row->ra_rule) {
     case LJ_CFI_RULE_AT_CFA:
       if (lj_walk_read(env, &ra, sizeof(ra), cfa + (int64_t)row->ra_offset) != 0)
@@ -77,6 +60,47 @@ LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* r
     default:
       r->fp_valid = 0;
       break;
+  }
+
+  *ra_out = ra;
+  return LJ_STEP_OK;
+}
+
+/* Applies `row` to `r`. `row` must be the row covering r->pc (for a caller frame: r->pc - 1,
+ * the call instruction, since the return address may start the next function's row). */
+LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* row,
+                             struct lj_native_regs* r) {
+  uint64_t cfa, ra = 0;
+
+  if (row->hint == LJ_CFI_STOP) return LJ_STEP_ROOT;
+  if (row->hint == LJ_CFI_INVALID) return LJ_STEP_NO_CFI;
+
+  if (row->cfa_base == LJ_CFI_REG_FP) {
+    if (!r->fp_valid) return LJ_STEP_FP_UNKNOWN;
+    cfa = r->fp + (int64_t)row->cfa_offset;
+  } else {
+    cfa = r->sp + (int64_t)row->cfa_offset;
+  }
+  /* Both ABIs: the CFA is the caller's SP, and stacks grow down. An AArch64 leaf that keeps
+   * its return address in x30 may use no stack at all (CFA == SP, e.g. glibc's syscall stubs);
+   * that can happen once per walk only, since a step clears lr_valid. */
+  if (cfa < r->sp || (cfa == r->sp && !(row->ra_rule == LJ_CFI_RULE_SAME && r->lr_valid)))
+    return LJ_STEP_BAD_FRAME;
+
+  /* The common frame record (x86-64 push rbp after the call's push; AArch64 stp x29, x30):
+   * the saved FP right below the saved RA, both read at once (each user-memory read costs
+   * the kernel far more than the bytes it copies). */
+  if (row->ra_rule == LJ_CFI_RULE_AT_CFA && row->fp_rule == LJ_CFI_RULE_AT_CFA &&
+      row->fp_offset + 8 == row->ra_offset) {
+    uint64_t pair[2] = {0, 0};
+    if (lj_walk_read(env, pair, sizeof(pair), cfa + (int64_t)row->fp_offset) != 0)
+      return LJ_STEP_READ_FAULT;
+    r->fp = pair[0];
+    r->fp_valid = 1;
+    ra = pair[1];
+  } else {
+    int rc = lj_read_ra_fp(env, row, cfa, r, &ra);
+    if (rc != LJ_STEP_OK) return rc;
   }
 
   /* AArch64 return addresses may carry a pointer-authentication signature in the top bits;

@@ -59,7 +59,17 @@ struct lj_lua_cursor {
   uint32_t segment;
   uint32_t segment_frames; /* Lua frames emitted since the last VM entry */
   uint8_t done;            /* this L's stack is exhausted */
-  uint8_t pad[7];
+  /* What the last frame's function and call site were (recursion repeats both): each
+   * user-memory read costs the kernel far more than the bytes it copies, so a walk reads a
+   * function's ffid and C entry, and a call instruction, once while they repeat. Valid while
+   * last_func / last_link is nonzero; the walk's memory does not change under it. */
+  uint8_t last_ffid;
+  uint8_t pad[6];
+  uint64_t last_func;
+  uint64_t last_entry;
+  uint64_t last_link;
+  uint32_t last_call_ins;
+  uint32_t pad2;
 };
 
 LJ_INLINE int lj_emit(struct lj_walk_result* out, uint32_t kind, uint64_t pc, uint64_t b,
@@ -183,9 +193,10 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   c->segment_frames++;
   if (lj->gc64) {
     /* lj_frame.h LJ_FR2: [func TValue][PC/delta/ftsz]; `frame` points at the link slot. */
-    if (lj_walk_read(env, &link, 8, frame) != 0) return LJ_END_READ_FAULT;
-    if (lj_walk_read(env, &func, 8, frame - slot) != 0) return LJ_END_READ_FAULT;
-    func &= 0x00007fffffffffffULL; /* lj_obj.h LJ_GCVMASK */
+    uint64_t slots[2] = {0, 0};
+    if (lj_walk_read(env, slots, 16, frame - slot) != 0) return LJ_END_READ_FAULT;
+    func = slots[0] & 0x00007fffffffffffULL; /* lj_obj.h LJ_GCVMASK */
+    link = slots[1];
   } else {
     /* One slot: func GCRef in the low word, PC/ftsz in the high word (both 32-bit). */
     uint32_t words[2] = {0, 0};
@@ -203,22 +214,32 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   /* FRAME_VARG is a pseudo-frame below a vararg function's real frame; a frame whose function
    * is the lua_State itself is a dummy (lj_err_optype_call). Neither is a function. */
   if (typep != 3 && func != c->L) {
-    uint8_t ffid = 0;
-    if (lj_walk_read(env, &ffid, 1, func + lj->fn_ffid) != 0) return LJ_END_READ_FAULT;
-    if (ffid == 0) { /* lj_obj.h FF_LUA */
+    if (func != c->last_func || func == 0) {
+      uint8_t ffid = 0;
+      uint64_t entry = 0;
+      if (lj_walk_read(env, &ffid, 1, func + lj->fn_ffid) != 0) return LJ_END_READ_FAULT;
+      if (ffid != 0 && lj_walk_read(env, &entry, 8, func + lj->fn_cfunc_f) != 0) entry = 0;
+      c->last_func = func;
+      c->last_ffid = ffid;
+      c->last_entry = entry;
+    }
+    if (c->last_ffid == 0) { /* lj_obj.h FF_LUA */
       if (lj_emit(out, LJ_FRAME_LUA, func, c->pending_pc, c->segment) != 0) return LJ_END_TRUNCATED;
     } else {
-      uint64_t entry = 0;
-      if (lj_walk_read(env, &entry, 8, func + lj->fn_cfunc_f) != 0) entry = 0;
-      if (lj_emit(out, LJ_FRAME_CFUNC, func, entry, c->segment) != 0) return LJ_END_TRUNCATED;
+      if (lj_emit(out, LJ_FRAME_CFUNC, func, c->last_entry, c->segment) != 0)
+        return LJ_END_TRUNCATED;
     }
   }
 
   if (type == 0) {
     /* FRAME_LUA: the link is the caller's return PC; the call instruction before it holds the
      * callee's base slot in its A operand (frame_prevl, lj_bc.h bc_a). */
-    uint32_t ins = 0;
-    if (lj_walk_read(env, &ins, 4, link - 4) != 0) return LJ_END_READ_FAULT;
+    uint32_t ins = c->last_call_ins;
+    if (link != c->last_link || link == 0) {
+      if (lj_walk_read(env, &ins, 4, link - 4) != 0) return LJ_END_READ_FAULT;
+      c->last_link = link;
+      c->last_call_ins = ins;
+    }
     next = frame - (1 + fr2 + ((ins >> 8) & 0xff)) * slot;
     c->pending_pc = link;
   } else {

@@ -25,6 +25,7 @@ void add_record_command(CommandLine& cli) {
     std::string flamegraph;
     size_t top = 0;
     bool quiet = false;
+    bool stats = false;
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -55,6 +56,10 @@ void add_record_command(CommandLine& cli) {
              "Write a flame graph: FILE.svg = SVG, otherwise self-contained HTML");
   cmd.flag("--top{20}", opts->top, "Print the N hottest functions (default 20)");
   cmd.flag("-q,--quiet", opts->quiet, "No progress line while recording");
+  cmd.flag("--stats", opts->stats,
+           "Also print what recording cost: the agent's CPU per delivered sample in steady "
+           "state (after the first 2 s) and its max RSS, the CPU each process's attach took, "
+           "and the kernel program's median time per sample");
   cmd.option("COMMAND", opts->command,
              "After '--': a command to launch and sample, with its children");
   cmd.footer(
@@ -116,6 +121,7 @@ void add_record_command(CommandLine& cli) {
       return 2;
     }
     print_record_summary(std::cerr, "record", *r, r->profile.duration_ns / 1e9);
+    if (opts->stats) print_record_cost(std::cerr, "record", r->cost);
     auto written = report::write_outputs(r->profile, out);
     if (!written.ok()) {
       std::cerr << "ljprof record: " << written.message() << "\n";

@@ -41,4 +41,35 @@ void print_record_summary(std::ostream& out, std::string_view command, const rec
   }
 }
 
+void print_record_cost(std::ostream& out, std::string_view command, const record::RecordCost& c) {
+  out << fmt::format("ljprof {}: agent CPU {:.3f} s in all, max RSS {:.1f} MiB\n", command, c.cpu_s,
+                     c.max_rss_kib / 1024.0);
+  if (c.steady_s > 0 && c.steady_samples > 0) {
+    out << fmt::format(
+        "ljprof {}: agent CPU in steady state (the last {:.1f} s): {:.3f} s for {} delivered "
+        "samples, {:.2f} us per sample\n",
+        command, c.steady_s, c.steady_cpu_s, c.steady_samples,
+        c.steady_cpu_s * 1e6 / c.steady_samples);
+  } else {
+    out << fmt::format(
+        "ljprof {}: agent CPU in steady state: none (no samples after the first "
+        "{:.0f} s)\n",
+        command, record::RecordCost::kSteadyAfterS);
+  }
+  if (c.walk_samples > 0) {
+    out << fmt::format(
+        "ljprof {}: kernel program per sample: median {:.2f} us, p90 {:.2f} us, {:.1f} frames "
+        "on average ({} samples)\n",
+        command, c.walk_ns_median / 1e3, c.walk_ns_p90 / 1e3, c.walk_mean_frames, c.walk_samples);
+  }
+  out << fmt::format("ljprof {}: attach CPU: {} process{}, {:.1f} ms in all\n", command,
+                     c.attach_count, c.attach_count == 1 ? "" : "es", c.attach_cpu_ms);
+  for (const record::RecordCost::Attach& a : c.attaches) {
+    out << fmt::format("  {:>8.1f} ms  pid {} ({})\n", a.cpu_ms, a.pid, a.comm);
+  }
+  if (c.attach_count > c.attaches.size()) {
+    out << fmt::format("  ... and {} more\n", c.attach_count - c.attaches.size());
+  }
+}
+
 }  // namespace ljprof::cli

@@ -23,4 +23,8 @@ Result<std::vector<uint32_t>> parse_pid_list(const std::string& text);
 void print_record_summary(std::ostream& out, std::string_view command,
                           const record::RecordStats& stats, double seconds);
 
+// `--stats`: the agent's CPU per delivered sample in steady state, its max RSS, the CPU each
+// process's attach took, and the kernel program's time per sample.
+void print_record_cost(std::ostream& out, std::string_view command, const record::RecordCost& c);
+
 }  // namespace ljprof::cli

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "record.skel.h"
+#include "record/cost.h"
 #include "record/counters.h"
 #include "record/process_context.h"
 #include "record/process_identity.h"
@@ -139,15 +140,19 @@ class Recorder {
   Status launch_command();
   void follow(uint32_t pid);
   void setup(uint32_t pid);
+  struct Proc;
+  void publish(uint32_t pid, Proc& p);
   void drop(uint32_t pid);
   void housekeeping();
   void scan_all();
   bool selected(uint32_t pid);
-  void adopt(uint32_t pid);
+  bool adopt(uint32_t pid);
+  void recheck_exec_candidates();
   void cut_interval(bool last);
   void release_gone();
   enum class StatsFor { Summary, Metrics };
   RecordStats stats(StatsFor use);
+  RecordCost cost(double elapsed);
   void handle_sample(const void* data, size_t size);
   Status upload_rows(std::span<const lj_cfi_row> rows);
   struct RawStack;
@@ -192,6 +197,9 @@ class Recorder {
   std::map<uint32_t, Proc> procs_;
   std::vector<uint32_t> free_slots_;
   std::set<uint32_t> rescan_;
+  // -a: exec'd processes without LuaJIT yet -> loop rounds left to look again.
+  std::map<uint32_t, int> exec_candidates_;
+  static constexpr int kCandidateRounds = 5;
   std::set<uint32_t> warned_;
   SampleSymbolizer symbolizer_;
   // Symbolized stacks and their sample counts. Nodes are stable: raw_stacks_ points into it.
@@ -224,6 +232,10 @@ class Recorder {
   pid_t child_ = -1;
   int child_status_ = -1;
   bool child_exited_ = false;
+  WalkTimes walk_times_;
+  RecordCost cost_;
+  double steady_cpu0_ = -1;  // process CPU when steady state began (-1: not yet)
+  uint64_t steady_delivered0_ = 0;
   // Continuous mode: when the current interval started (wall clock, for its profiles).
   std::chrono::system_clock::time_point interval_start_;
 };
@@ -304,6 +316,20 @@ void Recorder::follow(uint32_t pid) {
 // (so the kernel never sees a slot that is half written).
 void Recorder::setup(uint32_t pid) {
   Proc& p = procs_[pid];
+  const bool first = !p.ctx;
+  const double cpu0 = thread_cpu_seconds();
+  publish(pid, p);
+  if (first && p.ctx) {
+    const double ms = (thread_cpu_seconds() - cpu0) * 1e3;
+    ++cost_.attach_count;
+    cost_.attach_cpu_ms += ms;
+    if (cost_.attaches.size() < RecordCost::kMaxAttachesListed) {
+      cost_.attaches.push_back({pid, p.identity.comm, ms});
+    }
+  }
+}
+
+void Recorder::publish(uint32_t pid, Proc& p) {
   auto ctx = build_process_context(pid, cache_);
   if (!ctx.ok()) {
     if (process_alive(pid) && warned_.insert(pid).second) warn(ctx.message());
@@ -341,6 +367,10 @@ void Recorder::setup(uint32_t pid) {
     rec.modules[rec.nmodules++] =
         lj_rec_module{m.start, m.end, m.bias, obj->row_first, obj->row_count};
   }
+  // The kernel's row cache key; 0 means an empty entry there. 32 bits wrap only after 4
+  // billion contexts, more than any recording builds.
+  rec.generation = static_cast<uint32_t>((*ctx)->generation);
+  if (rec.generation == 0) rec.generation = 1;
   if ((*ctx)->luajit != nullptr) {
     rec.lj = (*ctx)->luajit->object->info;
     rec.vm_bias = (*ctx)->luajit->bias;
@@ -430,6 +460,7 @@ void Recorder::handle_sample(const void* data, size_t size) {
   }
   ++delivered_;
   if (s.end == LJ_END_ROOT) ++reached_root_;
+  walk_times_.add(s.walk_ns, s.nframes);
   auto it = procs_.find(s.pid);
   if (it == procs_.end() || !it->second.ctx) {
     ++agent_counts_[LJ_REC_CTR_NO_PROCESS];
@@ -624,6 +655,22 @@ RecordStats Recorder::stats(StatsFor use) {
   return r;
 }
 
+RecordCost Recorder::cost(double elapsed) {
+  RecordCost c = cost_;
+  c.cpu_s = process_cpu_seconds();
+  if (steady_cpu0_ >= 0) {
+    c.steady_s = elapsed - RecordCost::kSteadyAfterS;
+    c.steady_cpu_s = c.cpu_s - steady_cpu0_;
+    c.steady_samples = delivered_ - steady_delivered0_;
+  }
+  c.max_rss_kib = max_rss_kib();
+  c.walk_samples = walk_times_.count();
+  c.walk_ns_median = walk_times_.quantile_ns(0.5);
+  c.walk_ns_p90 = walk_times_.quantile_ns(0.9);
+  c.walk_mean_frames = walk_times_.mean_frames();
+  return c;
+}
+
 bool Recorder::selected(uint32_t pid) {
   if (!opt_.comms.empty()) {
     const std::string comm = read_comm(pid), exe = executable_name(pid);
@@ -637,11 +684,25 @@ bool Recorder::selected(uint32_t pid) {
 }
 
 // With -a: follows a process the filters select once it maps a LuaJIT runtime (found by the
-// /proc scan, or at its exec).
-void Recorder::adopt(uint32_t pid) {
-  if (!selected(pid) || !maps_luajit(pid, cache_)) return;
+// /proc scan, or at its exec). False if it is not followed.
+bool Recorder::adopt(uint32_t pid) {
+  if (!selected(pid) || !maps_luajit(pid, cache_)) return false;
   follow(pid);
   setup(pid);
+  return true;
+}
+
+// Processes that exec'd without a LuaJIT mapping yet, looked at again once per loop round
+// (kDrainMs) until one maps it or kCandidateRounds pass.
+void Recorder::recheck_exec_candidates() {
+  for (auto it = exec_candidates_.begin(); it != exec_candidates_.end();) {
+    const uint32_t pid = it->first;
+    if (procs_.count(pid) || !process_alive(pid) || adopt(pid) || --it->second == 0) {
+      it = exec_candidates_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 // Hands the interval's stacks, one profile per process, to on_interval and starts the next
@@ -741,8 +802,11 @@ Result<RecordResult> Recorder::run() {
         if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &slot) == 0) {
           procs_[pid];  // a child the kernel added
           setup(pid);
-        } else if (opt_.all) {
-          adopt(pid);  // a process that exec'd (notify_all_execs)
+        } else if (opt_.all && !adopt(pid)) {
+          // A process that exec'd (notify_all_execs) and maps no LuaJIT yet: ld.so may be
+          // about to map it (Debian's luajit links libluajit-5.1.so), so look again for a few
+          // rounds rather than only at the next /proc scan, seconds away.
+          exec_candidates_.try_emplace(pid, kCandidateRounds);
         }
         continue;
       }
@@ -757,6 +821,7 @@ Result<RecordResult> Recorder::run() {
       }
       setup(pid);
     }
+    recheck_exec_candidates();
     if (child_ > 0 && !child_exited_) {
       int status = 0;
       if (::waitpid(child_, &status, WNOHANG) == child_) {
@@ -765,6 +830,10 @@ Result<RecordResult> Recorder::run() {
       }
     }
     const double elapsed = seconds_since(start);
+    if (steady_cpu0_ < 0 && elapsed >= RecordCost::kSteadyAfterS) {
+      steady_cpu0_ = process_cpu_seconds();
+      steady_delivered0_ = delivered_;
+    }
     if (opt_.duration_s > 0 && elapsed >= opt_.duration_s) break;
     if (child_exited_) break;
     if (seconds_since(last_house) >= 0.5) {
@@ -809,6 +878,7 @@ Result<RecordResult> Recorder::run() {
 
   RecordResult r;
   static_cast<RecordStats&>(r) = stats(StatsFor::Summary);
+  r.cost = cost(elapsed);
   r.command_exit_status = child_status_;
   if (opt_.on_stats) opt_.on_stats(stats(StatsFor::Metrics));
   if (opt_.interval_s > 0) {

@@ -90,8 +90,40 @@ struct RecordStats {
   std::vector<Reason> reasons;
 };
 
+// What a recording cost (`ljprof record --stats`, bench/record_overhead): the agent's CPU and
+// memory (record/cost.h), what attaching each process took, and the kernel program's own time
+// per sample.
+struct RecordCost {
+  double cpu_s = 0;  // the agent's user + system CPU, whole run
+  // Steady state: from kSteadyAfterS into the run (start-up and the first attaches done) to its
+  // end, the agent's CPU and the samples delivered meanwhile. steady_s 0: the run was shorter.
+  static constexpr double kSteadyAfterS = 2.0;
+  double steady_s = 0;
+  double steady_cpu_s = 0;
+  uint64_t steady_samples = 0;
+  uint64_t max_rss_kib = 0;
+  // lj_rec_sample.walk_ns over every delivered sample.
+  uint64_t walk_samples = 0;
+  uint64_t walk_ns_median = 0;
+  uint64_t walk_ns_p90 = 0;
+  double walk_mean_frames = 0;
+  // The recorder thread's CPU for each process's first unwind context (reading its mappings,
+  // analysing files not seen before, uploading their rows): the first kMaxAttachesListed in
+  // order, and all of them summed.
+  struct Attach {
+    uint32_t pid = 0;
+    std::string comm;
+    double cpu_ms = 0;
+  };
+  static constexpr size_t kMaxAttachesListed = 32;
+  std::vector<Attach> attaches;
+  uint64_t attach_count = 0;
+  double attach_cpu_ms = 0;
+};
+
 struct RecordResult : RecordStats {
   report::Profile profile;
+  RecordCost cost;
   int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
 };
 

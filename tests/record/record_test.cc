@@ -377,7 +377,7 @@ TEST(RecordAndCore, OneProcessShowsTheSameFramesLiveAndInItsCore) {
   test::Background target({"/usr/bin/luajit", test::record_workloads_dir() + "/same_stack.lua"});
   const std::string pid = std::to_string(target.pid());
   test::CommandResult r = test::run({test::ljprof_bin(), "record", "-F", "499", "-d", "2", "-q",
-                                     "-p", pid, "--folded", dir.file("stacks.folded")});
+                                     "--stats", "-p", pid, "--folded", dir.file("stacks.folded")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   test::CommandResult g = test::run({"gcore", "-o", dir.file("core"), pid});
   ASSERT_EQ(g.exit_code, 0) << g.err;
@@ -408,6 +408,23 @@ TEST(RecordAndCore, OneProcessShowsTheSameFramesLiveAndInItsCore) {
   ASSERT_GT(total, 100) << r.err;
   EXPECT_GT(covered, 0.9 * total) << "core: " << c.out;
   EXPECT_GT(with_ffi, 0.5 * total) << r.err;
+
+  // --stats: the kernel program's time per sample over the delivered samples, whose walks hold
+  // at least the core's frames (the raw walk adds the native ones), and this process's attach.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.err, m,
+      std::regex(R"(kernel program per sample: median ([0-9.]+) us, p90 ([0-9.]+) us, ([0-9.]+) )"
+                 R"(frames on average \(([0-9]+) samples\))")))
+      << r.err;
+  EXPECT_GT(std::stod(m[1]), 0.0);
+  EXPECT_GE(std::stod(m[2]), std::stod(m[1]));
+  EXPECT_GE(std::stod(m[3]), static_cast<double>(from_core.size()));
+  EXPECT_GE(std::stod(m[4]), total);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(attach CPU: 1 process, [0-9.]+ ms in all)")))
+      << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"( ms  pid )" + pid + R"( \(luajit\))")))
+      << r.err;
 }
 
 // A function called from a short-lived closure (a string.gsub callback, a new closure per

@@ -1,0 +1,55 @@
+#include "record/cost.h"
+
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ljprof::record {
+
+namespace {
+
+// CLOCK_*_CPUTIME_ID: the scheduler's exact run time, where getrusage's thread times move in
+// whole ticks (4 ms at HZ=250), too coarse for a 1 ms attach.
+double cpu_seconds(clockid_t clock) {
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+}  // namespace
+
+double process_cpu_seconds() {
+  return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+double thread_cpu_seconds() {
+  return cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+}
+
+uint64_t max_rss_kib() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<uint64_t>(std::max<long>(0, u.ru_maxrss));
+}
+
+void WalkTimes::add(uint32_t walk_ns, uint32_t frames) {
+  buckets_[std::min<uint32_t>(walk_ns / kBucketNs, kBuckets - 1)] += 1;
+  ++count_;
+  frames_ += frames;
+}
+
+uint64_t WalkTimes::quantile_ns(double q) const {
+  if (count_ == 0) return 0;
+  const uint64_t rank =
+      std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(std::clamp(q, 0.0, 1.0) * count_)));
+  uint64_t seen = 0;
+  for (uint32_t b = 0; b < kBuckets; ++b) {
+    seen += buckets_[b];
+    if (seen >= rank) return static_cast<uint64_t>(b + 1) * kBucketNs;
+  }
+  return static_cast<uint64_t>(kBuckets) * kBucketNs;
+}
+
+}  // namespace ljprof::record

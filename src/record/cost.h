@@ -1,0 +1,40 @@
+// record/cost.h: what a recording costs, measured by the recorder itself (`ljprof record
+// --stats`, bench/record_overhead): the agent's CPU (CPU-time clocks) and peak memory
+// (getrusage), and the kernel program's own time per sample as each sample record carries it
+// (lj_rec_sample.walk_ns).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace ljprof::record {
+
+// The agent's CPU (user + system) so far, in seconds: the whole process, or the calling thread
+// only (the recorder's loop, without the agent's upload threads). Exact (the scheduler's run
+// time), not in ticks.
+double process_cpu_seconds();
+double thread_cpu_seconds();
+// The agent's peak resident set (getrusage ru_maxrss), in KiB.
+uint64_t max_rss_kib();
+
+// The distribution of the kernel program's time per sample: fixed buckets of kBucketNs up to
+// kBuckets * kBucketNs (the last bucket holds everything longer), so the memory is bounded
+// whatever the run's length.
+class WalkTimes {
+ public:
+  static constexpr uint32_t kBucketNs = 16;
+  static constexpr uint32_t kBuckets = 4096;  // up to 65.5 µs exactly; longer ones saturate
+
+  void add(uint32_t walk_ns, uint32_t frames);
+  uint64_t count() const { return count_; }
+  // The walk time at quantile q (0..1), the upper edge of its bucket; 0 without samples.
+  uint64_t quantile_ns(double q) const;
+  double mean_frames() const { return count_ ? static_cast<double>(frames_) / count_ : 0.0; }
+
+ private:
+  std::array<uint64_t, kBuckets> buckets_{};
+  uint64_t count_ = 0;
+  uint64_t frames_ = 0;
+};
+
+}  // namespace ljprof::record
