@@ -79,7 +79,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::sort(c.ns.begin(), c.ns.end());
-  const auto at = [&](double q) { return c.ns[std::min(c.ns.size() - 1, size_t(q * c.ns.size()))]; };
+  const auto at = [&](double q) {
+    return c.ns[std::min(c.ns.size() - 1, size_t(q * c.ns.size()))];
+  };
   std::printf("fp baseline: median %.2f us, p90 %.2f us, %.1f frames on average (%zu samples)\n",
               at(0.5) / 1e3, at(0.9) / 1e3, double(c.frames) / c.ns.size(), c.ns.size());
   return 0;

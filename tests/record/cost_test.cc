@@ -54,7 +54,8 @@ TEST(AgentCpu, ThreadAndProcessClocksCountThisThreadsWork) {
   const auto wall0 = std::chrono::steady_clock::now();
   volatile uint64_t x = 0;
   while (std::chrono::steady_clock::now() - wall0 < std::chrono::milliseconds(50)) x = x + 1;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   const double t = thread_cpu_seconds() - t0, p = process_cpu_seconds() - p0;
   EXPECT_GT(t, 0.0);
   EXPECT_LE(t, wall + 0.005);
