@@ -146,7 +146,8 @@ class Recorder {
   void housekeeping();
   void scan_all();
   bool selected(uint32_t pid);
-  bool adopt(uint32_t pid);
+  void adopt(uint32_t pid);
+  bool follow_if_luajit(uint32_t pid);
   void recheck_exec_candidates();
   void cut_interval(bool last);
   void release_gone();
@@ -197,7 +198,7 @@ class Recorder {
   std::map<uint32_t, Proc> procs_;
   std::vector<uint32_t> free_slots_;
   std::set<uint32_t> rescan_;
-  // -a: exec'd processes without LuaJIT yet -> loop rounds left to look again.
+  // -a: selected processes that exec'd without LuaJIT yet -> loop rounds left to look again.
   std::map<uint32_t, int> exec_candidates_;
   static constexpr int kCandidateRounds = 5;
   std::set<uint32_t> warned_;
@@ -684,20 +685,25 @@ bool Recorder::selected(uint32_t pid) {
 }
 
 // With -a: follows a process the filters select once it maps a LuaJIT runtime (found by the
-// /proc scan, or at its exec). False if it is not followed.
-bool Recorder::adopt(uint32_t pid) {
-  if (!selected(pid) || !maps_luajit(pid, cache_)) return false;
+// /proc scan, or at its exec).
+void Recorder::adopt(uint32_t pid) {
+  if (selected(pid)) follow_if_luajit(pid);
+}
+
+// Follows `pid` if it maps a LuaJIT runtime now; false if not.
+bool Recorder::follow_if_luajit(uint32_t pid) {
+  if (!maps_luajit(pid, cache_)) return false;
   follow(pid);
   setup(pid);
   return true;
 }
 
-// Processes that exec'd without a LuaJIT mapping yet, looked at again once per loop round
-// (kDrainMs) until one maps it or kCandidateRounds pass.
+// Selected processes that exec'd without a LuaJIT mapping yet, looked at again once per loop
+// round (kDrainMs) until one maps it or kCandidateRounds pass.
 void Recorder::recheck_exec_candidates() {
   for (auto it = exec_candidates_.begin(); it != exec_candidates_.end();) {
     const uint32_t pid = it->first;
-    if (procs_.count(pid) || !process_alive(pid) || adopt(pid) || --it->second == 0) {
+    if (procs_.count(pid) || !process_alive(pid) || follow_if_luajit(pid) || --it->second == 0) {
       it = exec_candidates_.erase(it);
     } else {
       ++it;
@@ -802,10 +808,11 @@ Result<RecordResult> Recorder::run() {
         if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &slot) == 0) {
           procs_[pid];  // a child the kernel added
           setup(pid);
-        } else if (opt_.all && !adopt(pid)) {
+        } else if (opt_.all && selected(pid) && !follow_if_luajit(pid)) {
           // A process that exec'd (notify_all_execs) and maps no LuaJIT yet: ld.so may be
           // about to map it (Debian's luajit links libluajit-5.1.so), so look again for a few
-          // rounds rather than only at the next /proc scan, seconds away.
+          // rounds rather than only at the next /proc scan, seconds away. The filters are not
+          // asked again: comm and cgroup were set by the exec.
           exec_candidates_.try_emplace(pid, kCandidateRounds);
         }
         continue;
