@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "disasm/disasm.h"
 #include "elf/elf_file.h"
 
 extern "C" {
@@ -230,6 +231,26 @@ class UnwindTable {
 // then applies `overlays` in order.
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
                                        std::span<const Overlay> overlays = {});
+
+// Code without CFI, proven by its instructions (leaf_code.cc). An AArch64 function none of whose
+// instructions calls, writes sp, x29 or x30 (beyond x30's pointer-authentication bits), or
+// names them in an instruction whose effect is not modelled keeps its return address in x30 and
+// its caller's sp and x29 for its whole range: CFA = sp, RA = x30, FP unchanged. The first
+// instruction that breaks this, as "ADDRESS `TEXT`: why", or nullopt for a leaf.
+std::optional<std::string> aarch64_leaf_violation(std::span<const disasm::Insn> code);
+
+// Replace overlays with that leaf rule for every defined FUNC symbol of an AArch64 file whose
+// code is a proven leaf; `rejected` says why each other function got none. Empty for x86-64.
+struct LeafOverlays {
+  std::vector<Overlay> overlays;
+  std::vector<std::string> rejected;
+};
+Result<LeafOverlays> aarch64_leaf_overlays(const elf::ElfFile& file);
+
+// The kernel's vDSO: its CFI when it has any (x86-64, newer arm64 kernels), else the proven
+// leaf functions of an AArch64 vDSO built without unwind tables (Debian 12's 6.1 arm64 kernel);
+// any other pc has no rule. One table for `record` and `core`.
+Result<UnwindTable> build_vdso_unwind_table(const elf::ElfFile& file);
 
 // Human-readable forms used by `ljprof cfi` and error messages.
 std::string describe_row(const lj_cfi_row& row, elf::Arch arch);  // "rsp+80 ra=cfa-8 fp=cfa-16"

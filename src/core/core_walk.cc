@@ -61,9 +61,11 @@ Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
 
 // The vDSO is in the core's memory (the kernel and gcore dump it) but in no NT_FILE entry.
 // Its image runs from the ELF header at AT_SYSINFO_EHDR to the end of its section headers,
-// which the kernel's vDSO build places last; the CFI then comes from its own .eh_frame, as
-// for any library. A core without AT_SYSINFO_EHDR, or whose bytes there are not a small ELF,
-// simply has no vDSO module (pcs there stop the walk as "in no mapped file").
+// which the kernel's vDSO build places last; the rules then come from its own .eh_frame, as
+// for any library, or from its proven leaf functions when it has none
+// (cfi::build_vdso_unwind_table, shared with `record`). A core without AT_SYSINFO_EHDR, or whose
+// bytes there are not a small ELF, simply has no vDSO module (pcs there stop the walk as "in no
+// mapped file").
 void CoreWalker::load_vdso() {
   constexpr uint64_t kMaxVdsoBytes = 1u << 20;
   std::optional<uint64_t> at = core_.auxv_value(AT_SYSINFO_EHDR);
@@ -91,7 +93,7 @@ void CoreWalker::load_vdso() {
     }
   }
   if (!placed) return;
-  auto table = cfi::build_unwind_table(*vdso_elf_);
+  auto table = cfi::build_vdso_unwind_table(*vdso_elf_);
   if (table.ok()) {
     mod.table = std::move(*table);
   } else {

@@ -110,7 +110,7 @@ MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& me
       obj->error = elf.message();
     } else {
       obj->elf = std::move(*elf);
-      auto table = cfi::build_unwind_table(*obj->elf);
+      auto table = cfi::build_vdso_unwind_table(*obj->elf);
       if (table.ok()) {
         obj->table = std::move(*table);
       } else {

@@ -19,8 +19,9 @@ namespace {
 
 using namespace record_oracle;
 
-// The recordings last this long (guest seconds; the emulated CPU runs the workload some 10-20x
-// slower than the host, the split is per CPU second so that does not matter).
+// The recordings last this long (guest seconds; the emulated CPU runs the workload some 20x
+// slower than the host, so guest_record.sh gives the split a tenth of its work per round: the
+// window must hold many rounds, or the parts it cuts at its ends skew the shares).
 constexpr int kSeconds = 5;
 // The emulated guest takes fewer samples than 999 Hz would give natively (the kernel throttles
 // perf events whose handler runs long under emulation); enough to measure shares to 5 points.
@@ -135,6 +136,30 @@ TEST_F(RecordArm64Vm, NginxLuaWorkerJitOnSharesMatchItsOwnClock) {
 TEST_F(RecordArm64Vm, NginxLuaWorkerJitOffSharesMatchItsOwnClock) {
   expect_recorded("nginx_lua_jit_off");
   expect_nginx_case("nginx_lua_jit_off");
+}
+
+// Debian 12's arm64 vDSO has no CFI; its functions are proven leaves (cfi/leaf_code.cc), so a
+// sample in clock_gettime's vDSO code (os.clock, the split's CLOCK_MONOTONIC reads, nginx's
+// time updates) unwinds through it to the root: the vDSO function's caller is glibc's
+// clock_gettime (or the FFI's call of it), and no walk ends in the vDSO.
+TEST_F(RecordArm64Vm, SamplesInTheVdsoUnwindThroughIt) {
+  double in_vdso = 0;
+  for (const char* name : {"luajit_jit_on", "luajit_jit_off", "tarantool_luajit_jit_on",
+                           "tarantool_luajit_jit_off", "nginx_lua_jit_on", "nginx_lua_jit_off"}) {
+    expect_recorded(name);
+    const std::string log = test::read_text(file(std::string(name) + ".log"));
+    EXPECT_EQ(log.find("[vdso]"), std::string::npos) << name << ": a walk ended in the vDSO\n"
+                                                     << log;
+    for (const FoldedStack& stack : read_folded(file(std::string(name) + ".folded"))) {
+      const std::vector<std::string>& f = stack.frames;
+      if (f.size() < 2 || f.back() != "__kernel_clock_gettime") continue;
+      in_vdso += stack.count;
+      EXPECT_TRUE(stack.rooted()) << name << ": " << stack.line;
+      EXPECT_EQ(f[f.size() - 2].rfind("clock_gettime", 0), 0u) << name << ": " << stack.line;
+    }
+  }
+  // Each case reads the clock 9 times a round; a few hundred rounds give a few dozen samples.
+  EXPECT_GT(in_vdso, 0) << "no sample in the vDSO's clock_gettime";
 }
 
 // Every recording loaded the program through the arm64 kernel's verifier and, once ljprof
