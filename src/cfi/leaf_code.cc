@@ -57,7 +57,8 @@ const char* frame_write(const Insn& insn) {
     case InsnKind::And:
     case InsnKind::Neg:
     case InsnKind::Shift:
-      return insn.op_count > 0 && insn.op(0).kind == Operand::Kind::Reg && frame_register(insn.op(0).reg)
+      return insn.op_count > 0 && insn.op(0).kind == Operand::Kind::Reg &&
+                     frame_register(insn.op(0).reg)
                  ? "writes sp, x29 or x30"
                  : nullptr;
     case InsnKind::LoadPair:
@@ -131,10 +132,9 @@ Result<LeafOverlays> aarch64_leaf_overlays(const elf::ElfFile& file) {
       out.rejected.push_back(fmt::format("{}: {}", f.name, *why));
       continue;
     }
-    out.overlays.push_back(Overlay{f.value, f.value + f.size,
-                                   fmt::format("{}: leaf, return address in x30", f.name),
-                                   "no instruction writes sp, x29 or x30", leaf_row(),
-                                   Overlay::Kind::Replace});
+    out.overlays.push_back(
+        Overlay{f.value, f.value + f.size, fmt::format("{}: leaf, return address in x30", f.name),
+                "no instruction writes sp, x29 or x30", leaf_row(), Overlay::Kind::Replace});
     covered_end = f.value + f.size;
   }
   return out;

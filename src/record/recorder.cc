@@ -142,6 +142,7 @@ class Recorder {
   void setup(uint32_t pid);
   struct Proc;
   void publish(uint32_t pid, Proc& p);
+  uint64_t proven_g(const Proc& p, const ProcessContext& next) const;
   void drop(uint32_t pid);
   void housekeeping();
   void scan_all();
@@ -375,7 +376,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   if ((*ctx)->luajit != nullptr) {
     rec.lj = (*ctx)->luajit->object->info;
     rec.vm_bias = (*ctx)->luajit->bias;
-    rec.g_hint = (*ctx)->g_hint;
+    rec.g_hint = (*ctx)->g_hint != 0 ? (*ctx)->g_hint : proven_g(p, **ctx);
   }
   if (free_slots_.empty()) {
     ++agent_counts_[LJ_REC_CTR_PROCS_FULL];
@@ -400,6 +401,22 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   }
   p.identity = identify_process(pid, **ctx);
   p.ctx = std::move(*ctx);
+}
+
+// The global_State a walk proved for this process in its current slot (record.bpf.c keeps it in
+// lj_rec_proc.g_hint), when the new context runs the same LuaJIT at the same place. Without it a
+// republished context (a new executable mapping: the JIT's machine-code areas, a dlopen) would
+// forget G until the next walk through the interpreter; a process looping in a trace meanwhile
+// has no G to find its trace by (x86-64 non-GC64 traces keep no DISPATCH register). A stale G
+// costs nothing: the walker proves G (G->cur_L->glref == G) before it uses one.
+uint64_t Recorder::proven_g(const Proc& p, const ProcessContext& next) const {
+  if (p.slot >= LJ_REC_MAX_PROCS || !p.ctx || p.ctx->luajit == nullptr || next.luajit == nullptr ||
+      p.ctx->luajit->object != next.luajit->object || p.ctx->luajit->bias != next.luajit->bias) {
+    return 0;
+  }
+  lj_rec_proc old{};
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.procs), &p.slot, &old) != 0) return 0;
+  return old.g_hint;
 }
 
 void Recorder::drop(uint32_t pid) {

@@ -49,14 +49,8 @@ TEST(LeafCode, EveryFrameWriteOrCallIsRejectedAndNamed) {
       "ldp x29, x30, [sp], #16",    // loads x29/x30, post-index writes sp
       "ldr x0, [sp], #16",          // post-index writes sp
       "ldr x0, [x29, #8]!",         // pre-index writes x29
-      "ldr x30, [sp, #8]",
-      "ldp x0, x30, [x1]",
-      "mov x29, sp",
-      "mov x30, x0",
-      "add sp, sp, #16",
-      "sub sp, sp, #32",
-      "bl 1f",
-      "blr x3",
+      "ldr x30, [sp, #8]",         "ldp x0, x30, [x1]", "mov x29, sp", "mov x30, x0",
+      "add sp, sp, #16",           "sub sp, sp, #32",   "bl 1f",       "blr x3",
       ".inst 0x00000000",  // undecodable
   };
   for (const std::string& w : writers) {
