@@ -22,7 +22,7 @@ struct AgentFlags {
   uint32_t freq = 49;
   double interval = 10;
   double duration = 0;
-  uint32_t ringbuf_mb = 2;
+  uint32_t ringbuf_mb = 0;
   std::string pyroscope;
   std::string token;
   std::string basic_auth;
@@ -187,7 +187,9 @@ void add_agent_command(CommandLine& cli) {
   cmd.option("--metrics-addr", f->metrics,
              "Serve Prometheus metrics on http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)")
       .type_name("HOST:PORT");
-  cmd.option("--ringbuf-mb", f->ringbuf_mb, "Kernel ring buffer in MiB, a power of two (default 2)")
+  cmd.option("--ringbuf-mb", f->ringbuf_mb,
+             "Kernel ring buffer in MiB, a power of two (default: a second of samples, CPUs x "
+             "freq x 1 KiB, 256 KiB to 256 MiB)")
       .range(1, 1024);
   cmd.flag("-q,--quiet", f->quiet, "No log line per interval (errors are still printed)");
   cmd.footer(

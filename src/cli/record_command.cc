@@ -19,7 +19,7 @@ void add_record_command(CommandLine& cli) {
     bool follow_forks = false;
     uint32_t freq = 99;
     double duration = 0;
-    uint32_t ringbuf_mb = 2;
+    uint32_t ringbuf_mb = 0;
     std::string pprof;
     std::string folded;
     std::string flamegraph;
@@ -46,8 +46,9 @@ void add_record_command(CommandLine& cli) {
              "Stop after SECONDS (default: at Ctrl-C, or when the sampled processes exit)")
       .non_negative();
   cmd.option("--ringbuf-mb", opts->ringbuf_mb,
-             "Kernel ring buffer size in MiB, a power of two (default 2); raise it if the "
-             "summary reports dropped samples")
+             "Kernel ring buffer size in MiB, a power of two (default: a second of samples, "
+             "CPUs x freq x 1 KiB, 256 KiB to 256 MiB); raise it if the summary reports "
+             "dropped samples")
       .range(1, 1024);
   cmd.option("-o,--output", opts->pprof,
              "Write a gzip pprof profile (go tool pprof, Pyroscope, Parca, speedscope)");

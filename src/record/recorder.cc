@@ -35,6 +35,7 @@
 #include "record/process_context.h"
 #include "record/process_identity.h"
 #include "record/sample_frames.h"
+#include "record/stack_table.h"
 #include "symbolize/symbolize.h"
 
 namespace ljprof::record {
@@ -204,19 +205,14 @@ class Recorder {
   static constexpr int kCandidateRounds = 5;
   std::set<uint32_t> warned_;
   SampleSymbolizer symbolizer_;
-  // Symbolized stacks and their sample counts. Nodes are stable: raw_stacks_ points into it.
-  using StackKey = std::pair<uint32_t, std::vector<report::Frame>>;
-  struct StackHash {
-    size_t operator()(const StackKey& k) const;
-  };
-  using Stacks = std::unordered_map<StackKey, int64_t, StackHash>;
-  Stacks stacks_;
+  // Symbolized stacks and their sample counts. Entries are stable: raw_stacks_ points into it.
+  StackTable stacks_;
   // A sample's raw record (its process context's generation, walk end and frames as the kernel
   // wrote them) -> its symbolized stack and the agent counters its symbolization added, so an
   // identical sample costs a hash lookup instead of a symbolization. Cleared when it reaches
   // kMaxRawStacks entries; the stacks stay.
   struct RawStack {
-    Stacks::value_type* stack;  // elements, unlike iterators, survive a rehash
+    StackTable::Entry* stack;
     std::vector<std::pair<uint32_t, uint64_t>> counted;
   };
   std::unordered_map<std::string, RawStack> raw_stacks_;
@@ -242,6 +238,22 @@ class Recorder {
   std::chrono::system_clock::time_point interval_start_;
 };
 
+// The sample ring buffer. Its pages are resident in the agent from the start, twice over (the
+// kernel maps the data area twice so records can wrap), so its size is the agent's largest fixed
+// cost in memory. By default it holds about a second of samples with every CPU sampling a
+// followed process: the agent drains it at least every kDrainMs, but an attach analysing a new
+// binary (100-700 ms) delays the next drain. A record is 48 bytes per frame plus a header;
+// 1 KiB is a 20-frame stack.
+uint32_t ring_bytes(const RecordOptions& o) {
+  if (o.ringbuf_mb != 0) return std::min<uint32_t>(o.ringbuf_mb, 1024) << 20;
+  constexpr uint64_t kBytesPerSample = 1024, kMin = 256 << 10, kMax = 256 << 20;
+  const int cpus = libbpf_num_possible_cpus();
+  const uint64_t want = uint64_t(cpus > 0 ? cpus : 1) * o.frequency_hz * kBytesPerSample;
+  uint64_t bytes = kMin;
+  while (bytes < want && bytes < kMax) bytes <<= 1;
+  return static_cast<uint32_t>(bytes);
+}
+
 Status Recorder::open_bpf() {
   g_load_log.clear();
   libbpf_set_print(keep_load_warning);
@@ -249,7 +261,7 @@ Status Recorder::open_bpf() {
   if (skel_ == nullptr) return make_error("cannot open the BPF object: {}", std::strerror(errno));
   skel_->rodata->follow_children = (opt_.follow_forks || !opt_.command.empty()) ? 1 : 0;
   skel_->rodata->notify_all_execs = opt_.all ? 1 : 0;
-  const uint32_t rb_bytes = std::max<uint32_t>(1, opt_.ringbuf_mb) << 20;
+  const uint32_t rb_bytes = ring_bytes(opt_);
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
   const int load_err = record_bpf__load(skel_);
@@ -487,17 +499,16 @@ void Recorder::handle_sample(const void* data, size_t size) {
   const ProcessContext& ctx = *it->second.ctx;
   const RawStack& raw = raw_stack(s, ctx);
   for (const auto& [id, n] : raw.counted) agent_counts_[id] += n;
-  const std::vector<report::Frame>& frames = raw.stack->first.second;
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
-      !frames.empty()) {
+      !raw.stack->first.frames.empty()) {
     if (const ModuleView* m = ctx.module_at(s.end_pc)) {
       auto pub = it->second.published_ns.find({m->start, m->object});
       if (pub != it->second.published_ns.end() && pub->second > s.time_ns) {
         ++before_context_[s.end];
-        std::vector<report::Frame> late = frames;
+        std::vector<report::Frame> late = stacks_.frames(*raw.stack);
         late.back().function =
             fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
-        stacks_[{s.pid, std::move(late)}] += 1;
+        stacks_.entry(s.pid, std::move(late)).second += 1;
         return;
       }
     }
@@ -524,23 +535,11 @@ const Recorder::RawStack& Recorder::raw_stack(const lj_rec_sample& s, const Proc
   AgentCounts counted{};
   std::vector<report::Frame> frames = symbolizer_.frames(s, ctx, counted);
   RawStack raw;
-  raw.stack = &*stacks_.try_emplace({s.pid, std::move(frames)}, 0).first;
+  raw.stack = &stacks_.entry(s.pid, std::move(frames));
   for (uint32_t id = 0; id < counted.size(); ++id) {
     if (counted[id] != 0) raw.counted.emplace_back(id, counted[id]);
   }
   return raw_stacks_.emplace(key, std::move(raw)).first->second;
-}
-
-size_t Recorder::StackHash::operator()(const StackKey& k) const {
-  size_t h = std::hash<uint32_t>{}(k.first);
-  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-  for (const report::Frame& f : k.second) {
-    mix(std::hash<std::string>{}(f.function));
-    mix(std::hash<uint64_t>{}(f.address));
-    mix(std::hash<int64_t>{}(f.line));
-    mix(static_cast<size_t>(f.kind));
-  }
-  return h;
 }
 
 // Writes `rows` to the kernel's `rows` array from slot rows_next_ on, with batched updates:
@@ -740,25 +739,24 @@ void Recorder::cut_interval(bool last) {
   cut.end_unix_ns = unix_ns(now);
   cut.last = last;
   std::map<uint32_t, size_t> index;  // pid -> its entry in cut.processes
-  for (auto& [key, count] : stacks_) {
-    if (count == 0) continue;
-    auto [at, added] = index.try_emplace(key.first, cut.processes.size());
+  stacks_.for_each([&](uint32_t pid, std::vector<report::Frame> frames, int64_t count) {
+    auto [at, added] = index.try_emplace(pid, cut.processes.size());
     if (added) {
       ProcessProfile pp;
-      auto proc = procs_.find(key.first);
+      auto proc = procs_.find(pid);
       if (proc != procs_.end()) pp.process = proc->second.identity;
-      pp.process.pid = key.first;
+      pp.process.pid = pid;
       pp.profile.period_ns = 1000000000LL / opt_.frequency_hz;
       pp.profile.start_time_ns = cut.start_unix_ns;
       pp.profile.duration_ns = cut.end_unix_ns - cut.start_unix_ns;
       cut.processes.push_back(std::move(pp));
     }
     report::Sample sample;
-    sample.pid = key.first;
-    sample.frames = key.second;
+    sample.pid = pid;
+    sample.frames = std::move(frames);
     sample.count = count;
     cut.processes[at->second].profile.samples.push_back(std::move(sample));
-  }
+  });
   raw_stacks_.clear();
   stacks_.clear();
   interval_start_ = now;
@@ -914,14 +912,14 @@ Result<RecordResult> Recorder::run() {
   prof.start_time_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
   prof.duration_ns = static_cast<int64_t>(elapsed * 1e9);
-  for (auto& [key, count] : stacks_) {
-    if (count == 0) continue;  // symbolized, but only seen as a before-context sample
+  // (stacks symbolized but only seen as before-context samples have count 0 and are left out)
+  stacks_.for_each([&](uint32_t pid, std::vector<report::Frame> frames, int64_t count) {
     report::Sample s;
-    s.pid = key.first;
-    s.frames = key.second;
+    s.pid = pid;
+    s.frames = std::move(frames);
     s.count = count;
     prof.samples.push_back(std::move(s));
-  }
+  });
   prof.counters["samples"] = r.samples;
   prof.counters["samples delivered"] = r.delivered;
   prof.counters["samples unwound to a proven root"] = r.reached_root;

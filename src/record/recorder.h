@@ -24,7 +24,7 @@ struct RecordOptions {
   uint32_t frequency_hz = 99;
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
   bool keep_running = false;  // with -p: until stopped, also once every process is gone
-  uint32_t ringbuf_mb = 2;
+  uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (recorder.cc ring_bytes)
   // Called about once a second with a one-line status; empty: no progress output.
   std::function<void(const std::string&)> progress;
   // Messages worth a user's attention (a file without CFI, a process that could not be

@@ -1,0 +1,60 @@
+#include "record/stack_table.h"
+
+#include "common/hash.h"
+
+namespace ljprof::record {
+
+size_t StackTable::KeyHash::operator()(const Key& k) const {
+  size_t h = std::hash<uint32_t>{}(k.pid);
+  for (uint32_t id : k.frames) h = hash_combine(h, id);
+  return h;
+}
+
+// Every field operator== compares but the strings that follow from others (file from the
+// function's chunk, build_id from module): equal frames hash equal, and near-equal ones rarely
+// collide.
+size_t StackTable::FrameHash::operator()(const report::Frame& f) const {
+  size_t h = std::hash<std::string>{}(f.function);
+  h = hash_combine(h, std::hash<std::string>{}(f.module));
+  h = hash_combine(h, static_cast<size_t>(f.kind));
+  h = hash_combine(h, static_cast<size_t>(f.line));
+  h = hash_combine(h, static_cast<size_t>(f.start_line));
+  h = hash_combine(h, static_cast<size_t>(f.address));
+  h = hash_combine(h, static_cast<size_t>(f.trace));
+  return h;
+}
+
+uint32_t StackTable::intern(report::Frame&& f) {
+  auto [it, added] = ids_.try_emplace(std::move(f), static_cast<uint32_t>(by_id_.size()));
+  if (added) by_id_.push_back(&it->first);
+  return it->second;
+}
+
+StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<report::Frame>&& frames) {
+  Key key{pid, {}};
+  key.frames.reserve(frames.size());
+  for (report::Frame& f : frames) key.frames.push_back(intern(std::move(f)));
+  return *stacks_.try_emplace(std::move(key), 0).first;
+}
+
+std::vector<report::Frame> StackTable::frames(const Entry& e) const {
+  std::vector<report::Frame> out;
+  out.reserve(e.first.frames.size());
+  for (uint32_t id : e.first.frames) out.push_back(*by_id_[id]);
+  return out;
+}
+
+void StackTable::for_each(
+    const std::function<void(uint32_t, std::vector<report::Frame>, int64_t)>& f) const {
+  for (const Entry& e : stacks_) {
+    if (e.second > 0) f(e.first.pid, frames(e), e.second);
+  }
+}
+
+void StackTable::clear() {
+  stacks_.clear();
+  by_id_.clear();
+  ids_.clear();
+}
+
+}  // namespace ljprof::record

@@ -1,0 +1,51 @@
+// record/stack_table.h: the symbolized stacks of a recording and their sample counts, every
+// distinct frame stored once. A profile of varied stacks (recursion, many call sites) holds
+// thousands of stacks that share a few hundred frames; keeping a stack as a list of frame ids
+// makes it a few bytes per frame instead of a report::Frame with four strings, and its hash and
+// comparison integer work.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "report/profile.h"
+
+namespace ljprof::record {
+
+class StackTable {
+ public:
+  struct Key {
+    uint32_t pid = 0;
+    std::vector<uint32_t> frames;  // frame ids, leaf first
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  using Entry = std::pair<const Key, int64_t>;  // the stack and its sample count
+
+  // The entry of (pid, frames), added with count 0 when new. Entries stay where they are until
+  // clear(), whatever is added meanwhile.
+  Entry& entry(uint32_t pid, std::vector<report::Frame>&& frames);
+  // The frames of an entry's stack, leaf first.
+  std::vector<report::Frame> frames(const Entry& e) const;
+  // Every entry with a count above 0, as (pid, frames, count).
+  void for_each(const std::function<void(uint32_t, std::vector<report::Frame>, int64_t)>& f) const;
+  size_t stack_count() const { return stacks_.size(); }
+  size_t frame_count() const { return by_id_.size(); }
+  void clear();
+
+ private:
+  struct FrameHash {
+    size_t operator()(const report::Frame& f) const;
+  };
+  uint32_t intern(report::Frame&& f);
+  std::unordered_map<report::Frame, uint32_t, FrameHash> ids_;
+  std::vector<const report::Frame*> by_id_;  // keys of ids_ (nodes do not move)
+  std::unordered_map<Key, int64_t, KeyHash> stacks_;
+};
+
+}  // namespace ljprof::record
