@@ -2,7 +2,8 @@
 // computes for it. The input's first byte picks the architecture; the rest becomes the .eh_frame
 // section of a small ELF built around it (with a .symtab naming `coro_startup`), so every
 // mutation lands in CFI structure rather than in ELF headers. Any input must give an error or a
-// table whose rows are sorted and addressable.
+// table whose rows are sorted and addressable, and whose cache bytes read back to it; the same
+// input read as cache bytes must be refused or give a table.
 #include <elf.h>
 
 #include <cstddef>
@@ -127,6 +128,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     auto cframe = luajit::derive_vm_cframe(*table, vm.begin, vm.end);
     if (cframe.ok()) (void)luajit::to_json(*cframe).dump();
+    // The table cache's bytes read back to the same rows.
+    auto back = cfi::UnwindTable::from_bytes(table->to_bytes());
+    if (!back.ok() || back->rows().size() != rows.size()) __builtin_trap();
   }
+  // Cache file bytes are input too (cfi/table_cache.h): any of them must be refused or read.
+  (void)cfi::UnwindTable::from_bytes(std::span<const uint8_t>(data + 1, size - 1));
   return 0;
 }

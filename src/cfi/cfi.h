@@ -210,6 +210,14 @@ class UnwindTable {
   // The end of that FDE's range, likewise.
   std::optional<uint64_t> function_end(uint64_t pc) const;
 
+  // The table as bytes, for the on-disk cache (cfi/table_cache.h), and back. A table read back
+  // has every row, FDE origin, FDE error and function range, but lists no overlays (they are
+  // applied in its rows). from_bytes checks what the walker and the lookups rely on (rows
+  // strictly increasing and ending Invalid, every rule and hint known, function ranges sorted
+  // and disjoint, every count within the caps and the bytes) and fails naming the rule.
+  std::vector<uint8_t> to_bytes() const;
+  static Result<UnwindTable> from_bytes(std::span<const uint8_t> bytes);
+
  private:
   friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, std::span<const Overlay>);
   elf::Arch arch_ = elf::Arch::X86_64;

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <iostream>
 
+#include "cfi/table_cache.h"
 #include "cli/commands.h"
 #include "cli/recording.h"
 #include "export/agent.h"
@@ -23,6 +24,7 @@ struct AgentFlags {
   double interval = 10;
   double duration = 0;
   uint32_t ringbuf_mb = 0;
+  std::string table_cache = cfi::default_table_cache_dir();
   std::string pyroscope;
   std::string token;
   std::string basic_auth;
@@ -63,6 +65,7 @@ Result<exporter::AgentOptions> agent_options(const AgentFlags& f) {
   o.record.interval_s = f.interval;
   o.record.duration_s = f.duration;
   o.record.ringbuf_mb = f.ringbuf_mb;
+  o.record.table_cache_dir = f.table_cache;
   if ((f.ringbuf_mb & (f.ringbuf_mb - 1)) != 0) {
     return make_error("--ringbuf-mb must be a power of two");
   }
@@ -191,6 +194,11 @@ void add_agent_command(CommandLine& cli) {
              "Kernel ring buffer in MiB, a power of two (default: a second of samples, CPUs x "
              "freq x 1 KiB, 256 KiB to 256 MiB)")
       .range(1, 1024);
+  cmd.option("--table-cache", f->table_cache,
+             "Keep built unwind tables in DIR between runs, keyed by build-id, so files analysed "
+             "once are not analysed again ('' = off; default $LJPROF_CACHE_DIR, else "
+             "$XDG_CACHE_HOME/ljprof, else ~/.cache/ljprof)")
+      .type_name("DIR");
   cmd.flag("-q,--quiet", f->quiet, "No log line per interval (errors are still printed)");
   cmd.footer(
       "--config FILE: options from a TOML file, under [agent], one per line by its long name "

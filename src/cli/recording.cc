@@ -70,6 +70,18 @@ void print_record_cost(std::ostream& out, std::string_view command, const record
   if (c.attach_count > c.attaches.size()) {
     out << fmt::format("  ... and {} more\n", c.attach_count - c.attaches.size());
   }
+  if (c.table_cache_dir.empty()) {
+    out << fmt::format(
+        "ljprof {}: unwind tables: no table cache (--table-cache ''; or this "
+        "ljprof has no build-id)\n",
+        command);
+  } else {
+    out << fmt::format("ljprof {}: unwind tables: {} read from the cache {}, {} built\n", command,
+                       c.tables_from_cache, c.table_cache_dir, c.tables_built);
+  }
+  if (!c.table_cache_problem.empty()) {
+    out << fmt::format("ljprof {}: table cache: {}\n", command, c.table_cache_problem);
+  }
 }
 
 }  // namespace ljprof::cli

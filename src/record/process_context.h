@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cfi/cfi.h"
+#include "cfi/table_cache.h"
 #include "common/result.h"
 #include "elf/elf_file.h"
 #include "luajit/proc_info.h"
@@ -62,8 +63,11 @@ class ObjectCache {
   // only a file that says yes is worth its unwind table and layout (get). Remembered per file.
   bool links_luajit(uint32_t pid, const MapEntry& map);
   size_t size() const { return objects_.size(); }
+  // Unwind tables of files analysed from now on come from `tables` and go into it (null: none).
+  void use_table_cache(cfi::TableCache* tables) { tables_ = tables; }
 
  private:
+  cfi::TableCache* tables_ = nullptr;
   std::map<std::tuple<std::string, uint64_t, std::string>, std::unique_ptr<MappedObject>> objects_;
   std::vector<std::unique_ptr<MappedObject>> uncached_;
   std::map<std::tuple<std::string, uint64_t, std::string>, bool> links_luajit_;

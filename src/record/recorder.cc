@@ -130,7 +130,9 @@ bool process_alive(uint32_t pid) {
 
 class Recorder {
  public:
-  explicit Recorder(const RecordOptions& o) : opt_(o) {}
+  explicit Recorder(const RecordOptions& o) : opt_(o), tables_(o.table_cache_dir) {
+    cache_.use_table_cache(&tables_);
+  }
   ~Recorder() { teardown(); }
 
   Result<RecordResult> run();
@@ -186,6 +188,7 @@ class Recorder {
   std::vector<bpf_link*> links_;
   std::vector<int> perf_fds_;
   uint32_t rows_next_ = 0;  // the first free slot of the kernel's `rows` array
+  cfi::TableCache tables_;
   ObjectCache cache_;
   struct Proc {
     std::unique_ptr<ProcessContext> ctx;
@@ -685,6 +688,14 @@ RecordCost Recorder::cost(double elapsed) {
   c.walk_ns_median = walk_times_.quantile_ns(0.5);
   c.walk_ns_p90 = walk_times_.quantile_ns(0.9);
   c.walk_mean_frames = walk_times_.mean_frames();
+  if (tables_.enabled()) {
+    const cfi::TableCache::Counts& t = tables_.counts();
+    c.table_cache_dir = tables_.dir();
+    c.tables_from_cache = t.hits;
+    c.tables_built = t.misses + t.rejected;
+    c.table_cache_rejected = t.rejected;
+    c.table_cache_problem = tables_.first_problem();
+  }
   return c;
 }
 

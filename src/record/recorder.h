@@ -25,6 +25,8 @@ struct RecordOptions {
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
   bool keep_running = false;  // with -p: until stopped, also once every process is gone
   uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (recorder.cc ring_bytes)
+  // Where built unwind tables are kept between runs (cfi/table_cache.h); "": not kept.
+  std::string table_cache_dir;
   // Called about once a second with a one-line status; empty: no progress output.
   std::function<void(const std::string&)> progress;
   // Messages worth a user's attention (a file without CFI, a process that could not be
@@ -119,6 +121,12 @@ struct RecordCost {
   std::vector<Attach> attaches;
   uint64_t attach_count = 0;
   double attach_cpu_ms = 0;
+  // Unwind tables read from the table cache, and built (then stored) because it had none.
+  std::string table_cache_dir;  // "": no cache
+  uint64_t tables_from_cache = 0;
+  uint64_t tables_built = 0;
+  uint64_t table_cache_rejected = 0;
+  std::string table_cache_problem;  // the first file not used or not written, and why
 };
 
 struct RecordResult : RecordStats {

@@ -427,6 +427,55 @@ TEST(RecordAndCore, OneProcessShowsTheSameFramesLiveAndInItsCore) {
       << r.err;
 }
 
+// Unwind tables kept between runs (--table-cache): the first recording of a process builds and
+// stores a table for each of its files, private to this user; the second reads every one back
+// and shows the same stack (same_stack.lua holds one) with as many walks reaching the root.
+TEST(RecordTableCache, SecondRunReadsEveryTableAndShowsTheSameStack) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir dir;
+  test::Background target({"/usr/bin/luajit", test::record_workloads_dir() + "/same_stack.lua"});
+  const std::string pid = std::to_string(target.pid());
+  const std::string cache = dir.file("tables");
+  auto record = [&](const std::string& folded) {
+    test::CommandResult r =
+        test::run({test::ljprof_bin(), "record", "-F", "499", "-d", "1", "-q", "--stats",
+                   "--table-cache", cache, "-p", pid, "--folded", dir.file(folded)});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.err;
+  };
+  const std::string first = record("first.folded");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      first, m, std::regex(R"(unwind tables: 0 read from the cache \S+, ([0-9]+) built)")))
+      << first;
+  const int built = std::stoi(m[1]);
+  EXPECT_GE(built, 3) << "luajit, libc, ld.so at least";
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(cache)) {
+    ++files;
+    EXPECT_EQ(e.status().permissions() & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << e.path();
+  }
+  EXPECT_EQ(files, static_cast<size_t>(built));
+  const std::string second = record("second.folded");
+  EXPECT_TRUE(std::regex_search(second, std::regex("unwind tables: " + std::to_string(built) +
+                                                   R"( read from the cache \S+, 0 built)")))
+      << second;
+  auto top = [&](const std::string& name) {
+    FoldedStack best;
+    double rooted = 0, total = 0;
+    for (const FoldedStack& s : read_folded(dir.file(name))) {
+      total += s.count;
+      if (s.rooted()) rooted += s.count;
+      if (s.count > best.count) best = s;
+    }
+    EXPECT_GT(rooted, 0.99 * total) << name;
+    return std::string(best.line.substr(0, best.line.rfind(' ')));
+  };
+  EXPECT_EQ(top("first.folded"), top("second.folded"));
+}
+
 // A function called from a short-lived closure (a string.gsub callback, a new closure per
 // round) is named from the call site in every sample. The recorder reads the caller's
 // prototype, which the kernel saw at sample time, not the closure object, which may be
