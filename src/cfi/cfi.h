@@ -218,6 +218,11 @@ class UnwindTable {
   std::vector<uint8_t> to_bytes() const;
   static Result<UnwindTable> from_bytes(std::span<const uint8_t> bytes);
 
+  // Frees the rows and their FDE origins, keeping the function ranges and FDE errors: the
+  // recorder's copy once the rows are in the kernel's row table (a Tarantool process's ~50
+  // files hold ~16 MB of rows). rows() is empty and row_at() null afterwards.
+  void release_rows();
+
  private:
   friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, std::span<const Overlay>);
   elf::Arch arch_ = elf::Arch::X86_64;

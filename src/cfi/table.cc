@@ -303,6 +303,11 @@ std::string describe_row(const lj_cfi_row& row, elf::Arch arch) {
                      rule_text(row.fp_rule, row.fp_offset, regs.fp_name));
 }
 
+void UnwindTable::release_rows() {
+  std::vector<lj_cfi_row>().swap(rows_);
+  std::vector<uint64_t>().swap(row_fde_offsets_);
+}
+
 const lj_cfi_row* UnwindTable::row_at(uint64_t pc) const {
   auto it = std::upper_bound(rows_.begin(), rows_.end(), pc,
                              [](uint64_t v, const lj_cfi_row& r) { return v < r.pc_start; });

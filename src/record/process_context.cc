@@ -75,12 +75,14 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
     // mapping the same file tries again, into the same object (contexts may point at it).
     if (!obj->elf && obj->opened_through != pid) {
       analyse_mapped_file(*obj, pid, map, tables_);
+      if (obj->table && on_table_) on_table_(*obj);
     }
     return obj;
   }
   auto obj = std::make_unique<MappedObject>();
   obj->path = map.path;
   analyse_mapped_file(*obj, pid, map, tables_);
+  if (obj->table && on_table_) on_table_(*obj);
   MappedObject* raw = obj.get();
   objects_.emplace(std::move(key), std::move(obj));
   return raw;

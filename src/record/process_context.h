@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,8 +66,12 @@ class ObjectCache {
   size_t size() const { return objects_.size(); }
   // Unwind tables of files analysed from now on come from `tables` and go into it (null: none).
   void use_table_cache(cfi::TableCache* tables) { tables_ = tables; }
+  // Called with each file whose unwind table get() has just built or read (the recorder uploads
+  // the rows at once and frees them, instead of holding every file's until the process is done).
+  void on_table(std::function<void(MappedObject&)> f) { on_table_ = std::move(f); }
 
  private:
+  std::function<void(MappedObject&)> on_table_;
   cfi::TableCache* tables_ = nullptr;
   std::map<std::tuple<std::string, uint64_t, std::string>, std::unique_ptr<MappedObject>> objects_;
   std::vector<std::unique_ptr<MappedObject>> uncached_;

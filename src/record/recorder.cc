@@ -132,6 +132,7 @@ class Recorder {
  public:
   explicit Recorder(const RecordOptions& o) : opt_(o), tables_(o.table_cache_dir) {
     cache_.use_table_cache(&tables_);
+    cache_.on_table([this](MappedObject& obj) { upload(obj); });
   }
   ~Recorder() { teardown(); }
 
@@ -145,6 +146,7 @@ class Recorder {
   void setup(uint32_t pid);
   struct Proc;
   void publish(uint32_t pid, Proc& p);
+  void upload(MappedObject& obj);
   uint64_t proven_g(const Proc& p, const ProcessContext& next) const;
   void drop(uint32_t pid);
   void housekeeping();
@@ -346,6 +348,30 @@ void Recorder::setup(uint32_t pid) {
   }
 }
 
+// Puts a file's rows into the kernel's row table, once per file. Called as soon as its table is
+// built (ObjectCache::on_table), so only one file's rows are held at a time while a process with
+// many libraries is analysed; only the LuaJIT file's rows are read again here (the FFI
+// trampoline's return address, sample_frames.cc), every other file's live on in the kernel alone.
+void Recorder::upload(MappedObject& obj) {
+  if (!obj.table || obj.uploaded || obj.upload_failed) return;
+  auto rows = obj.table->rows();
+  if (rows.size() > LJ_REC_MAX_ROWS - rows_next_) {
+    obj.upload_failed = true;
+    ++agent_counts_[LJ_REC_CTR_ROWS_FULL];
+    warn(fmt::format("{}: {} CFI rows do not fit the kernel's row table ({} of {} used)", obj.path,
+                     rows.size(), rows_next_, LJ_REC_MAX_ROWS));
+  } else if (Status up = upload_rows(rows); !up.ok()) {
+    obj.upload_failed = true;
+    warn(fmt::format("{}: {}", obj.path, up.message()));
+  } else {
+    obj.row_first = rows_next_;
+    obj.row_count = static_cast<uint32_t>(rows.size());
+    rows_next_ += obj.row_count;
+    obj.uploaded = true;
+    if (!obj.luajit) obj.table->release_rows();
+  }
+}
+
 void Recorder::publish(uint32_t pid, Proc& p) {
   auto ctx = build_process_context(pid, cache_);
   if (!ctx.ok()) {
@@ -358,24 +384,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   lj_rec_proc rec{};
   for (const ModuleView& m : (*ctx)->modules) {
     MappedObject* obj = m.object;
-    if (!obj->table) continue;
-    if (!obj->uploaded && !obj->upload_failed) {
-      auto rows = obj->table->rows();
-      if (rows.size() > LJ_REC_MAX_ROWS - rows_next_) {
-        obj->upload_failed = true;
-        ++agent_counts_[LJ_REC_CTR_ROWS_FULL];
-        warn(fmt::format("{}: {} CFI rows do not fit the kernel's row table ({} of {} used)",
-                         obj->path, rows.size(), rows_next_, LJ_REC_MAX_ROWS));
-      } else if (Status up = upload_rows(rows); !up.ok()) {
-        obj->upload_failed = true;
-        warn(fmt::format("{}: {}", obj->path, up.message()));
-      } else {
-        obj->row_first = rows_next_;
-        obj->row_count = static_cast<uint32_t>(rows.size());
-        rows_next_ += obj->row_count;
-        obj->uploaded = true;
-      }
-    }
+    upload(*obj);  // done already for a file analysed just now (ObjectCache::on_table)
     if (!obj->uploaded) continue;
     if (rec.nmodules >= LJ_REC_MAX_MODULES) {
       ++agent_counts_[LJ_REC_CTR_MODULES_FULL];
