@@ -123,6 +123,11 @@ Result<std::vector<int>> online_cpus() {
 // How often the agent drains the sample ring: a sample waits at most this long before it is
 // symbolized (while its process is most likely still there to read).
 constexpr int kDrainMs = 20;
+// After a drain that found no sample, the next waits this long: a host whose followed processes
+// are idle (an agent's usual day) wakes the agent 10 times a second instead of 50. The first
+// sample after an idle spell waits at most this long; its names are still checked against what
+// the kernel read (a prototype freed meanwhile is counted, never misnamed).
+constexpr int kIdleDrainMs = 100;
 
 bool process_alive(uint32_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
@@ -225,6 +230,7 @@ class Recorder {
   static constexpr size_t kMaxRawStacks = 1 << 12;
   AgentCounts agent_counts_{};
   uint64_t delivered_ = 0, reached_root_ = 0;
+  bool idle_ = false;  // the last drain found no sample (kIdleDrainMs)
   std::array<uint64_t, LJ_END_COUNT>
       before_context_{};  // per LJ_END_*: walks that ran before their rows
   // Per LJ_END_*: where walks stopped ("module+0xOFF"); at most kMaxEndSites distinct sites
@@ -829,8 +835,10 @@ Result<RecordResult> Recorder::run() {
   while (!g_stop) {
     // Samples do not wake this loop (record.bpf.c wakeup_bytes): they are drained every
     // kDrainMs, notifications (exec, fork) and a filling ring still wake it at once.
-    ring_buffer__poll(rb_, kDrainMs);
+    const uint64_t delivered_before = delivered_;
+    ring_buffer__poll(rb_, idle_ ? kIdleDrainMs : kDrainMs);
     ring_buffer__consume(rb_);
+    idle_ = delivered_ == delivered_before;
     for (auto it = rescan_.begin(); it != rescan_.end(); it = rescan_.erase(it)) {
       const uint32_t pid = *it;
       if (!process_alive(pid)) {
