@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cfi/table_cache.h"
 #include "cli/commands.h"
 #include "core/core_file.h"
 #include "core/core_walk.h"
@@ -35,6 +36,7 @@ void add_core_command(CommandLine& cli) {
     std::vector<std::string> sysroots;
     bool json = false;
     bool all_fibers = false;
+    std::string table_cache = cfi::default_table_cache_dir();
   };
   auto opts = std::make_shared<Options>();
   Command cmd = cli.add(
@@ -52,6 +54,10 @@ void add_core_command(CommandLine& cli) {
   cmd.flag("--all-fibers,--all-coroutines", opts->all_fibers,
            "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
            "state) found on the LuaJIT GC list: suspended ones and those inside a C call");
+  cmd.option("--table-cache", opts->table_cache,
+             "Keep built unwind tables in DIR between runs, keyed by build-id ('' = off; "
+             "default as for record)")
+      .type_name("DIR");
   cmd.run([opts]() {
     core::CoreOptions options;
     options.exe = opts->exe;
@@ -61,7 +67,8 @@ void add_core_command(CommandLine& cli) {
       std::cerr << "ljprof core: " << core.message() << "\n";
       return 2;
     }
-    auto walker = core::CoreWalker::create(*core);
+    cfi::TableCache tables(opts->table_cache);
+    auto walker = core::CoreWalker::create(*core, &tables);
     if (!walker.ok()) {
       std::cerr << "ljprof core: " << walker.message() << "\n";
       return 2;

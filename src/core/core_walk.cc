@@ -22,8 +22,10 @@ int lookup_callback(void* ctx, uint64_t pc, lj_cfi_row* row) {
 
 }  // namespace
 
-Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core) {
+Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core,
+                                                       cfi::TableCache* tables) {
   std::unique_ptr<CoreWalker> w(new CoreWalker(core));
+  w->tables_ = tables;
   // Find the file that carries LuaJIT: executable first, then libraries.
   std::vector<uint32_t> order;
   for (uint32_t i = 0; i < core.files().size(); ++i) {
@@ -133,7 +135,7 @@ const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
     if (!bias.ok()) return nullptr;
     mod.bias = *bias;
     mod.lines = symbolize::SourceLines::open(*f.elf);
-    auto table = cfi::build_unwind_table(*f.elf, luajit::unwind_overlays(*f.elf).overlays);
+    auto table = luajit::walker_table(*f.elf, tables_);
     if (table.ok()) {
       mod.table = std::move(*table);
     } else {

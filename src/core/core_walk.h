@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cfi/cfi.h"
+#include "cfi/table_cache.h"
 #include "common/result.h"
 #include "core/core_file.h"
 #include "luajit/proc_info.h"
@@ -51,7 +52,9 @@ class CoreWalker {
  public:
   // Prepares unwind tables for the mapped files and extracts the LuaJIT layout from the file
   // that carries LuaJIT (the executable for tarantool/luajit, libluajit for nginx).
-  static Result<std::unique_ptr<CoreWalker>> create(const CoreFile& core);
+  // Tables come from and go into `tables` when given (cfi/table_cache.h).
+  static Result<std::unique_ptr<CoreWalker>> create(const CoreFile& core,
+                                                    cfi::TableCache* tables = nullptr);
 
   ThreadStack walk(const Thread& thread) const;
   // Every lua_State on the GC list of `g` (global_State.gc.root, then GCHeader.nextgc) except
@@ -89,6 +92,7 @@ class CoreWalker {
 
   const CoreFile& core_;
   mutable std::map<uint32_t, Module> modules_;  // by MappedFile index, built on first use
+  cfi::TableCache* tables_ = nullptr;
   // The kernel's vDSO, read from the core's memory at AT_SYSINFO_EHDR (no NT_FILE names it).
   std::vector<uint8_t> vdso_image_;
   std::unique_ptr<elf::ElfFile> vdso_elf_;

@@ -128,6 +128,15 @@ UnwindOverlays unwind_overlays(const elf::ElfFile& file) {
   return out;
 }
 
+Result<cfi::UnwindTable> walker_table(const elf::ElfFile& file, cfi::TableCache* tables) {
+  if (tables != nullptr) {
+    if (std::optional<cfi::UnwindTable> cached = tables->load(file)) return std::move(*cached);
+  }
+  auto table = cfi::build_unwind_table(file, unwind_overlays(file).overlays);
+  if (table.ok() && tables != nullptr) (void)tables->store(file, *table);
+  return table;
+}
+
 Result<VmCframe> derive_vm_cframe(const cfi::UnwindTable& table, uint64_t vm_begin,
                                   uint64_t vm_end) {
   using Key = std::tuple<uint8_t, int32_t, uint8_t, int32_t, uint8_t, int32_t>;

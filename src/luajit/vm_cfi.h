@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cfi/cfi.h"
+#include "cfi/table_cache.h"
 #include "common/result.h"
 #include "elf/elf_file.h"
 
@@ -44,6 +45,12 @@ struct UnwindOverlays {
   std::vector<cfi::Overlay> overlays;
 };
 UnwindOverlays unwind_overlays(const elf::ElfFile& file);
+
+// The walker table of `file` as `core` and `record` use it: its CFI with unwind_overlays applied,
+// read from `tables` when that holds one for this build of this file, else built and stored
+// there (a store that fails costs only the next run's time; TableCache counts it). `tables` may
+// be null.
+Result<cfi::UnwindTable> walker_table(const elf::ElfFile& file, cfi::TableCache* tables);
 
 // How to step from a pc inside the VM/JIT C frame to its native caller.
 struct VmCframe {

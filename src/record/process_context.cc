@@ -23,18 +23,6 @@ std::string map_files_path(uint32_t pid, const MapEntry& map) {
 
 // Opens the mapping's file through `pid` and analyses it into `obj`: ELF, LuaJIT layout, unwind
 // table. A file that cannot be opened leaves `obj` without an ELF and says why in `error`.
-// The file's unwind table: from `tables` when it holds one for this build of this file, else
-// built (with the LuaJIT VM's overlays when the file carries the VM) and stored there. A store
-// that fails costs only the next run's time (TableCache counts it).
-Result<cfi::UnwindTable> unwind_table(const elf::ElfFile& elf, cfi::TableCache* tables) {
-  if (tables != nullptr) {
-    if (std::optional<cfi::UnwindTable> cached = tables->load(elf)) return std::move(*cached);
-  }
-  auto table = cfi::build_unwind_table(elf, luajit::unwind_overlays(elf).overlays);
-  if (table.ok() && tables != nullptr) (void)tables->store(elf, *table);
-  return table;
-}
-
 void analyse_mapped_file(MappedObject& obj, uint32_t pid, const MapEntry& map,
                          cfi::TableCache* tables) {
   obj.opened_through = pid;
@@ -57,7 +45,7 @@ void analyse_mapped_file(MappedObject& obj, uint32_t pid, const MapEntry& map,
       obj.luajit_error = walker_info.message();
     }
   }
-  auto table = unwind_table(*obj.elf, tables);
+  auto table = luajit::walker_table(*obj.elf, tables);
   if (table.ok()) {
     obj.table = std::move(*table);
   } else {
