@@ -63,19 +63,29 @@ INSTANTIATE_TEST_SUITE_P(Debian, TableBytes,
                                            "/usr/lib/x86_64-linux-gnu/libz.so.1",
                                            "/usr/aarch64-linux-gnu/lib/libc.so.6"));
 
-class DamagedTable : public ::testing::Test {
+// Debian's libz and its table: a small file with a few hundred rows.
+class LibzTable : public ::testing::Test {
  protected:
   void SetUp() override {
     file_ = open_elf("/usr/lib/x86_64-linux-gnu/libz.so.1");
     ASSERT_NE(file_, nullptr);
     auto t = build_unwind_table(*file_);
     ASSERT_TRUE(t.ok()) << t.message();
-    bytes_ = t->to_bytes();
-    rows_ = t->rows().size();
+    table_ = std::move(*t);
+  }
+  std::unique_ptr<elf::ElfFile> file_;
+  std::optional<UnwindTable> table_;
+};
+
+class DamagedTable : public LibzTable {
+ protected:
+  void SetUp() override {
+    LibzTable::SetUp();
+    bytes_ = table_->to_bytes();
+    rows_ = table_->rows().size();
   }
   // Where row i starts: arch, section, FDE count, row count, then the rows.
   size_t row_at(size_t i) const { return 1 + 1 + 8 + 8 + i * sizeof(lj_cfi_row); }
-  std::unique_ptr<elf::ElfFile> file_;
   std::vector<uint8_t> bytes_;
   size_t rows_ = 0;
 };
@@ -118,19 +128,10 @@ TEST_F(DamagedTable, RowsOutOfOrderOrWithUnknownRulesAreRefused) {
   EXPECT_NE(t.message().find("exceeds the cap"), std::string::npos) << t.message();
 }
 
-class Cache : public ::testing::Test {
+class Cache : public LibzTable {
  protected:
-  void SetUp() override {
-    file_ = open_elf("/usr/lib/x86_64-linux-gnu/libz.so.1");
-    ASSERT_NE(file_, nullptr);
-    auto t = build_unwind_table(*file_);
-    ASSERT_TRUE(t.ok()) << t.message();
-    table_ = std::move(*t);
-  }
   std::string dir() const { return tmp_.path() + "/tables"; }
   test::TempDir tmp_;
-  std::unique_ptr<elf::ElfFile> file_;
-  std::optional<UnwindTable> table_;
 };
 
 TEST_F(Cache, StoredTableIsReadBackPrivately) {
