@@ -231,6 +231,7 @@ class Recorder {
   AgentCounts agent_counts_{};
   uint64_t delivered_ = 0, reached_root_ = 0;
   bool idle_ = false;  // the last drain found no sample (kIdleDrainMs)
+  bool table_cache_warned_ = false;
   std::array<uint64_t, LJ_END_COUNT>
       before_context_{};  // per LJ_END_*: walks that ran before their rows
   // Per LJ_END_*: where walks stopped ("module+0xOFF"); at most kMaxEndSites distinct sites
@@ -386,6 +387,13 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   }
   for (const std::string& w : (*ctx)->warnings) {
     if (warned_.insert(pid).second) warn(fmt::format("pid {}: {}", pid, w));
+  }
+  if (!tables_.first_problem().empty() && !table_cache_warned_) {
+    table_cache_warned_ = true;
+    warn(
+        fmt::format("table cache: {} (the tables it would hold are built on every run; "
+                    "--table-cache '' turns the cache off)",
+                    tables_.first_problem()));
   }
   lj_rec_proc rec{};
   for (const ModuleView& m : (*ctx)->modules) {
