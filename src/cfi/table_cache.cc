@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -147,12 +148,29 @@ std::optional<UnwindTable> TableCache::load(const elf::ElfFile& file, std::strin
   if (!table.ok()) return reject(path + ": " + table.message());
   if (table->arch() != file.arch()) return reject(path + ": table of another architecture");
   ++counts_.hits;
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // read now (prune)
   return std::move(*table);
+}
+
+void TableCache::prune() {
+  pruned_ = true;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto cutoff = fs::file_time_type::clock::now() - std::chrono::hours(24 * kPruneAfterDays);
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.ends_with(".cfi") && name.find(".cfi.tmp.") == std::string::npos) continue;
+    std::error_code file_ec;
+    if (!it->is_regular_file(file_ec) || it->last_write_time(file_ec) >= cutoff || file_ec)
+      continue;
+    if (fs::remove(it->path(), file_ec)) ++counts_.pruned;
+  }
 }
 
 Status TableCache::store(const elf::ElfFile& file, const UnwindTable& table) {
   const std::string path = path_of(file);
   if (path.empty()) return Ok{};
+  if (!pruned_) prune();
   std::error_code ec;
   if (!std::filesystem::is_directory(dir_, ec)) {
     std::filesystem::create_directories(dir_, ec);

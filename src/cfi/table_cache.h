@@ -29,8 +29,12 @@ class TableCache {
   // this user and writable by no one else, or that fails UnwindTable::from_bytes or its header
   // check, is not used; `why` (when given) then says so, naming the file.
   std::optional<UnwindTable> load(const elf::ElfFile& file, std::string* why = nullptr);
-  // Writes `table` for `file` (a temporary file renamed into place). Fails naming the path.
+  // Writes `table` for `file` (a temporary file renamed into place). Fails naming the path. The
+  // first store of a TableCache also prunes the directory: cache files (*.cfi, and temporary
+  // ones left by a killed run) not written or read for kPruneAfterDays go, whichever ljprof
+  // build wrote them; load() marks a file it uses as read now.
   Status store(const elf::ElfFile& file, const UnwindTable& table);
+  static constexpr int kPruneAfterDays = 30;
 
   bool enabled() const { return !dir_.empty() && !program_build_id_.empty(); }
   const std::string& dir() const { return dir_; }
@@ -43,6 +47,7 @@ class TableCache {
     uint64_t rejected = 0;  // a file that was there but not used (`why`)
     uint64_t stored = 0;
     uint64_t store_failed = 0;
+    uint64_t pruned = 0;
   };
   const Counts& counts() const { return counts_; }
   // The first reason a cache file was not used or could not be written, "" if none.
@@ -54,8 +59,10 @@ class TableCache {
  private:
   std::string dir_;
   std::string program_build_id_;
+  void prune();
   Counts counts_;
   std::string first_problem_;
+  bool pruned_ = false;
 };
 
 }  // namespace ljprof::cfi

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -192,6 +193,35 @@ TEST_F(Cache, ForeignDamagedOrOtherProgramsFilesAreNotUsed) {
   TableCache c3(dir());
   ASSERT_TRUE(c3.store(*file_, *table_).ok());
   EXPECT_TRUE(TableCache(dir()).load(*file_).has_value());
+}
+
+TEST_F(Cache, FilesNotUsedForAMonthArePrunedAtTheFirstStore) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir());
+  auto file = [&](const std::string& name, int age_days) {
+    const std::string p = dir() + "/" + name;
+    std::ofstream(p) << "x";
+    fs::last_write_time(p, fs::file_time_type::clock::now() - std::chrono::hours(24 * age_days));
+    return p;
+  };
+  const std::string old_table = file("00aa-x86-64-0123456789abcdef.cfi", 40);
+  const std::string old_tmp = file("00bb-x86-64-0123456789abcdef.cfi.tmp.77.1f", 40);
+  const std::string recent = file("00cc-x86-64-0123456789abcdef.cfi", 3);
+  const std::string other = file("notes.txt", 40);
+  TableCache cache(dir());
+  ASSERT_TRUE(cache.store(*file_, *table_).ok());
+  EXPECT_EQ(cache.counts().pruned, 2u);
+  EXPECT_FALSE(fs::exists(old_table));
+  EXPECT_FALSE(fs::exists(old_tmp));
+  EXPECT_TRUE(fs::exists(recent));
+  EXPECT_TRUE(fs::exists(other));
+  // A table read back counts as used now, whatever its age.
+  fs::last_write_time(cache.path_of(*file_),
+                      fs::file_time_type::clock::now() - std::chrono::hours(24 * 40));
+  ASSERT_TRUE(TableCache(dir()).load(*file_).has_value());
+  TableCache later(dir());
+  ASSERT_TRUE(later.store(*file_, *table_).ok());
+  EXPECT_EQ(later.counts().pruned, 0u);
 }
 
 TEST_F(Cache, AnEmptyDirectoryTurnsItOff) {
