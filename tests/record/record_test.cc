@@ -210,6 +210,18 @@ int64_t parse_go_time(const std::string& s) {
 // core (measured: the target at 0.57 of a core then). Over ljprof's whole run the target must
 // instead never be seen stopped in /proc/PID/stat nor be off the CPU without waiting for one
 // (schedstat), and it must exit 0 with its complete report.
+// Time the hypervisor gave this VM's CPUs to others, over all CPUs (/proc/stat "cpu" steal, in
+// USER_HZ ticks). With paravirtual steal accounting the kernel charges it to no task: a running
+// task's schedstat shows it as neither on a CPU nor waiting for one.
+double steal_ns() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  uint64_t v[8] = {};
+  in >> cpu;
+  for (uint64_t& x : v) in >> x;
+  return static_cast<double>(v[7]) * 1e9 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   const std::string dir = testing::TempDir() + "/ljprof-record-attach";
@@ -243,6 +255,7 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   const uint64_t t0 = test::monotonic_ns();
   const int64_t real_minus_mono =
       static_cast<int64_t>(real.tv_sec) * 1000000000 + real.tv_nsec - static_cast<int64_t>(t0);
+  const double steal0 = steal_ns();
   test::CommandResult r =
       test::run({test::ljprof_bin(), "record", "-p", std::to_string(target.pid()), "-F", "999",
                  "-d", "2.5", "-q", "-o", profile, "--folded", folded});
@@ -252,6 +265,7 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::this_thread::sleep_for(std::chrono::seconds(2));
   std::ofstream(stop_file) << "stop\n";
+  const double stolen = steal_ns() - steal0;  // a superset of the intervals ljprof's run covers
   EXPECT_EQ(target.wait(20000), 0) << test::read_text(dir + "/target.out");
   EXPECT_EQ(stopped_states, "") << "seen stopped in " << stopped_states.size() << " of " << polls
                                 << " polls";
@@ -318,12 +332,15 @@ TEST(RecordAttach, TargetThroughputIsUnaffectedAndItExitsNormally) {
             << ", after " << rate(2) << " (" << n[0] << "/" << n[1] << "/" << n[2]
             << " intervals), ratio " << rate_in / rate_out << " (wall clock " << wall_ratio
             << "); not runnable " << off_cpu / 1e6 << " ms of " << covered / 1e6
-            << " ms; attach took " << (s0 - static_cast<double>(t0)) / 1e9 << " s\n";
+            << " ms (host steal meanwhile " << stolen / 1e6 << " ms); attach took "
+            << (s0 - static_cast<double>(t0)) / 1e9 << " s\n";
   EXPECT_GE(rate_in, 0.8 * rate_out)
       << "rounds/s while sampling " << rate_in << ", outside " << rate_out << "\n"
       << test::read_text(report);
   // The target never sleeps; 2% is schedstat's accounting slack, far below a stop that matters.
-  EXPECT_LT(off_cpu, 0.02 * covered) << test::read_text(report);
+  // Time the host stole from this VM meanwhile looks the same to schedstat (seen: 214 ms of
+  // 5075 under a loaded host), so it is allowed on top.
+  EXPECT_LT(off_cpu, 0.02 * covered + stolen) << test::read_text(report);
   test::run({"rm", "-rf", dir});
 }
 
