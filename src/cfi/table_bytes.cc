@@ -55,7 +55,8 @@ class Reader {
     uint64_t n = 0;
     LJ_TRY(count(&n, sizeof(T), cap, what));
     items->resize(n);
-    std::memcpy(items->data(), bytes_.data() + at_, n * sizeof(T));
+    if (n > 0)
+      std::memcpy(items->data(), bytes_.data() + at_, n * sizeof(T));  // data() may be null
     at_ += n * sizeof(T);
     return Ok{};
   }
