@@ -134,7 +134,7 @@ std::optional<UnwindTable> TableCache::load(const elf::ElfFile& file, std::strin
   ::close(fd);
   auto reject = [&](const std::string& message) -> std::optional<UnwindTable> {
     ++counts_.rejected;
-    if (first_problem_.empty()) first_problem_ = message;
+    note_problem(message);
     if (why != nullptr) *why = message;
     return std::nullopt;
   };
@@ -150,6 +150,16 @@ std::optional<UnwindTable> TableCache::load(const elf::ElfFile& file, std::strin
   ++counts_.hits;
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // read now (prune)
   return std::move(*table);
+}
+
+void TableCache::note_problem(const std::string& message) {
+  if (first_problem_.empty()) first_problem_ = message;
+}
+
+Status TableCache::store_failed(std::string message) {
+  ++counts_.store_failed;
+  note_problem(message);
+  return Error{std::move(message)};
 }
 
 void TableCache::prune() {
@@ -174,12 +184,7 @@ Status TableCache::store(const elf::ElfFile& file, const UnwindTable& table) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir_, ec)) {
     std::filesystem::create_directories(dir_, ec);
-    if (ec) {
-      ++counts_.store_failed;
-      if (first_problem_.empty())
-        first_problem_ = fmt::format("{}: cannot create: {}", dir_, ec.message());
-      return make_error("{}", first_problem_);
-    }
+    if (ec) return store_failed(fmt::format("{}: cannot create: {}", dir_, ec.message()));
     ::chmod(dir_.c_str(), 0700);
   }
   std::vector<uint8_t> bytes =
@@ -188,12 +193,7 @@ Status TableCache::store(const elf::ElfFile& file, const UnwindTable& table) {
   bytes.insert(bytes.end(), body.begin(), body.end());
   const std::string tmp = fmt::format("{}.tmp.{}.{:x}", path, ::getpid(), std::random_device{}());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    ++counts_.store_failed;
-    if (first_problem_.empty())
-      first_problem_ = fmt::format("{}: cannot create: {}", tmp, std::strerror(errno));
-    return make_error("{}", first_problem_);
-  }
+  if (fd < 0) return store_failed(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
   Status written = write_all(fd, bytes, tmp);
   ::close(fd);
   if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -201,9 +201,7 @@ Status TableCache::store(const elf::ElfFile& file, const UnwindTable& table) {
   }
   if (!written.ok()) {
     ::unlink(tmp.c_str());
-    ++counts_.store_failed;
-    if (first_problem_.empty()) first_problem_ = written.message();
-    return written;
+    return store_failed(written.message());
   }
   ++counts_.stored;
   return Ok{};

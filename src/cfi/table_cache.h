@@ -60,6 +60,8 @@ class TableCache {
   std::string dir_;
   std::string program_build_id_;
   void prune();
+  void note_problem(const std::string& message);  // keeps the first for first_problem()
+  Status store_failed(std::string message);       // counts it, notes it, returns it
   Counts counts_;
   std::string first_problem_;
   bool pruned_ = false;

@@ -7,7 +7,6 @@
 #include <ctime>
 #include <iostream>
 
-#include "cfi/table_cache.h"
 #include "cli/commands.h"
 #include "cli/recording.h"
 #include "export/agent.h"
@@ -24,7 +23,7 @@ struct AgentFlags {
   double interval = 10;
   double duration = 0;
   uint32_t ringbuf_mb = 0;
-  std::string table_cache = cfi::default_table_cache_dir();
+  std::string table_cache;
   std::string pyroscope;
   std::string token;
   std::string basic_auth;
@@ -194,11 +193,7 @@ void add_agent_command(CommandLine& cli) {
              "Kernel ring buffer in MiB, a power of two (default: a second of samples, CPUs x "
              "freq x 1 KiB, 256 KiB to 256 MiB)")
       .range(1, 1024);
-  cmd.option("--table-cache", f->table_cache,
-             "Keep built unwind tables in DIR between runs, keyed by build-id, so files analysed "
-             "once are not analysed again ('' = off; default $LJPROF_CACHE_DIR, else "
-             "$XDG_CACHE_HOME/ljprof, else ~/.cache/ljprof)")
-      .type_name("DIR");
+  add_table_cache_option(cmd, f->table_cache);
   cmd.flag("-q,--quiet", f->quiet, "No log line per interval (errors are still printed)");
   cmd.footer(
       "--config FILE: options from a TOML file, under [agent], one per line by its long name "

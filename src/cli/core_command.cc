@@ -36,7 +36,7 @@ void add_core_command(CommandLine& cli) {
     std::vector<std::string> sysroots;
     bool json = false;
     bool all_fibers = false;
-    std::string table_cache = cfi::default_table_cache_dir();
+    std::string table_cache;
   };
   auto opts = std::make_shared<Options>();
   Command cmd = cli.add(
@@ -54,10 +54,7 @@ void add_core_command(CommandLine& cli) {
   cmd.flag("--all-fibers,--all-coroutines", opts->all_fibers,
            "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
            "state) found on the LuaJIT GC list: suspended ones and those inside a C call");
-  cmd.option("--table-cache", opts->table_cache,
-             "Keep built unwind tables in DIR between runs, keyed by build-id ('' = off; "
-             "default as for record)")
-      .type_name("DIR");
+  add_table_cache_option(cmd, opts->table_cache);
   cmd.run([opts]() {
     core::CoreOptions options;
     options.exe = opts->exe;

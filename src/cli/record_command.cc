@@ -5,7 +5,6 @@
 
 #include <iostream>
 
-#include "cfi/table_cache.h"
 #include "cli/commands.h"
 #include "cli/recording.h"
 #include "record/recorder.h"
@@ -21,7 +20,7 @@ void add_record_command(CommandLine& cli) {
     uint32_t freq = 99;
     double duration = 0;
     uint32_t ringbuf_mb = 0;
-    std::string table_cache = cfi::default_table_cache_dir();
+    std::string table_cache;
     std::string pprof;
     std::string folded;
     std::string flamegraph;
@@ -52,11 +51,7 @@ void add_record_command(CommandLine& cli) {
              "CPUs x freq x 1 KiB, 256 KiB to 256 MiB); raise it if the summary reports "
              "dropped samples")
       .range(1, 1024);
-  cmd.option("--table-cache", opts->table_cache,
-             "Keep built unwind tables in DIR between runs, keyed by build-id, so files analysed "
-             "once are not analysed again ('' = off; default $LJPROF_CACHE_DIR, else "
-             "$XDG_CACHE_HOME/ljprof, else ~/.cache/ljprof)")
-      .type_name("DIR");
+  add_table_cache_option(cmd, opts->table_cache);
   cmd.option("-o,--output", opts->pprof,
              "Write a gzip pprof profile (go tool pprof, Pyroscope, Parca, speedscope)");
   cmd.option("--folded", opts->folded, "Write folded stacks to FILE ('-' = stdout)");

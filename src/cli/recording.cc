@@ -1,5 +1,7 @@
 #include "cli/recording.h"
 
+#include "cfi/table_cache.h"
+
 #include <fmt/format.h>
 
 namespace ljprof::cli {
@@ -39,6 +41,15 @@ void print_record_summary(std::ostream& out, std::string_view command, const rec
     out << fmt::format("  {:>8}  {}\n", reason.count, reason.name);
     for (auto& [where, n] : reason.sites) out << fmt::format("  {:>8}    {} at {}\n", "", n, where);
   }
+}
+
+void add_table_cache_option(Command& cmd, std::string& dir) {
+  dir = cfi::default_table_cache_dir();
+  cmd.option("--table-cache", dir,
+             "Keep built unwind tables in DIR between runs, keyed by build-id, so files analysed "
+             "once are not analysed again ('' = off; default $LJPROF_CACHE_DIR, else "
+             "$XDG_CACHE_HOME/ljprof, else ~/.cache/ljprof)")
+      .type_name("DIR");
 }
 
 void print_record_cost(std::ostream& out, std::string_view command, const record::RecordCost& c) {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "common/result.h"
 
 #include "record/recorder.h"
@@ -22,6 +23,10 @@ Result<std::vector<uint32_t>> parse_pid_list(const std::string& text);
 // line per reason with its count and where walks stopped.
 void print_record_summary(std::ostream& out, std::string_view command,
                           const record::RecordStats& stats, double seconds);
+
+// --table-cache DIR, alike for record, agent and core (cfi/table_cache.h); sets `dir` to the
+// default directory first.
+void add_table_cache_option(Command& cmd, std::string& dir);
 
 // `--stats`: the agent's CPU per delivered sample in steady state, its max RSS, the CPU each
 // process's attach took, and the kernel program's time per sample.

@@ -55,22 +55,23 @@ void analyse_mapped_file(MappedObject& obj, uint32_t pid, const MapEntry& map,
 
 }  // namespace
 
+void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const MapEntry& map) {
+  analyse_mapped_file(obj, pid, map, tables_);
+  if (obj.table && on_table_) on_table_(obj);
+}
+
 MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
   auto key = std::make_tuple(map.dev, map.inode, map.path);
   if (auto it = objects_.find(key); it != objects_.end()) {
     MappedObject* obj = it->second.get();
     // The process it was first opened through had exited (its map_files gone): another process
     // mapping the same file tries again, into the same object (contexts may point at it).
-    if (!obj->elf && obj->opened_through != pid) {
-      analyse_mapped_file(*obj, pid, map, tables_);
-      if (obj->table && on_table_) on_table_(*obj);
-    }
+    if (!obj->elf && obj->opened_through != pid) analyse(*obj, pid, map);
     return obj;
   }
   auto obj = std::make_unique<MappedObject>();
   obj->path = map.path;
-  analyse_mapped_file(*obj, pid, map, tables_);
-  if (obj->table && on_table_) on_table_(*obj);
+  analyse(*obj, pid, map);
   MappedObject* raw = obj.get();
   objects_.emplace(std::move(key), std::move(obj));
   return raw;

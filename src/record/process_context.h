@@ -71,6 +71,8 @@ class ObjectCache {
   void on_table(std::function<void(MappedObject&)> f) { on_table_ = std::move(f); }
 
  private:
+  // analyse_mapped_file into `obj` with tables_, then on_table_.
+  void analyse(MappedObject& obj, uint32_t pid, const MapEntry& map);
   std::function<void(MappedObject&)> on_table_;
   cfi::TableCache* tables_ = nullptr;
   std::map<std::tuple<std::string, uint64_t, std::string>, std::unique_ptr<MappedObject>> objects_;

@@ -716,7 +716,6 @@ RecordCost Recorder::cost(double elapsed) {
     c.table_cache_dir = tables_.dir();
     c.tables_from_cache = t.hits;
     c.tables_built = t.misses + t.rejected;
-    c.table_cache_rejected = t.rejected;
     c.table_cache_problem = tables_.first_problem();
   }
   return c;

@@ -125,7 +125,6 @@ struct RecordCost {
   std::string table_cache_dir;  // "": no cache
   uint64_t tables_from_cache = 0;
   uint64_t tables_built = 0;
-  uint64_t table_cache_rejected = 0;
   std::string table_cache_problem;  // the first file not used or not written, and why
 };
 
