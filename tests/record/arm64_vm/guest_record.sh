@@ -23,6 +23,9 @@ out=/out
 
 # JIT-compiled BPF programs are listed in /proc/kallsyms as "[bpf]" symbols once this is on.
 echo 1 >/proc/sys/net/core/bpf_jit_kallsyms
+# Where the VM's minutes go, in the host test's output: the guest's uptime at each step.
+mark() { echo "guest_record: $1 at $(cut -d' ' -f1 /proc/uptime) s"; }
+mark start
 bpf_programs() { grep -c '\[bpf\]$' /proc/kallsyms; }
 echo "before $(bpf_programs)" >"$out/bpf_programs"
 # The most programs seen while the recordings run (proves the count sees ljprof's).
@@ -55,9 +58,11 @@ for runtime in "$@"; do
       >"$out/$case_name.workload.log" 2>&1 &
     workload=$!
     sleep 2
+    mark "$case_name attach"
     "$ljprof" record -p "$workload" -F 999 -d "$seconds" -o "$out/$case_name.pb.gz" \
       --folded "$out/$case_name.folded" >"$out/$case_name.log" 2>&1
     echo $? >"$out/$case_name.rc"
+    mark "$case_name recorded"
     touch "/tmp/$case_name.stop"
     wait "$workload"
   done
@@ -104,9 +109,11 @@ nginx_case() {
     done
   ) &
   load=$!
+  mark "$case_name attach"
   "$ljprof" record -p "$worker" -F 999 -d "$seconds" -o "$out/$case_name.pb.gz" \
     --folded "$out/$case_name.folded" >>"$out/$case_name.log" 2>&1
   echo $? >"$out/$case_name.rc"
+  mark "$case_name recorded"
   touch "$dir/stop"
   wait "$load"
   get /report >"$out/$case_name.after"
@@ -118,6 +125,7 @@ nginx_case() {
 nginx_case jit_on
 nginx_case jit_off
 
+mark done
 touch /tmp/recordings-done
 wait "$counter"
 echo "after $(bpf_programs)" >>"$out/bpf_programs"
