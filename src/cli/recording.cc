@@ -73,6 +73,13 @@ void print_record_cost(std::ostream& out, std::string_view command, const record
         "on average ({} samples)\n",
         command, c.walk_ns_median / 1e3, c.walk_ns_p90 / 1e3, c.walk_mean_frames, c.walk_samples);
   }
+  if (c.walk_samples > 0) {
+    out << fmt::format(
+        "ljprof {}: stacks: {} samples repeated a stack, {} were built on outer frames "
+        "symbolized before, {} were symbolized throughout; {} frames symbolized\n",
+        command, c.stacks_whole_hits, c.stacks_suffix_hits, c.stacks_symbolized,
+        c.stack_units_symbolized);
+  }
   out << fmt::format("ljprof {}: attach CPU: {} process{}, {:.1f} ms in all\n", command,
                      c.attach_count, c.attach_count == 1 ? "" : "es", c.attach_cpu_ms);
   for (const record::RecordCost::Attach& a : c.attaches) {

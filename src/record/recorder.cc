@@ -35,6 +35,7 @@
 #include "record/process_context.h"
 #include "record/process_identity.h"
 #include "record/sample_frames.h"
+#include "record/stack_memo.h"
 #include "record/stack_table.h"
 #include "symbolize/symbolize.h"
 
@@ -167,8 +168,6 @@ class Recorder {
   RecordCost cost(double elapsed);
   void handle_sample(const void* data, size_t size);
   Status upload_rows(std::span<const lj_cfi_row> rows);
-  struct RawStack;
-  const RawStack& raw_stack(const lj_rec_sample& s, const ProcessContext& ctx);
   std::vector<uint64_t> read_counters();
   std::string status_line(double elapsed);
   void teardown();
@@ -215,19 +214,10 @@ class Recorder {
   static constexpr int kCandidateRounds = 5;
   std::set<uint32_t> warned_;
   SampleSymbolizer symbolizer_;
-  // Symbolized stacks and their sample counts. Entries are stable: raw_stacks_ points into it.
+  // Symbolized stacks and their sample counts. Entries are stable: memo_ points into it.
   StackTable stacks_;
-  // A sample's raw record (its process context's generation, walk end and frames as the kernel
-  // wrote them) -> its symbolized stack and the agent counters its symbolization added, so an
-  // identical sample costs a hash lookup instead of a symbolization. Cleared when it reaches
-  // kMaxRawStacks entries; the stacks stay.
-  struct RawStack {
-    StackTable::Entry* stack;
-    std::vector<std::pair<uint32_t, uint64_t>> counted;
-  };
-  std::unordered_map<std::string, RawStack> raw_stacks_;
-  std::string raw_key_;  // the key being looked up, kept to reuse its buffer sample after sample
-  static constexpr size_t kMaxRawStacks = 1 << 12;
+  // A sample's raw record -> its entry in stacks_ (record/stack_memo.h).
+  StackMemo memo_{symbolizer_, stacks_};
   AgentCounts agent_counts_{};
   uint64_t delivered_ = 0, reached_root_ = 0;
   bool idle_ = false;  // the last drain found no sample (kIdleDrainMs)
@@ -523,7 +513,7 @@ void Recorder::handle_sample(const void* data, size_t size) {
     return;
   }
   const ProcessContext& ctx = *it->second.ctx;
-  const RawStack& raw = raw_stack(s, ctx);
+  const StackMemo::Stack& raw = memo_.stack_of(s, ctx);
   for (const auto& [id, n] : raw.counted) agent_counts_[id] += n;
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
       !raw.stack->first.frames.empty()) {
@@ -541,31 +531,6 @@ void Recorder::handle_sample(const void* data, size_t size) {
   }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
   raw.stack->second += 1;
-}
-
-const Recorder::RawStack& Recorder::raw_stack(const lj_rec_sample& s, const ProcessContext& ctx) {
-  std::string& key = raw_key_;
-  key.resize(sizeof(ctx.generation) + sizeof(s.end) + sizeof(s.end_pc) +
-             s.nframes * sizeof(lj_rec_frame));
-  char* at = key.data();
-  for (auto [field, bytes] :
-       {std::pair<const void*, size_t>{&ctx.generation, sizeof(ctx.generation)},
-        {&s.end, sizeof(s.end)},
-        {&s.end_pc, sizeof(s.end_pc)},
-        {s.frames, s.nframes * sizeof(lj_rec_frame)}}) {
-    std::memcpy(at, field, bytes);
-    at += bytes;
-  }
-  if (auto hit = raw_stacks_.find(key); hit != raw_stacks_.end()) return hit->second;
-  if (raw_stacks_.size() >= kMaxRawStacks) raw_stacks_.clear();
-  AgentCounts counted{};
-  std::vector<report::Frame> frames = symbolizer_.frames(s, ctx, counted);
-  RawStack raw;
-  raw.stack = &stacks_.entry(s.pid, std::move(frames));
-  for (uint32_t id = 0; id < counted.size(); ++id) {
-    if (counted[id] != 0) raw.counted.emplace_back(id, counted[id]);
-  }
-  return raw_stacks_.emplace(key, std::move(raw)).first->second;
 }
 
 // Writes `rows` to the kernel's `rows` array from slot rows_next_ on, with batched updates:
@@ -711,6 +676,10 @@ RecordCost Recorder::cost(double elapsed) {
   c.walk_ns_median = walk_times_.quantile_ns(0.5);
   c.walk_ns_p90 = walk_times_.quantile_ns(0.9);
   c.walk_mean_frames = walk_times_.mean_frames();
+  c.stacks_whole_hits = memo_.stats().whole_hits;
+  c.stacks_suffix_hits = memo_.stats().suffix_hits;
+  c.stacks_symbolized = memo_.stats().symbolized;
+  c.stack_units_symbolized = memo_.stats().units_symbolized;
   if (tables_.enabled()) {
     const cfi::TableCache::Counts& t = tables_.counts();
     c.table_cache_dir = tables_.dir();
@@ -790,7 +759,7 @@ void Recorder::cut_interval(bool last) {
     sample.count = count;
     cut.processes[at->second].profile.samples.push_back(std::move(sample));
   });
-  raw_stacks_.clear();
+  memo_.clear();
   stacks_.clear();
   interval_start_ = now;
   release_gone();

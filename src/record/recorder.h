@@ -121,6 +121,13 @@ struct RecordCost {
   std::vector<Attach> attaches;
   uint64_t attach_count = 0;
   double attach_cpu_ms = 0;
+  // How delivered samples got their symbolized stack (record/stack_memo.h): an identical
+  // sample's, built on outer frames already symbolized, or symbolized throughout; and how many
+  // frames (or trace + frame units) were symbolized for them.
+  uint64_t stacks_whole_hits = 0;
+  uint64_t stacks_suffix_hits = 0;
+  uint64_t stacks_symbolized = 0;
+  uint64_t stack_units_symbolized = 0;
   // Unwind tables read from the table cache, and built (then stored) because it had none.
   std::string table_cache_dir;  // "": no cache
   uint64_t tables_from_cache = 0;

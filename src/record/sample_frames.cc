@@ -14,9 +14,10 @@ namespace ljprof::record {
 // every Lua reading is checked against what the kernel read at sample time.
 class SampleFrameSource final : public symbolize::FrameSource {
  public:
-  SampleFrameSource(SampleSymbolizer& s, const lj_rec_sample& sample, const ProcessContext& ctx,
-                    AgentCounts& counts)
-      : s_(s), sample_(sample), ctx_(ctx), counts_(counts) {}
+  // Walk index i is the sample's frame first + i.
+  SampleFrameSource(SampleSymbolizer& s, const lj_rec_sample& sample, uint32_t first,
+                    const ProcessContext& ctx, AgentCounts& counts)
+      : s_(s), sample_(sample), first_(first), ctx_(ctx), counts_(counts) {}
 
   void symbolize_native(symbolize::Frame& frame, bool exact_pc) override {
     auto key = std::make_tuple(ctx_.generation, frame.pc, exact_pc);
@@ -68,7 +69,7 @@ class SampleFrameSource final : public symbolize::FrameSource {
   // never changes once built); any other is returned as read, and jit_frames refuses it.
   Result<symbolize::TraceInfo> trace_info(size_t index, const symbolize::WalkedFrame& f) override {
     if (ctx_.luajit == nullptr || !ctx_.mem) return make_error("no LuaJIT layout or memory");
-    const SampleSymbolizer::TraceKey key{ctx_.generation, f.b, sample_.frames[index].traceno};
+    const SampleSymbolizer::TraceKey key{ctx_.generation, f.b, raw(index).traceno};
     if (auto it = s_.trace_infos_.find(key); it != s_.trace_infos_.end()) return it->second;
     auto t = symbolize::trace_info(ctx_.mem->reader(), ctx_.luajit->object->info, f.b);
     if (!t.ok()) {
@@ -86,7 +87,7 @@ class SampleFrameSource final : public symbolize::FrameSource {
                                              uint64_t pc, const symbolize::Frame& base) override {
     if (ctx_.luajit == nullptr || !ctx_.mem) return make_error("no LuaJIT layout or memory");
     const lj_luajit_info& info = ctx_.luajit->object->info;
-    const uint32_t traceno = sample_.frames[index].traceno;
+    const uint32_t traceno = raw(index).traceno;
     if (traceno == 0 || trace.trace->traceno != traceno) {
       ++counts_[LJ_REC_CTR_TRACE_CHANGED];
       return make_error("trace changed since the sample");
@@ -130,7 +131,7 @@ class SampleFrameSource final : public symbolize::FrameSource {
     if (ctx_.luajit == nullptr || !ctx_.mem) {
       return make_error("no LuaJIT layout or memory for this process");
     }
-    const lj_rec_frame& rf = sample_.frames[index];
+    const lj_rec_frame& rf = raw(index);
     if (rf.proto == 0) return make_error("Lua prototype unreadable at sample time");
     return SampleSymbolizer::ProtoKey{ctx_.pid, rf.proto, rf.chunkname, rf.firstline, bcpc};
   }
@@ -188,8 +189,11 @@ class SampleFrameSource final : public symbolize::FrameSource {
     return e;
   }
 
+  const lj_rec_frame& raw(size_t index) const { return sample_.frames[first_ + index]; }
+
   SampleSymbolizer& s_;
   const lj_rec_sample& sample_;
+  const uint32_t first_;
   const ProcessContext& ctx_;
   AgentCounts& counts_;
 };
@@ -197,16 +201,26 @@ class SampleFrameSource final : public symbolize::FrameSource {
 std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
                                                     const ProcessContext& ctx,
                                                     AgentCounts& counts) {
-  const uint32_t n = std::min<uint32_t>(sample.nframes, LJ_WALK_MAX_FRAMES);
+  return frames(sample, ctx, counts, 0, LJ_WALK_MAX_FRAMES, true);
+}
+
+std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
+                                                    const ProcessContext& ctx, AgentCounts& counts,
+                                                    uint32_t first, uint32_t count, bool with_end) {
+  const uint32_t all = std::min<uint32_t>(sample.nframes, LJ_WALK_MAX_FRAMES);
+  first = std::min(first, all);
+  const uint32_t last = all - first < count ? all : first + count;
   std::vector<symbolize::WalkedFrame> walk;
-  walk.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) {
+  walk.reserve(last - first);
+  for (uint32_t i = first; i < last; ++i) {
     const lj_rec_frame& f = sample.frames[i];
     walk.push_back({f.kind, f.pc, f.b, f.lua_state});
   }
-  SampleFrameSource source(*this, sample, ctx, counts);
-  return report::profile_frames(
-      symbolize::frames_of_walk(walk, {sample.end, sample.end_pc}, source));
+  const symbolize::WalkEnd end = with_end && last == all
+                                     ? symbolize::WalkEnd{sample.end, sample.end_pc}
+                                     : symbolize::WalkEnd{LJ_END_ROOT, 0};
+  SampleFrameSource source(*this, sample, first, ctx, counts);
+  return report::profile_frames(symbolize::frames_of_walk(walk, end, source, first == 0));
 }
 
 }  // namespace ljprof::record

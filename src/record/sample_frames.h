@@ -38,6 +38,12 @@ class SampleSymbolizer {
   // that could not be named (LJ_REC_COUNTERS).
   std::vector<report::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
                                     AgentCounts& counts);
+  // The frames of walked frames [first, first + count) alone: the first one is the leaf only
+  // when first is 0, and the walk's end adds its "[unknown: ...]" frame only with `with_end`
+  // (for a range that reaches the walk's last frame).
+  std::vector<report::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
+                                    AgentCounts& counts, uint32_t first, uint32_t count,
+                                    bool with_end);
 
  private:
   friend class SampleFrameSource;

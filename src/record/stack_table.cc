@@ -37,6 +37,10 @@ StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<report::Frame>&& 
   return *stacks_.try_emplace(std::move(key), 0).first;
 }
 
+StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<uint32_t>&& ids) {
+  return *stacks_.try_emplace(Key{pid, std::move(ids)}, 0).first;
+}
+
 std::vector<report::Frame> StackTable::frames(const Entry& e) const {
   std::vector<report::Frame> out;
   out.reserve(e.first.frames.size());

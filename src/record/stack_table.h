@@ -30,6 +30,10 @@ class StackTable {
   // The entry of (pid, frames), added with count 0 when new. Entries stay where they are until
   // clear(), whatever is added meanwhile.
   Entry& entry(uint32_t pid, std::vector<report::Frame>&& frames);
+  // The same by frame ids (intern's, or an entry's), leaf first.
+  Entry& entry(uint32_t pid, std::vector<uint32_t>&& ids);
+  // The id of a frame, added when new; ids stay valid until clear().
+  uint32_t intern(report::Frame&& f);
   // The frames of an entry's stack, leaf first.
   std::vector<report::Frame> frames(const Entry& e) const;
   // Every entry with a count above 0, as (pid, frames, count).
@@ -42,7 +46,6 @@ class StackTable {
   struct FrameHash {
     size_t operator()(const report::Frame& f) const;
   };
-  uint32_t intern(report::Frame&& f);
   std::unordered_map<report::Frame, uint32_t, FrameHash> ids_;
   std::vector<const report::Frame*> by_id_;  // keys of ids_ (nodes do not move)
   std::unordered_map<Key, int64_t, KeyHash> stacks_;

@@ -14,7 +14,7 @@ namespace ljprof::symbolize {
 
 namespace {
 
-Frame symbolize_one(size_t i, const WalkedFrame& wf, FrameSource& source) {
+Frame symbolize_one(size_t i, const WalkedFrame& wf, FrameSource& source, bool leaf) {
   Frame f;
   f.lua_state = wf.lua_state;
   switch (wf.kind) {
@@ -56,12 +56,12 @@ Frame symbolize_one(size_t i, const WalkedFrame& wf, FrameSource& source) {
     case LJ_FRAME_ROOT:
       f.kind = FrameKind::Root;
       f.pc = wf.pc;
-      source.symbolize_native(f, i == 0);
+      source.symbolize_native(f, leaf);
       break;
     default:
       f.kind = FrameKind::Native;
       f.pc = wf.pc;
-      source.symbolize_native(f, i == 0);
+      source.symbolize_native(f, leaf);
       break;
   }
   return f;
@@ -92,7 +92,7 @@ void name_from_call_sites(std::span<const WalkedFrame> walk, std::vector<Frame>&
 // unknown): the snapshot at the trace's pc gives that frame's line and the frames the trace
 // inlined above it. Backwards, so an insertion does not move a trace frame not yet resolved
 // (frames and walk indices still agree below it).
-void resolve_jit_frames(std::vector<Frame>& frames, FrameSource& source) {
+void resolve_jit_frames(std::vector<Frame>& frames, FrameSource& source, bool leaf_first) {
   for (size_t i = frames.size(); i-- > 0;) {
     Frame& trace = frames[i];
     if (trace.kind != FrameKind::Trace || !trace.trace || i + 1 >= frames.size()) continue;
@@ -103,7 +103,7 @@ void resolve_jit_frames(std::vector<Frame>& frames, FrameSource& source) {
       continue;
     }
     // A return address belongs to the call before it.
-    auto jit = source.jit_frames(i, trace, i == 0 ? trace.pc : trace.pc - 1, base);
+    auto jit = source.jit_frames(i, trace, leaf_first && i == 0 ? trace.pc : trace.pc - 1, base);
     if (!jit.ok()) {
       trace.trace->snapshot_error = jit.message();
       continue;
@@ -136,17 +136,19 @@ void resolve_jit_frames(std::vector<Frame>& frames, FrameSource& source) {
 }  // namespace
 
 std::vector<Frame> frames_of_walk(std::span<const WalkedFrame> walk, WalkEnd end,
-                                  FrameSource& source) {
+                                  FrameSource& source, bool leaf_first) {
   std::vector<Frame> frames;
   frames.reserve(walk.size() + 1);
-  for (size_t i = 0; i < walk.size(); ++i) frames.push_back(symbolize_one(i, walk[i], source));
+  for (size_t i = 0; i < walk.size(); ++i) {
+    frames.push_back(symbolize_one(i, walk[i], source, leaf_first && i == 0));
+  }
   for (size_t i = 0; i + 1 < frames.size(); ++i) {
     if (frames[i].kind == FrameKind::Native && source.in_ffi_call_trampoline(frames[i + 1])) {
       frames[i].kind = FrameKind::Ffi;
     }
   }
   name_from_call_sites(walk, frames, source);
-  resolve_jit_frames(frames, source);
+  resolve_jit_frames(frames, source, leaf_first);
   if (end.end != LJ_END_ROOT && end.end != LJ_END_RA_ZERO) {
     Frame unknown;
     unknown.kind = FrameKind::Unknown;
