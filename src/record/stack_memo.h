@@ -91,7 +91,7 @@ class StackMemo {
   std::array<uint32_t, LJ_WALK_MAX_FRAMES + 1> last_nodes_{};
   uint32_t last_n_ = 0;
   uint32_t last_context_ = kNone;
-  Stack result_;                 // what stack_of returned last
+  Stack result_;  // what stack_of returned last
   Stats stats_;
   // The memo is cleared when it reaches this many nodes (the stacks stay in the table).
   static constexpr size_t kMaxNodes = 1 << 14;

@@ -76,7 +76,8 @@ class StackMemoTest : public ::testing::Test {
     const std::vector<report::Frame> want = oracle.frames(s, *ctx_, want_counts);
     const std::vector<report::Frame> memo = stacks_.frames(*got.stack);
     const std::vector<std::string> memo_text = text(memo), want_text = text(want);
-    ASSERT_EQ(memo_text.size(), want_text.size()) << fmt::format("{}\n--\n{}", fmt::join(memo_text, "\n"), fmt::join(want_text, "\n"));
+    ASSERT_EQ(memo_text.size(), want_text.size())
+        << fmt::format("{}\n--\n{}", fmt::join(memo_text, "\n"), fmt::join(want_text, "\n"));
     for (size_t i = 0; i < want_text.size(); ++i) EXPECT_EQ(memo_text[i], want_text[i]) << i;
     EXPECT_EQ(memo, want);
     AgentCounts got_counts{};
@@ -108,17 +109,18 @@ TEST_F(StackMemoTest, LeavesUnderOneCallPathReuseItsTail) {
   EXPECT_EQ(memo_.stats().suffix_hits, 23u);
   EXPECT_EQ(memo_.stats().units_symbolized, 4u + 23u);  // the callers once, each leaf once
   // The same samples again: whole-sample hits.
-  expect_same_as_whole(sample({raw(LJ_FRAME_NATIVE,
-                                   code(reinterpret_cast<const void*>(&ljprof_memo_test_leaf), 5)),
-                               callers[0], callers[1], callers[2]},
-                              LJ_END_NO_CFI));
+  expect_same_as_whole(
+      sample({raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&ljprof_memo_test_leaf), 5)),
+              callers[0], callers[1], callers[2]},
+             LJ_END_NO_CFI));
   EXPECT_EQ(memo_.stats().whole_hits, 1u);
 }
 
 // Suffixes are keyed by how the walk ended too: the same frames ending elsewhere get their own
 // "[unknown: ...]" frame, not a stored one.
 TEST_F(StackMemoTest, TheWalksEndIsPartOfTheTail) {
-  const lj_rec_frame caller = raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&::qsort), 5));
+  const lj_rec_frame caller =
+      raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&::qsort), 5));
   for (uint32_t end : {LJ_END_ROOT, LJ_END_NO_CFI, LJ_END_READ_FAULT, LJ_END_ROOT}) {
     for (uint64_t at = 0; at < 3; ++at) {
       expect_same_as_whole(sample(
@@ -139,10 +141,10 @@ TEST_F(StackMemoTest, TraceHeadsAndUnnamedFramesMatchTheWholeSymbolization) {
     expect_same_as_whole(sample({raw(LJ_FRAME_TRACE, 0x7f0000001000 + at, 0x5000),
                                  raw(LJ_FRAME_LUA, 0x6000, 0), native_caller},
                                 LJ_END_ROOT));
-    expect_same_as_whole(sample({raw(LJ_FRAME_TRACE, 0x7f0000002000 + at, 0x5100),
-                                 raw(LJ_FRAME_TRACE, 0x7f0000003000, 0x5200),
-                                 raw(LJ_FRAME_LUA, 0x6000, 0), native_caller},
-                                LJ_END_NO_MODULE));
+    expect_same_as_whole(sample(
+        {raw(LJ_FRAME_TRACE, 0x7f0000002000 + at, 0x5100),
+         raw(LJ_FRAME_TRACE, 0x7f0000003000, 0x5200), raw(LJ_FRAME_LUA, 0x6000, 0), native_caller},
+        LJ_END_NO_MODULE));
     expect_same_as_whole(sample(
         {raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&ljprof_memo_test_leaf), at)),
          raw(LJ_FRAME_CFUNC, 0x6100, code(reinterpret_cast<const void*>(&::strtol), 0)),
@@ -155,14 +157,15 @@ TEST_F(StackMemoTest, TraceHeadsAndUnnamedFramesMatchTheWholeSymbolization) {
 // sampled fib makes them): each new stack symbolizes only the frames not seen under the same
 // outer frames.
 TEST_F(StackMemoTest, RecursionPathsShareTheirOuterFrames) {
-  const lj_rec_frame site_a = raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&::qsort), 7));
+  const lj_rec_frame site_a =
+      raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&::qsort), 7));
   const lj_rec_frame site_b =
       raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&::qsort), 21));
   const lj_rec_frame root = raw(LJ_FRAME_ROOT, code(reinterpret_cast<const void*>(&::strtol), 2));
   size_t samples = 0;
   for (uint32_t path = 0; path < 64; ++path) {
-    std::vector<lj_rec_frame> frames = {
-        raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&ljprof_memo_test_leaf), path % 5))};
+    std::vector<lj_rec_frame> frames = {raw(
+        LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&ljprof_memo_test_leaf), path % 5))};
     for (uint32_t bit = 0; bit < 6; ++bit) frames.push_back(path >> bit & 1 ? site_b : site_a);
     frames.push_back(root);
     expect_same_as_whole(sample(frames, LJ_END_ROOT));
@@ -185,9 +188,9 @@ TEST_F(StackMemoTest, OneFrameSamplesAndClearing) {
   EXPECT_EQ(memo_.stats().suffix_hits, 0u);
   memo_.clear();
   stacks_.clear();
-  expect_same_as_whole(sample(
-      {raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&ljprof_memo_test_leaf), 0))},
-      LJ_END_NO_CFI));
+  expect_same_as_whole(
+      sample({raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&ljprof_memo_test_leaf), 0))},
+             LJ_END_NO_CFI));
 }
 
 }  // namespace
