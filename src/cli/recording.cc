@@ -80,6 +80,8 @@ void print_record_cost(std::ostream& out, std::string_view command, const record
         command, c.stacks_whole_hits, c.stacks_suffix_hits, c.stacks_symbolized,
         c.stack_units_symbolized);
   }
+  out << fmt::format("ljprof {}: BPF program load (maps and the kernel verifier): {:.1f} ms CPU\n",
+                     command, c.program_load_cpu_ms);
   out << fmt::format("ljprof {}: attach CPU: {} process{}, {:.1f} ms in all\n", command,
                      c.attach_count, c.attach_count == 1 ? "" : "es", c.attach_cpu_ms);
   for (const record::RecordCost::Attach& a : c.attaches) {

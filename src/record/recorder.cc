@@ -266,7 +266,9 @@ Status Recorder::open_bpf() {
   const uint32_t rb_bytes = ring_bytes(opt_);
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
+  const double load_cpu0 = thread_cpu_seconds();
   const int load_err = record_bpf__load(skel_);
+  cost_.program_load_cpu_ms = (thread_cpu_seconds() - load_cpu0) * 1e3;
   libbpf_set_print(nullptr);
   if (load_err != 0) {
     std::string log;

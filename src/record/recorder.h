@@ -109,6 +109,8 @@ struct RecordCost {
   uint64_t walk_ns_median = 0;
   uint64_t walk_ns_p90 = 0;
   double walk_mean_frames = 0;
+  // The CPU loading the BPF programs took (map creation and the kernel verifier), once per run.
+  double program_load_cpu_ms = 0;
   // The recorder thread's CPU for each process's first unwind context (reading its mappings,
   // analysing files not seen before, uploading their rows): the first kMaxAttachesListed in
   // order, and all of them summed.
