@@ -69,7 +69,20 @@ struct lj_lua_cursor {
   uint64_t last_entry;
   uint64_t last_link;
   uint32_t last_call_ins;
-  uint32_t pad2;
+  uint32_t prev_call_ins; /* the call site before last_link (valid while prev_link != 0) */
+  uint64_t prev_link;
+  /* Where the Lua stack window (lj_lua_window) starts in the target; 0: empty. */
+  uint64_t win_base;
+};
+
+/* A window of the Lua stack read in one piece: a GC64 frame's function and link slots are 16
+ * bytes, and the frames of a walk lie below one another, so one read of this many bytes serves
+ * the next frames out (recursion: some 10 frames) where a read per frame cost the kernel
+ * 100-250 ns each. 16 bytes of slack let a masked offset read 16 bytes without a bounds test
+ * the verifier cannot follow. */
+#define LJ_LUA_WINDOW 512
+struct lj_lua_window {
+  uint8_t bytes[LJ_LUA_WINDOW + 16];
 };
 
 LJ_INLINE int lj_emit(struct lj_walk_result* out, uint32_t kind, uint64_t pc, uint64_t b,
@@ -149,6 +162,7 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
     c->expect_cframe = cframe & ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
     c->pending_pc = pc;
     c->done = 0;
+    c->win_base = 0;
     c->segment = out->lua_states;
     out->lua_states++;
     if (out->g == 0) out->g = g;
@@ -169,11 +183,34 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
   return -1;
 }
 
+/* The 16 bytes at `addr` (a GC64 frame's function and link slots, addr >= the stack's start)
+ * from cursor c's window `w`, refilled to end right after them when they are outside it (the
+ * next frames out are below): clamped to the stack's start (c->stack_bottom - 8), so the window
+ * lies in the stack's allocation (addr + 16 is at most L->top). A window that cannot be read
+ * falls back to reading the 16 bytes alone. */
+LJ_INLINE int lj_lua_window_read(struct lj_walk_env* env, struct lj_lua_cursor* c,
+                                 struct lj_lua_window* w, void* dst, uint64_t addr) {
+  const uint64_t lo = c->stack_bottom - 8;
+  uint64_t off = addr - c->win_base;
+  if (c->win_base == 0 || addr < c->win_base || off > LJ_LUA_WINDOW - 16) {
+    const uint64_t start = addr + 16 >= lo + LJ_LUA_WINDOW ? addr + 16 - LJ_LUA_WINDOW : lo;
+    if (start > addr || lj_walk_read(env, w->bytes, LJ_LUA_WINDOW, start) != 0) {
+      c->win_base = 0;
+      return lj_walk_read(env, dst, 16, addr);
+    }
+    c->win_base = start;
+    off = addr - start;
+  }
+  __builtin_memcpy(dst, &w->bytes[off & (LJ_LUA_WINDOW - 1)], 16);
+  return 0;
+}
+
 /* Emits one Lua frame of cursor `c` and moves to the previous one. Returns -1 to stay in the
  * Lua walk, -2 when the walk hands back to native (C boundary or bottom of this Lua stack),
  * else LJ_END_*. */
 LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* lj,
-                          struct lj_lua_cursor* c, uint64_t vm_sp, struct lj_walk_result* out) {
+                          struct lj_lua_cursor* c, struct lj_lua_window* w, uint64_t vm_sp,
+                          struct lj_walk_result* out) {
   const uint64_t slot = 8;
   const uint64_t fr2 = lj->gc64 ? 1 : 0;
   uint64_t frame = c->frame;
@@ -194,7 +231,7 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   if (lj->gc64) {
     /* lj_frame.h LJ_FR2: [func TValue][PC/delta/ftsz]; `frame` points at the link slot. */
     uint64_t slots[2] = {0, 0};
-    if (lj_walk_read(env, slots, 16, frame - slot) != 0) return LJ_END_READ_FAULT;
+    if (lj_lua_window_read(env, c, w, slots, frame - slot) != 0) return LJ_END_READ_FAULT;
     func = slots[0] & 0x00007fffffffffffULL; /* lj_obj.h LJ_GCVMASK */
     link = slots[1];
   } else {
@@ -235,8 +272,17 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
     /* FRAME_LUA: the link is the caller's return PC; the call instruction before it holds the
      * callee's base slot in its A operand (frame_prevl, lj_bc.h bc_a). */
     uint32_t ins = c->last_call_ins;
-    if (link != c->last_link || link == 0) {
+    if (link == c->prev_link && link != 0) {
+      /* The other of two alternating call sites (a function that recurses from two places). */
+      ins = c->prev_call_ins;
+      c->prev_link = c->last_link;
+      c->prev_call_ins = c->last_call_ins;
+      c->last_link = link;
+      c->last_call_ins = ins;
+    } else if (link != c->last_link || link == 0) {
       if (lj_walk_read(env, &ins, 4, link - 4) != 0) return LJ_END_READ_FAULT;
+      c->prev_link = c->last_link;
+      c->prev_call_ins = c->last_call_ins;
       c->last_link = link;
       c->last_call_ins = ins;
     }
@@ -339,6 +385,7 @@ struct lj_walk_state {
   uint64_t scan_pc;
   uint64_t scan_found;
   uint32_t scan_size;
+  struct lj_lua_window lua_window; /* the cursor's (win_base) */
 };
 
 /* What bpf_loop hands the step callback: pointers only, the same in every iteration. The
@@ -536,7 +583,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     /* Lua mode is entered only with a layout; the kernel verifier, which checks this callback
      * once for every iteration, needs to see that. */
     if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
-    rc = lj_lua_step(c->env, c->lj, &st->cursor, st->vm_sp, c->out);
+    rc = lj_lua_step(c->env, c->lj, &st->cursor, &st->lua_window, st->vm_sp, c->out);
     if (rc == -1) return 0;
     if (rc >= 0) return lj_finish(c, (uint32_t)rc);
     /* Hand back to native: step over the VM's C frame with the VM's own rule. */
@@ -686,7 +733,7 @@ static long lj_walk_lua_state_step(uint64_t index, void* ctx) {
   int rc;
   (void)index;
   if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
-  rc = lj_lua_step(c->env, c->lj, &st->cursor, st->vm_sp, c->out);
+  rc = lj_lua_step(c->env, c->lj, &st->cursor, &st->lua_window, st->vm_sp, c->out);
   if (rc == -1) return 0;
   if (rc >= 0) return lj_finish(c, (uint32_t)rc);
   /* The bottom of its stack, or a C boundary right above it (a Tarantool fiber's function,
