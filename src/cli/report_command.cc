@@ -1,6 +1,11 @@
-// `ljprof report FILE.pb.gz [--top[=N]] [--folded FILE] [--flamegraph FILE.html|.svg]`: turns a
-// saved pprof profile (ours or any other profiler's) into the outputs of report/.
+// `ljprof report FILE.pb.gz [--pid PID] [--top[=N]] [--folded FILE] [--flamegraph
+// FILE.html|.svg]`: turns a saved pprof profile (ours or any other profiler's) into the outputs
+// of report/.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <iostream>
+#include <set>
 
 #include "cli/commands.h"
 #include "report/outputs.h"
@@ -8,12 +13,23 @@
 
 namespace ljprof::cli {
 
+namespace {
+
+// Leaves the samples of process `pid` only; false when it had none.
+bool keep_process(report::Profile& profile, uint32_t pid) {
+  std::erase_if(profile.samples, [pid](const report::Sample& s) { return s.pid != pid; });
+  return !profile.samples.empty();
+}
+
+}  // namespace
+
 void add_report_command(CommandLine& cli) {
   struct Options {
     std::string input;
     size_t top = 0;
     std::string folded;
     std::string flamegraph;
+    uint32_t pid = 0;
   };
   auto opts = std::make_shared<Options>();
   Command cmd = cli.add(
@@ -38,10 +54,22 @@ void add_report_command(CommandLine& cli) {
              "Write a flame graph to FILE: FILE.svg = static SVG, anything else (FILE.html) "
              "= self-contained interactive HTML (zoom, search, colour by frame kind)")
       .type_name("FILE");
+  cmd.option("--pid", opts->pid,
+             "Only the samples of process PID (their 'pid' label): one process of a profile of "
+             "several ('ljprof record -p A,B' or -a)")
+      .type_name("PID");
   cmd.run([opts]() {
     auto profile = report::read_pprof(opts->input);
     if (!profile.ok()) {
       std::cerr << "ljprof report: " << profile.message() << "\n";
+      return 2;
+    }
+    std::set<uint32_t> pids;
+    for (const report::Sample& s : profile->samples) pids.insert(s.pid);
+    if (opts->pid != 0 && !keep_process(*profile, opts->pid)) {
+      std::cerr << fmt::format(
+          "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n", opts->input,
+          opts->pid, pids.empty() ? "none" : fmt::format("{}", fmt::join(pids, ", ")));
       return 2;
     }
     report::OutputOptions out;

@@ -1,7 +1,8 @@
 // Live recording on a real arm64 kernel: `ljprof record` cross-built for aarch64 (make arm64) runs
 // inside Debian's arm64 kernel booted under qemu-system-aarch64 (scripts/arm64-vm; emulated, no
-// KVM here) against Debian's arm64 luajit and Tarantool's LuaJIT fork for arm64, JIT on and off,
-// and an arm64 nginx-lua worker with OpenResty's luajit2 under a local HTTP load
+// KVM here) against Debian's arm64 luajit and Tarantool's LuaJIT fork for arm64, JIT on and off
+// (both processes of a runtime in one recording, split by `ljprof report --pid`), and an arm64
+// nginx-lua worker with OpenResty's luajit2 under a local HTTP load
 // (arm64_vm/guest_record.sh). The oracle is the one
 // of the x86-64 split tests (split_oracle.h): the workload's own per-part os.clock, >= 99% of
 // the samples with an unwind context at a proven root, Lua -> table.sort -> Lua nesting. The

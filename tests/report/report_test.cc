@@ -637,10 +637,38 @@ TEST(ReportCommand, DefaultTopAndOutputs) {
   EXPECT_NE(test::read_text(svg).find("<svg"), std::string::npos);
 }
 
+// A profile of two processes: --pid writes the stacks of one, exactly those of a profile of its
+// samples alone; a pid with no sample is an error that names the processes there are.
+TEST(ReportCommand, PidSelectsOneProcessOfSeveral) {
+  TempDir dir;
+  Profile one = make_profile(), two = make_profile(), both = make_profile();
+  for (Sample& s : one.samples) s.pid = 101;
+  for (Sample& s : two.samples) {
+    s.pid = 202;
+    s.count *= 3;
+  }
+  two.samples.pop_back();
+  both.samples = one.samples;
+  both.samples.insert(both.samples.end(), two.samples.begin(), two.samples.end());
+  std::string path = dir.file("both.pb.gz");
+  ASSERT_TRUE(write_pprof(both, path).ok());
+  auto first = run({test::ljprof_bin(), "report", path, "--pid", "101", "--folded", "-"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.out, folded_text(one));
+  auto second = run({test::ljprof_bin(), "report", path, "--pid", "202", "--folded", "-"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.out, folded_text(two));
+  EXPECT_NE(first.out, second.out);
+  auto none = run({test::ljprof_bin(), "report", path, "--pid", "303"});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("no sample of process 303"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("101, 202"), std::string::npos) << none.err;
+}
+
 TEST(ReportCommand, HelpAndBadInput) {
   auto help = run({test::ljprof_bin(), "report", "--help"});
   EXPECT_EQ(help.exit_code, 0);
-  for (const char* opt : {"--top", "--folded", "--flamegraph", "FILE"}) {
+  for (const char* opt : {"--top", "--folded", "--flamegraph", "--pid", "FILE"}) {
     EXPECT_NE(help.out.find(opt), std::string::npos) << opt << "\n" << help.out;
   }
   TempDir dir;

@@ -45,26 +45,41 @@ counter=$!
 # little against the VM's clock, which covers whole rounds (split.lua).
 export LJPROF_SPLIT_DIVISOR=10
 
-# Each runtime runs the split until told to stop; ljprof attaches (-p) after a 2 s warm-up (the
-# process started, its traces recorded) and records `seconds`, as an operator attaches to a
-# running server. The workload's report covers its whole run: the split is the same in every
-# round, so its per-part shares are those of the recorded window.
+# Each runtime runs the split until told to stop, with the JIT on and off at once (one process
+# per vCPU); one ljprof attaches to both (-p A,B) after a 2 s warm-up (the processes started,
+# their traces recorded) and records `seconds`, as an operator attaches to running servers, and
+# `ljprof report --pid` takes each process's stacks out of the profile (its samples carry their
+# pid). A workload's report covers its whole run: the split is the same in every round, so its
+# per-part shares are those of the recorded window.
 for runtime in "$@"; do
   name=${runtime%%=*}
   exe=${runtime#*=}
+  pids=""
   for mode in jit_on jit_off; do
     case_name=${name}_$mode
     "$exe" "$workloads/run_split.lua" 120 "$out/$case_name.report" "$mode" "/tmp/$case_name.stop" \
       >"$out/$case_name.workload.log" 2>&1 &
-    workload=$!
-    sleep 2
-    mark "$case_name attach"
-    "$ljprof" record -p "$workload" -F 999 -d "$seconds" -o "$out/$case_name.pb.gz" \
-      --folded "$out/$case_name.folded" >"$out/$case_name.log" 2>&1
-    echo $? >"$out/$case_name.rc"
-    mark "$case_name recorded"
+    eval "pid_$mode=$!"
+    pids="$pids${pids:+,}$!"
+  done
+  sleep 2
+  mark "$name attach"
+  "$ljprof" record -p "$pids" -F 999 -d "$seconds" -o "$out/$name.pb.gz" >"$out/$name.log" 2>&1
+  rc=$?
+  mark "$name recorded"
+  for mode in jit_on jit_off; do
+    case_name=${name}_$mode
+    eval "pid=\$pid_$mode"
+    cp "$out/$name.log" "$out/$case_name.log"
+    if [ "$rc" = 0 ]; then
+      "$ljprof" report "$out/$name.pb.gz" --pid "$pid" --folded "$out/$case_name.folded" \
+        >>"$out/$case_name.log" 2>&1
+      echo $? >"$out/$case_name.rc"
+    else
+      echo "$rc" >"$out/$case_name.rc"
+    fi
     touch "/tmp/$case_name.stop"
-    wait "$workload"
+    wait "$pid"
   done
 done
 
