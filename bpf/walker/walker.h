@@ -185,9 +185,11 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
 
 /* The 16 bytes at `addr` (a GC64 frame's function and link slots, addr >= the stack's start)
  * from cursor c's window `w`, refilled to end right after them when they are outside it (the
- * next frames out are below): clamped to the stack's start (c->stack_bottom - 8), so the window
- * lies in the stack's allocation (addr + 16 is at most L->top). A window that cannot be read
- * falls back to reading the 16 bytes alone. */
+ * next frames out are below), and starting no lower than the stack's start (c->stack_bottom -
+ * 8). The bytes used are the stack's own: frames only move down from the refill's addr + 16
+ * (at most L->top + 8) to the stack's start, and a new lua_State empties the window; past
+ * addr + 16 a window clamped to a small stack may hold other memory, never read. A window
+ * that cannot be read falls back to reading the 16 bytes alone. */
 LJ_INLINE int lj_lua_window_read(struct lj_walk_env* env, struct lj_lua_cursor* c,
                                  struct lj_lua_window* w, void* dst, uint64_t addr) {
   const uint64_t lo = c->stack_bottom - 8;

@@ -64,13 +64,16 @@ void add_report_command(CommandLine& cli) {
       std::cerr << "ljprof report: " << profile.message() << "\n";
       return 2;
     }
-    std::set<uint32_t> pids;
-    for (const report::Sample& s : profile->samples) pids.insert(s.pid);
-    if (opts->pid != 0 && !keep_process(*profile, opts->pid)) {
-      std::cerr << fmt::format(
-          "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n", opts->input,
-          opts->pid, pids.empty() ? "none" : fmt::format("{}", fmt::join(pids, ", ")));
-      return 2;
+    if (opts->pid != 0) {
+      std::set<uint32_t> pids;  // for the error: the processes the profile has
+      for (const report::Sample& s : profile->samples) pids.insert(s.pid);
+      if (!keep_process(*profile, opts->pid)) {
+        std::cerr << fmt::format(
+            "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n",
+            opts->input, opts->pid,
+            pids.empty() ? "none" : fmt::format("{}", fmt::join(pids, ", ")));
+        return 2;
+      }
     }
     report::OutputOptions out;
     out.folded_path = opts->folded;

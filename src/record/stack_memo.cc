@@ -125,13 +125,11 @@ const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const Proces
 
 uint32_t StackMemo::context_node(const lj_rec_sample& s, const ProcessContext& ctx) {
   const uint64_t hash = context_hash(ctx.generation, s.end, s.end_pc);
-  for (size_t i = hash & (slots_.size() - 1); slots_[i] != 0; i = (i + 1) & (slots_.size() - 1)) {
-    const Node& node = nodes_[slots_[i] - 1];
-    if (node.hash == hash && node.parent == kNone && node.generation == ctx.generation &&
-        node.end == s.end && node.end_pc == s.end_pc) {
-      return slots_[i] - 1;
-    }
-  }
+  const uint32_t known = probe(hash, [&](const Node& node) {
+    return node.parent == kNone && node.generation == ctx.generation && node.end == s.end &&
+           node.end_pc == s.end_pc;
+  });
+  if (known != kNone) return known;
   Node node;
   node.hash = hash;
   node.generation = ctx.generation;
@@ -142,14 +140,10 @@ uint32_t StackMemo::context_node(const lj_rec_sample& s, const ProcessContext& c
 
 uint32_t StackMemo::find(uint32_t parent, const lj_rec_frame* raw, uint32_t n,
                          uint64_t hash) const {
-  for (size_t i = hash & (slots_.size() - 1); slots_[i] != 0; i = (i + 1) & (slots_.size() - 1)) {
-    const Node& node = nodes_[slots_[i] - 1];
-    if (node.hash == hash && node.parent == parent && node.nraw == n &&
-        std::memcmp(node.raw.data(), raw, n * sizeof(lj_rec_frame)) == 0) {
-      return slots_[i] - 1;
-    }
-  }
-  return kNone;
+  return probe(hash, [&](const Node& node) {
+    return node.parent == parent && node.nraw == n &&
+           std::memcmp(node.raw.data(), raw, n * sizeof(lj_rec_frame)) == 0;
+  });
 }
 
 uint32_t StackMemo::add(Node&& node) {

@@ -75,6 +75,17 @@ class StackMemo {
   uint32_t context_node(const lj_rec_sample& s, const ProcessContext& ctx);
   // The node of `n` raw frames at `raw` under `parent`, or kNone.
   uint32_t find(uint32_t parent, const lj_rec_frame* raw, uint32_t n, uint64_t hash) const;
+  // The node with `hash` that `match` accepts, or kNone (linear probing from the hash's slot,
+  // the order add() fills them in).
+  template <typename Match>
+  uint32_t probe(uint64_t hash, Match match) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash & mask; slots_[i] != 0; i = (i + 1) & mask) {
+      const Node& node = nodes_[slots_[i] - 1];
+      if (node.hash == hash && match(node)) return slots_[i] - 1;
+    }
+    return kNone;
+  }
   uint32_t add(Node&& node);
   // The stack of a leaf node: its chain's frame ids, leaf first.
   StackTable::Entry& entry_of(uint32_t leaf, uint32_t pid);
