@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 BUILD ?= build
-FUZZ_SECONDS ?= 15
+FUZZ_SECONDS ?= 10
 
 # LIVE_TESTS_ONLY=ON (make test): the release build carries ljprof and the live-recording tests
 # only (no other tests, no benchmarks); every other test runs once, in the check build.

@@ -121,14 +121,19 @@ Result<std::vector<int>> online_cpus() {
   return cpus;
 }
 
-// How often the agent drains the sample ring: a sample waits at most this long before it is
-// symbolized (while its process is most likely still there to read).
-constexpr int kDrainMs = 20;
-// After a drain that found no sample, the next waits this long: a host whose followed processes
-// are idle (an agent's usual day) wakes the agent 10 times a second instead of 50. The first
-// sample after an idle spell waits at most this long; its names are still checked against what
-// the kernel read (a prototype freed meanwhile is counted, never misnamed).
-constexpr int kIdleDrainMs = 100;
+// How often the agent drains the sample ring. Each drain wakes the agent, and its cost is per
+// wake-up as much as per sample (a sample's caches are cold after a sleep): waking 10 times a
+// second instead of 50 took the agent's CPU per sample from ~10 to ~5.8 us (overhead.lua at 999
+// Hz, the two binaries alternating, 2026-12-05). But a sample is symbolized after the fact from
+// the live process: one that exits before the drain leaves its Lua frames unnamed (counted,
+// never misnamed). So the ring is drained every kYoungDrainMs while a process is young
+// (followed within kYoungS, or exec'd and not yet mapping LuaJIT: an exec storm's processes
+// live milliseconds) and has samples, every kDrainMs otherwise. A filling ring and the
+// notifications (exec, fork, an executable mmap) wake the agent at once whatever the period
+// (record.bpf.c wakeup_bytes).
+constexpr int kDrainMs = 100;
+constexpr int kYoungDrainMs = 20;
+constexpr double kYoungS = 2.0;
 
 bool process_alive(uint32_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
@@ -220,7 +225,8 @@ class Recorder {
   StackMemo memo_{symbolizer_, stacks_};
   AgentCounts agent_counts_{};
   uint64_t delivered_ = 0, reached_root_ = 0;
-  bool idle_ = false;  // the last drain found no sample (kIdleDrainMs)
+  bool idle_ = false;                // the last drain found no sample
+  Clock::time_point last_follow_{};  // when a process was last followed (kYoungS)
   bool table_cache_warned_ = false;
   std::array<uint64_t, LJ_END_COUNT>
       before_context_{};  // per LJ_END_*: walks that ran before their rows
@@ -328,6 +334,7 @@ void Recorder::follow(uint32_t pid) {
     return;
   }
   procs_[pid];
+  last_follow_ = Clock::now();
 }
 
 // Builds pid's context and publishes it: rows of new files, then the slot, then pid -> slot
@@ -719,7 +726,8 @@ bool Recorder::follow_if_luajit(uint32_t pid) {
 }
 
 // Selected processes that exec'd without a LuaJIT mapping yet, looked at again once per loop
-// round (kDrainMs) until one maps it or kCandidateRounds pass.
+// round (every kYoungDrainMs, or kDrainMs while no sample comes) until one maps it or
+// kCandidateRounds pass.
 void Recorder::recheck_exec_candidates() {
   for (auto it = exec_candidates_.begin(); it != exec_candidates_.end();) {
     const uint32_t pid = it->first;
@@ -812,9 +820,11 @@ Result<RecordResult> Recorder::run() {
 
   while (!g_stop) {
     // Samples do not wake this loop (record.bpf.c wakeup_bytes): they are drained every
-    // kDrainMs, notifications (exec, fork) and a filling ring still wake it at once.
+    // kDrainMs (kYoungDrainMs while a process is young), notifications (exec, fork) and a
+    // filling ring still wake it at once.
     const uint64_t delivered_before = delivered_;
-    ring_buffer__poll(rb_, idle_ ? kIdleDrainMs : kDrainMs);
+    const bool young = !exec_candidates_.empty() || seconds_since(last_follow_) < kYoungS;
+    ring_buffer__poll(rb_, young && !idle_ ? kYoungDrainMs : kDrainMs);
     ring_buffer__consume(rb_);
     idle_ = delivered_ == delivered_before;
     for (auto it = rescan_.begin(); it != rescan_.end(); it = rescan_.erase(it)) {

@@ -1,16 +1,18 @@
 #include "record/stack_memo.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 namespace ljprof::record {
 
 namespace {
 
-// Open addressing over a power-of-two table with room for every node at half load.
-constexpr size_t slot_count(size_t nodes) {
+// Open addressing over a power-of-two table with room for every unit at half load.
+constexpr size_t slot_count(size_t units) {
   size_t n = 1;
-  while (n < 2 * nodes) n <<= 1;
+  while (n < 2 * units) n <<= 1;
   return n;
 }
 
@@ -19,29 +21,14 @@ uint64_t mix(uint64_t h, uint64_t word) {
   return h ^ (h >> 29);
 }
 
-// A candidate finder only: nodes are compared on their exact bytes.
-uint64_t unit_hash(uint32_t parent, const lj_rec_frame* raw, uint32_t n) {
-  uint64_t h = mix(0x243f6a8885a308d3ULL, parent);
-  const auto* bytes = reinterpret_cast<const unsigned char*>(raw);
-  for (size_t off = 0; off < n * sizeof(lj_rec_frame); off += sizeof(uint64_t)) {
-    uint64_t word;
-    std::memcpy(&word, bytes + off, sizeof(word));
-    h = mix(h, word);
-  }
-  return h;
-}
-
-uint64_t context_hash(uint64_t generation, uint32_t end, uint64_t end_pc) {
-  return mix(mix(mix(0x13198a2e03707344ULL, generation), end), end_pc);
-}
-
 bool counted_nothing(const AgentCounts& counts) {
   return std::all_of(counts.begin(), counts.end(), [](uint64_t n) { return n == 0; });
 }
 
 }  // namespace
 
-static_assert(sizeof(lj_rec_frame) % sizeof(uint64_t) == 0, "unit_hash reads whole words");
+static_assert(std::has_unique_object_representations_v<lj_rec_frame>,
+              "unit keys compare as bytes: no padding in a frame");
 
 StackMemo::StackMemo(SampleSymbolizer& symbolizer, StackTable& stacks)
     : symbolizer_(symbolizer), stacks_(stacks) {}
@@ -49,9 +36,9 @@ StackMemo::StackMemo(SampleSymbolizer& symbolizer, StackTable& stacks)
 const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const ProcessContext& ctx) {
   const uint32_t n = std::min<uint32_t>(s.nframes, LJ_WALK_MAX_FRAMES);
   if (n == 0) return whole(s, ctx);  // only the walk's end: nothing to share
-  // Room for this sample's nodes (at most one per frame, and its context).
-  if (nodes_.size() + n + 1 > kMaxNodes) clear();
-  if (slots_.empty()) slots_.assign(slot_count(kMaxNodes), 0);
+  // Room for this sample's units (at most one per frame) and their frame ids.
+  if (units_.size() + n > kMaxUnits || ids_.size() + 4 * n > kMaxIds) clear();
+  if (slots_.empty()) slots_.assign(slot_count(kMaxUnits), 0);
 
   // The units, leaf first: one frame each, except that a JIT trace takes the frame after it
   // along (walk_frames.cc resolve_jit_frames rewrites that frame from the trace).
@@ -66,105 +53,168 @@ const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const Proces
   }
   starts[units] = n;
 
+  // Outermost first; a unit equal to the previous sample's at the same distance from the
+  // outermost frame, with every unit outside it equal too, is that sample's unit.
   bool found = false, symbolized = false;
-  const uint32_t context = context_node(s, ctx);
-  uint32_t parent = context;
-  bool as_last = context == last_context_;  // the outer units so far equal the last sample's
-  std::array<uint32_t, LJ_WALK_MAX_FRAMES + 1> nodes;
-  nodes.fill(kNone);
+  bool as_last = last_valid_ && last_generation_ == ctx.generation && last_end_ == s.end &&
+                 last_end_pc_ == s.end_pc;
+  std::array<uint32_t, LJ_WALK_MAX_FRAMES + 1> by_root;
+  by_root.fill(kNone);
+  std::array<uint32_t, LJ_WALK_MAX_FRAMES> found_units;
   for (uint32_t u = units; u-- > 0;) {
     const uint32_t start = starts[u], len = starts[u + 1] - start, from_root = n - start;
-    as_last = as_last && from_root <= last_n_ && last_nodes_[from_root] != kNone &&
-              nodes_[last_nodes_[from_root]].nraw == len &&
+    as_last = as_last && from_root <= last_n_ && last_units_[from_root] != kNone &&
+              (start == 0) == (from_root == last_n_) &&
+              units_[last_units_[from_root]].key.unit == len &&
               std::memcmp(&s.frames[start], &last_frames_[last_n_ - from_root],
                           len * sizeof(lj_rec_frame)) == 0;
-    if (as_last) {
+    uint32_t id = as_last ? last_units_[from_root] : kNone;
+    if (id == kNone) {
+      const UnitKey key = key_of(s, ctx, start, len, n);
+      const uint64_t hash = unit_hash(key);
+      id = find(key, hash);
+      if (id == kNone) {
+        id = symbolize(s, ctx, start, key, hash);
+        if (id == kNone) return whole(s, ctx);
+        symbolized = true;
+      } else {
+        found = true;
+      }
+    } else {
       found = true;
-      parent = nodes[from_root] = last_nodes_[from_root];
-      continue;
     }
-    const uint64_t hash = unit_hash(parent, &s.frames[start], len);
-    const uint32_t known = find(parent, &s.frames[start], len, hash);
-    if (known != kNone) {
-      found = true;
-      parent = nodes[from_root] = known;
-      continue;
-    }
-    // The unit with the next frame out as context; that frame's one result is dropped.
-    const bool outermost = u + 1 == units;
-    AgentCounts counted{};
-    std::vector<report::Frame> frames =
-        symbolizer_.frames(s, ctx, counted, start, len + (outermost ? 0 : 1), outermost);
-    ++stats_.units_symbolized;
-    if (!counted_nothing(counted) || (!outermost && frames.empty())) return whole(s, ctx);
-    if (!outermost) frames.pop_back();
-    Node node;
-    node.hash = hash;
-    node.parent = parent;
-    node.nraw = len;
-    std::copy_n(&s.frames[start], len, node.raw.begin());
-    node.ids.reserve(frames.size());
-    for (report::Frame& f : frames) node.ids.push_back(stacks_.intern(std::move(f)));
-    parent = nodes[from_root] = add(std::move(node));
-    symbolized = true;
+    found_units[u] = by_root[from_root] = id;
   }
+  const bool same_stack = as_last && n == last_n_ && last_pid_ == s.pid;
   std::copy_n(s.frames, n, last_frames_.begin());
-  last_nodes_ = nodes;
+  last_units_ = by_root;
   last_n_ = n;
-  last_context_ = context;
+  last_valid_ = true;
+  last_generation_ = ctx.generation;
+  last_end_ = s.end;
+  last_end_pc_ = s.end_pc;
+  last_pid_ = s.pid;
   if (!symbolized) {
     ++stats_.whole_hits;
   } else {
     ++(found ? stats_.suffix_hits : stats_.symbolized);
   }
-  if (nodes_[parent].entry == nullptr) nodes_[parent].entry = &entry_of(parent, s.pid);
-  result_.stack = nodes_[parent].entry;
+  if (!same_stack) last_stack_ = &stack_entry(s.pid, found_units.data(), units);
+  result_.stack = last_stack_;
   result_.counted.clear();
   return result_;
 }
 
-uint32_t StackMemo::context_node(const lj_rec_sample& s, const ProcessContext& ctx) {
-  const uint64_t hash = context_hash(ctx.generation, s.end, s.end_pc);
-  const uint32_t known = probe(hash, [&](const Node& node) {
-    return node.parent == kNone && node.generation == ctx.generation && node.end == s.end &&
-           node.end_pc == s.end_pc;
-  });
-  if (known != kNone) return known;
-  Node node;
-  node.hash = hash;
-  node.generation = ctx.generation;
-  node.end = s.end;
-  node.end_pc = s.end_pc;
-  return add(std::move(node));
+StackMemo::UnitKey StackMemo::key_of(const lj_rec_sample& s, const ProcessContext& ctx,
+                                     uint32_t start, uint32_t len, uint32_t n) const {
+  UnitKey key;
+  key.generation = ctx.generation;
+  const bool outermost = start + len == n;
+  if (outermost) {
+    key.end = s.end + 1;
+    key.end_pc = s.end_pc;
+  }
+  key.leaf = start == 0 ? 1 : 0;
+  key.unit = len;
+  key.nraw = outermost ? len : len + 1;
+  std::copy_n(&s.frames[start], key.nraw, key.raw.begin());
+  return key;
 }
 
-uint32_t StackMemo::find(uint32_t parent, const lj_rec_frame* raw, uint32_t n,
-                         uint64_t hash) const {
-  return probe(hash, [&](const Node& node) {
-    return node.parent == parent && node.nraw == n &&
-           std::memcmp(node.raw.data(), raw, n * sizeof(lj_rec_frame)) == 0;
-  });
+// A candidate finder only (keys compare whole): one step per frame, of the fields that tell
+// frames apart (a Lua frame's function and bytecode pc, a native pc); the prototype fields
+// follow from them but for a prototype freed and reused, which the comparison catches.
+uint64_t StackMemo::unit_hash(const UnitKey& key) {
+  uint64_t h = mix(mix(0x243f6a8885a308d3ULL, key.generation),
+                   key.end_pc ^ (uint64_t{key.end} << 40) ^ (uint64_t{key.leaf} << 32) ^
+                       (uint64_t{key.nraw} << 16) ^ key.unit);
+  for (uint32_t i = 0; i < key.nraw; ++i) {
+    const lj_rec_frame& f = key.raw[i];
+    h = mix(h, f.pc ^ ((f.b << 23) | (f.b >> 41)) ^ (uint64_t{f.kind} << 59));
+  }
+  return h;
 }
 
-uint32_t StackMemo::add(Node&& node) {
-  const auto id = static_cast<uint32_t>(nodes_.size());
-  size_t i = node.hash & (slots_.size() - 1);
+uint32_t StackMemo::find(const UnitKey& key, uint64_t hash) const {
+  const size_t mask = slots_.size() - 1;
+  const uint64_t tag = hash >> 32 << 32;
+  for (size_t i = hash & mask; slots_[i] != 0; i = (i + 1) & mask) {
+    if ((slots_[i] & ~uint64_t{UINT32_MAX}) != tag) continue;
+    const uint32_t id = static_cast<uint32_t>(slots_[i]) - 1;
+    if (units_[id].hash == hash && std::memcmp(&units_[id].key, &key, sizeof(key)) == 0) return id;
+  }
+  return kNone;
+}
+
+uint32_t StackMemo::symbolize(const lj_rec_sample& s, const ProcessContext& ctx, uint32_t start,
+                              const UnitKey& key, uint64_t hash) {
+  // The unit with the next frame out as context; that frame's one result is dropped.
+  const bool outermost = key.end != 0;
+  AgentCounts counted{};
+  std::vector<report::Frame> frames =
+      symbolizer_.frames(s, ctx, counted, start, key.nraw, outermost);
+  ++stats_.units_symbolized;
+  if (!counted_nothing(counted) || (!outermost && frames.empty())) return kNone;
+  if (!outermost) frames.pop_back();
+  Unit unit;
+  unit.key = key;
+  unit.hash = hash;
+  unit.first_id = static_cast<uint32_t>(ids_.size());
+  unit.nids = static_cast<uint32_t>(frames.size());
+  for (report::Frame& f : frames) ids_.push_back(stacks_.intern(std::move(f)));
+  const auto id = static_cast<uint32_t>(units_.size());
+  size_t i = hash & (slots_.size() - 1);
   while (slots_[i] != 0) i = (i + 1) & (slots_.size() - 1);
-  slots_[i] = id + 1;
-  nodes_.push_back(std::move(node));
+  slots_[i] = (hash >> 32 << 32) | (id + 1);
+  units_.push_back(unit);
   return id;
 }
 
-StackTable::Entry& StackMemo::entry_of(uint32_t leaf, uint32_t pid) {
-  std::vector<uint32_t> ids;
-  for (uint32_t at = leaf; nodes_[at].parent != kNone; at = nodes_[at].parent) {
-    ids.insert(ids.end(), nodes_[at].ids.begin(), nodes_[at].ids.end());
+StackTable::Entry& StackMemo::stack_entry(uint32_t pid, const uint32_t* units, uint32_t count) {
+  if (stack_slots_.empty() || stacks_held_ >= kMaxStacks) {
+    stack_slots_.assign(slot_count(kMaxStacks), StackSlot{});
+    stacks_held_ = 0;
   }
-  return stacks_.entry(pid, std::move(ids));
+  uint64_t hash = mix(0x452821e638d01377ULL, pid);
+  for (uint32_t u = 0; u < count; ++u) hash = mix(hash, units[u]);
+  const size_t mask = stack_slots_.size() - 1;
+  size_t i = hash & mask;
+  for (; stack_slots_[i].entry != nullptr; i = (i + 1) & mask) {
+    StackTable::Entry& e = *stack_slots_[i].entry;
+    if (stack_slots_[i].hash == hash && e.first.pid == pid && same_frames(e, units, count)) {
+      return e;
+    }
+  }
+  std::vector<uint32_t> ids;
+  for (uint32_t u = 0; u < count; ++u) {
+    const Unit& unit = units_[units[u]];
+    ids.insert(ids.end(), ids_.begin() + unit.first_id, ids_.begin() + unit.first_id + unit.nids);
+  }
+  StackTable::Entry& e = stacks_.entry(pid, std::move(ids));
+  stack_slots_[i] = {hash, &e};
+  ++stacks_held_;
+  return e;
+}
+
+bool StackMemo::same_frames(const StackTable::Entry& e, const uint32_t* units,
+                            uint32_t count) const {
+  const std::vector<uint32_t>& ids = e.first.frames;
+  size_t at = 0;
+  for (uint32_t u = 0; u < count; ++u) {
+    const Unit& unit = units_[units[u]];
+    if (ids.size() - at < unit.nids ||
+        !std::equal(ids_.begin() + unit.first_id, ids_.begin() + unit.first_id + unit.nids,
+                    ids.begin() + static_cast<std::ptrdiff_t>(at))) {
+      return false;
+    }
+    at += unit.nids;
+  }
+  return at == ids.size();
 }
 
 const StackMemo::Stack& StackMemo::whole(const lj_rec_sample& s, const ProcessContext& ctx) {
   ++stats_.symbolized;
+  last_valid_ = false;
   AgentCounts counted{};
   result_.stack = &stacks_.entry(s.pid, symbolizer_.frames(s, ctx, counted));
   result_.counted.clear();
@@ -175,10 +225,13 @@ const StackMemo::Stack& StackMemo::whole(const lj_rec_sample& s, const ProcessCo
 }
 
 void StackMemo::clear() {
-  last_n_ = 0;
-  last_context_ = kNone;
-  nodes_.clear();
+  last_valid_ = false;
+  last_stack_ = nullptr;
+  units_.clear();
+  ids_.clear();
   std::fill(slots_.begin(), slots_.end(), 0);
+  stack_slots_.clear();
+  stacks_held_ = 0;
 }
 
 }  // namespace ljprof::record

@@ -1,25 +1,26 @@
 // record/stack_memo.h: a ring-buffer sample's symbolized stack without symbolizing every frame
-// of every sample. The memo is a tree of the stacks seen, root first: a node is one unit of raw
-// frames as the kernel wrote them (a frame, or a JIT trace with the frame after it) under its
-// parent node; the outermost unit's parent is the sample's context (the process context's
-// generation, which an exec changes, and how the walk ended). A node holds the frames its unit
-// symbolized to, and the stack entry of the samples whose leaf unit it is. So an identical
-// sample costs a lookup per unit and no symbolization, and a new stack symbolizes only its units
-// not seen under the same outer frames: recursion of varying depth through varying call sites
-// (every path a stack of its own) costs a frame or two per sample, not thirty.
-// Why a unit's frames are the same wherever its suffix occurs: symbolize/walk_frames.cc gives
-// frame i a result that depends on raw frames i and i+1 only (its caller names it, an FFI
-// trampoline marks it), except that a trace rewrites and extends the frame after it (kept in
-// one unit), and report::profile_frames merges a trace with the next frame only. So a unit is
-// symbolized on its own with the next frame out as context (whose frame is dropped), as the
-// leaf only when it is the sample's first, and with the walk's end only when it is the outermost.
-// Nodes are matched on their exact raw bytes (the hash only finds candidates). A sample whose
+// of every sample. A sample's raw frames (as the kernel wrote them) fall into units: a frame, or
+// a JIT trace with the frame after it. Each unit's frames are memoized under everything they
+// depend on — its raw bytes, the raw frame after it, whether it is the leaf, the process context
+// (ProcessContext::generation, which an exec changes) and, for the outermost unit, how the walk
+// ended — so a sample costs a lookup per unit, and a new stack symbolizes only its units not
+// seen in that position before. Recursion of any depth through a few call sites (every path a
+// stack of its own, as a sampled fib makes them) is a handful of units: a Lua frame's raw bytes
+// are its function, bytecode pc and prototype, not its stack slot.
+// Why that key is enough: symbolize/walk_frames.cc gives frame i a result that depends on raw
+// frames i and i+1 only (its caller names it, an FFI trampoline marks it), except that a trace
+// rewrites and extends the frame after it (kept in one unit), and report::profile_frames merges
+// a trace with the next frame only. So a unit is symbolized on its own with the next frame out
+// as context (whose frame is dropped), as the leaf only when it is the sample's first, and with
+// the walk's end only when it is the outermost.
+// Units are matched on their exact key bytes (the hash only finds candidates). A sample whose
 // symbolization counts a failure (a prototype gone or changed since the sample) is symbolized
 // whole and stored nowhere: its counts stay exact and a later sample tries again.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,8 +50,8 @@ class StackMemo {
   void clear();
 
   struct Stats {
-    uint64_t whole_hits = 0;   // every unit known, the stack too
-    uint64_t suffix_hits = 0;  // outer units known, the inner ones symbolized
+    uint64_t whole_hits = 0;   // every unit known
+    uint64_t suffix_hits = 0;  // some units known, the others symbolized
     uint64_t symbolized = 0;   // no unit known (or the sample symbolized whole)
     uint64_t units_symbolized = 0;
   };
@@ -60,52 +61,70 @@ class StackMemo {
   // A unit longer than this (a trace on a trace on ...) is symbolized whole, not memoized.
   static constexpr uint32_t kMaxUnit = 2;
   static constexpr uint32_t kNone = UINT32_MAX;
-  struct Node {
-    uint64_t hash = 0;
-    uint32_t parent = kNone;  // kNone: a context node
-    uint32_t nraw = 0;
-    std::array<lj_rec_frame, kMaxUnit> raw{};
-    uint64_t generation = 0;  // context nodes: ProcessContext::generation, LJ_END_*, end pc
-    uint32_t end = 0;
-    uint64_t end_pc = 0;
-    std::vector<uint32_t> ids;           // the frames the unit symbolized to, leaf first
-    StackTable::Entry* entry = nullptr;  // the stack of samples whose leaf unit this is
+  // Everything a unit's frames depend on, compared as bytes: no padding, unused frames zero.
+  struct UnitKey {
+    uint64_t generation = 0;  // ProcessContext::generation
+    uint64_t end_pc = 0;      // the outermost unit: where the walk ended; else 0
+    uint32_t end = 0;         // the outermost unit: LJ_END_* + 1; else 0
+    uint32_t leaf = 0;        // 1: the sample's first unit
+    uint32_t nraw = 0;        // frames in raw: the unit's, then the next one unless outermost
+    uint32_t unit = 0;        // of which the unit's own
+    std::array<lj_rec_frame, kMaxUnit + 1> raw{};
   };
-
-  uint32_t context_node(const lj_rec_sample& s, const ProcessContext& ctx);
-  // The node of `n` raw frames at `raw` under `parent`, or kNone.
-  uint32_t find(uint32_t parent, const lj_rec_frame* raw, uint32_t n, uint64_t hash) const;
-  // The node with `hash` that `match` accepts, or kNone (linear probing from the hash's slot,
-  // the order add() fills them in).
-  template <typename Match>
-  uint32_t probe(uint64_t hash, Match match) const {
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = hash & mask; slots_[i] != 0; i = (i + 1) & mask) {
-      const Node& node = nodes_[slots_[i] - 1];
-      if (node.hash == hash && match(node)) return slots_[i] - 1;
-    }
-    return kNone;
-  }
-  uint32_t add(Node&& node);
-  // The stack of a leaf node: its chain's frame ids, leaf first.
-  StackTable::Entry& entry_of(uint32_t leaf, uint32_t pid);
+  static_assert(std::has_unique_object_representations_v<UnitKey>, "keys compare as bytes");
+  struct Unit {
+    uint64_t hash = 0;
+    uint32_t first_id = 0, nids = 0;  // its frame ids in ids_, leaf first
+    UnitKey key;
+  };
+  // The sample's unit starting at frame `start` of `len` frames (of n).
+  UnitKey key_of(const lj_rec_sample& s, const ProcessContext& ctx, uint32_t start, uint32_t len,
+                 uint32_t n) const;
+  static uint64_t unit_hash(const UnitKey& key);
+  // The unit of `key`, or kNone (linear probing from the hash's slot, the order add() fills).
+  uint32_t find(const UnitKey& key, uint64_t hash) const;
+  // Symbolizes the unit of `key` and stores it; kNone when its symbolization counted a failure.
+  uint32_t symbolize(const lj_rec_sample& s, const ProcessContext& ctx, uint32_t start,
+                     const UnitKey& key, uint64_t hash);
+  // The table's entry of process `pid`'s stack made of `count` units (leaf first), found by
+  // the units' ids without building the stack's frame ids: a candidate's ids are compared with
+  // the units' own.
+  StackTable::Entry& stack_entry(uint32_t pid, const uint32_t* units, uint32_t count);
+  bool same_frames(const StackTable::Entry& e, const uint32_t* units, uint32_t count) const;
   const Stack& whole(const lj_rec_sample& s, const ProcessContext& ctx);
 
   SampleSymbolizer& symbolizer_;
   StackTable& stacks_;
-  std::vector<Node> nodes_;
-  std::vector<uint32_t> slots_;  // open addressing: node id + 1, 0 empty
-  // The previous sample's frames and the node of each of its units by the unit's distance from
-  // the outermost frame (kNone where no unit starts): consecutive samples share their outer
-  // units, which are then taken from here while they match, without a lookup in the table.
+  std::vector<Unit> units_;
+  std::vector<uint32_t> ids_;
+  // Open addressing: (hash >> 32) << 32 | (unit id + 1); 0 empty. The hash's high half in the
+  // slot spares reading a unit that cannot match.
+  std::vector<uint64_t> slots_;
+  // The previous sample: its frames, context, the unit starting at each distance from its
+  // outermost frame (kNone where none starts) and its stack. Consecutive samples share their
+  // outer units, which are then taken from here while they match, without a lookup.
   std::array<lj_rec_frame, LJ_WALK_MAX_FRAMES> last_frames_{};
-  std::array<uint32_t, LJ_WALK_MAX_FRAMES + 1> last_nodes_{};
+  std::array<uint32_t, LJ_WALK_MAX_FRAMES + 1> last_units_{};
   uint32_t last_n_ = 0;
-  uint32_t last_context_ = kNone;
+  bool last_valid_ = false;
+  uint64_t last_generation_ = 0, last_end_pc_ = 0;
+  uint32_t last_end_ = 0, last_pid_ = 0;
+  StackTable::Entry* last_stack_ = nullptr;
+  // Open addressing over the stacks' entries by the hash of their units (nullptr: empty).
+  struct StackSlot {
+    uint64_t hash = 0;
+    StackTable::Entry* entry = nullptr;
+  };
+  std::vector<StackSlot> stack_slots_;
+  size_t stacks_held_ = 0;
   Stack result_;  // what stack_of returned last
   Stats stats_;
-  // The memo is cleared when it reaches this many nodes (the stacks stay in the table).
-  static constexpr size_t kMaxNodes = 1 << 14;
+  // The memo is cleared when it reaches this many units or frame ids (the stacks stay in the
+  // table): ~3 MiB at most.
+  static constexpr size_t kMaxUnits = 1 << 14;
+  static constexpr size_t kMaxIds = 1 << 16;
+  // Stack slots are cleared alone when this many stacks are held.
+  static constexpr size_t kMaxStacks = 1 << 13;
 };
 
 }  // namespace ljprof::record

@@ -154,8 +154,8 @@ TEST_F(StackMemoTest, TraceHeadsAndUnnamedFramesMatchTheWholeSymbolization) {
 }
 
 // Recursion of varying depth through two call sites (every path a stack of its own, as a
-// sampled fib makes them): each new stack symbolizes only the frames not seen under the same
-// outer frames.
+// sampled fib makes them): a unit is symbolized once per (its frames, the frame after it, leaf
+// or not), wherever the path puts it.
 TEST_F(StackMemoTest, RecursionPathsShareTheirOuterFrames) {
   const lj_rec_frame site_a =
       raw(LJ_FRAME_NATIVE, code(reinterpret_cast<const void*>(&::qsort), 7));
@@ -171,9 +171,11 @@ TEST_F(StackMemoTest, RecursionPathsShareTheirOuterFrames) {
     expect_same_as_whole(sample(frames, LJ_END_ROOT));
     ++samples;
   }
-  // 64 paths of 6 call frames: 2 + 4 + ... + 64 = 126 distinct suffixes, the root once, and a
-  // leaf per stack.
-  EXPECT_EQ(memo_.stats().units_symbolized, 1u + 126u + samples);
+  // The root once (the outermost unit, with the walk's end); a call site under a call site (2 x
+  // 2) or under the root (2); a leaf under a call site: 5 leaf pcs x 2 sites, and the 64 paths
+  // meet all 10 pairs (path % 5 and path % 2 are path % 10).
+  EXPECT_EQ(samples, 64u);
+  EXPECT_EQ(memo_.stats().units_symbolized, 1u + 4u + 2u + 10u);
 }
 
 // A sample of the walk's end alone, one-frame samples; a memo cleared (the table's interval
