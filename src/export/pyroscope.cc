@@ -1,6 +1,7 @@
 #include "export/pyroscope.h"
 
-#include <curl/curl.h>
+#include "export/curl_api.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <exception>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <utility>
 
 namespace ljprof::exporter {
@@ -77,21 +77,13 @@ std::string percent_encode(const std::string& s) {
 // ---------------------------------------------------------------------------------------------
 // libcurl plumbing
 
-Status init_curl_once() {
-  // curl_global_init is not thread-safe and must run once before any other libcurl call.
-  static std::once_flag once;
-  static CURLcode rc = CURLE_OK;
-  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  if (rc != CURLE_OK)
-    return make_error("libcurl initialization failed: {}", curl_easy_strerror(rc));
-  return Ok{};
-}
-
 struct CurlUrlDeleter {
-  void operator()(CURLU* u) const { curl_url_cleanup(u); }
+  decltype(CurlApi::url_cleanup) cleanup;
+  void operator()(CURLU* u) const { cleanup(u); }
 };
 struct CurlSlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+  decltype(CurlApi::slist_free_all) free_all;
+  void operator()(curl_slist* l) const { free_all(l); }
 };
 using CurlSlistPtr = std::unique_ptr<curl_slist, CurlSlistDeleter>;
 
@@ -99,11 +91,12 @@ using CurlSlistPtr = std::unique_ptr<curl_slist, CurlSlistDeleter>;
 // (Sink::cancel) instead of only when libcurl's own timeout fires.
 class Transfer {
  public:
-  Transfer() : easy_(curl_easy_init()), multi_(curl_multi_init()) {}
+  explicit Transfer(const CurlApi& curl)
+      : curl_(curl), easy_(curl.easy_init()), multi_(curl.multi_init()) {}
   ~Transfer() {
-    if (added_) curl_multi_remove_handle(multi_, easy_);
-    if (easy_) curl_easy_cleanup(easy_);
-    if (multi_) curl_multi_cleanup(multi_);
+    if (added_) curl_.multi_remove_handle(multi_, easy_);
+    if (easy_) curl_.easy_cleanup(easy_);
+    if (multi_) curl_.multi_cleanup(multi_);
   }
   Transfer(const Transfer&) = delete;
   Transfer& operator=(const Transfer&) = delete;
@@ -114,26 +107,27 @@ class Transfer {
   // Runs the transfer to its end: libcurl's result code, or an error when the multi interface
   // fails or `cancelled` is set.
   Result<CURLcode> run(const std::atomic<bool>& cancelled) {
-    if (curl_multi_add_handle(multi_, easy_) != CURLM_OK)
+    if (curl_.multi_add_handle(multi_, easy_) != CURLM_OK)
       return make_error("curl_multi_add_handle failed");
     added_ = true;
     for (;;) {
       int running = 0;
-      CURLMcode mc = curl_multi_perform(multi_, &running);
-      if (mc != CURLM_OK) return make_error("curl multi error: {}", curl_multi_strerror(mc));
+      CURLMcode mc = curl_.multi_perform(multi_, &running);
+      if (mc != CURLM_OK) return make_error("curl multi error: {}", curl_.multi_strerror(mc));
       if (running == 0) break;
       if (cancelled.load()) return make_error("cancelled (the upload queue is stopping)");
-      mc = curl_multi_poll(multi_, nullptr, 0, kCancelPollMs, nullptr);
-      if (mc != CURLM_OK) return make_error("curl multi error: {}", curl_multi_strerror(mc));
+      mc = curl_.multi_poll(multi_, nullptr, 0, kCancelPollMs, nullptr);
+      if (mc != CURLM_OK) return make_error("curl multi error: {}", curl_.multi_strerror(mc));
     }
     int left = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi_, &left)) {
+    while (CURLMsg* msg = curl_.multi_info_read(multi_, &left)) {
       if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy_) return msg->data.result;
     }
     return make_error("curl finished without a result");
   }
 
  private:
+  const CurlApi& curl_;
   CURL* easy_;
   CURLM* multi_;
   bool added_ = false;
@@ -182,11 +176,11 @@ struct CheckedUrl {
   std::string display;  // the same without user:password, for messages
 };
 
-Result<std::string> url_part(CURLU* u, CURLUPart part) {
+Result<std::string> url_part(const CurlApi& curl, CURLU* u, CURLUPart part) {
   char* s = nullptr;
-  if (curl_url_get(u, part, &s, 0) != CURLUE_OK || s == nullptr) return make_error("missing");
+  if (curl.url_get(u, part, &s, 0) != CURLUE_OK || s == nullptr) return make_error("missing");
   std::string out = s;
-  curl_free(s);
+  curl.free(s);
   return out;
 }
 
@@ -195,25 +189,25 @@ std::string trim_slashes(std::string s) {
   return s;
 }
 
-Result<CheckedUrl> check_url(const std::string& url) {
-  std::unique_ptr<CURLU, CurlUrlDeleter> u(curl_url());
+Result<CheckedUrl> check_url(const CurlApi& curl, const std::string& url) {
+  std::unique_ptr<CURLU, CurlUrlDeleter> u(curl.url(), CurlUrlDeleter{curl.url_cleanup});
   if (!u) return make_error("pyroscope URL {}: out of memory", url);
-  if (CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, url.c_str(), 0); rc != CURLUE_OK) {
-    return make_error("pyroscope URL '{}': {}", url, curl_url_strerror(rc));
+  if (CURLUcode rc = curl.url_set(u.get(), CURLUPART_URL, url.c_str(), 0); rc != CURLUE_OK) {
+    return make_error("pyroscope URL '{}': {}", url, curl.url_strerror(rc));
   }
-  auto scheme = url_part(u.get(), CURLUPART_SCHEME);
+  auto part = [&](CURLUPart p) { return url_part(curl, u.get(), p); };
+  auto scheme = part(CURLUPART_SCHEME);
   if (!scheme.ok() || (*scheme != "http" && *scheme != "https")) {
     return make_error("pyroscope URL '{}': the scheme must be http or https", url);
   }
-  if (!url_part(u.get(), CURLUPART_HOST).ok())
-    return make_error("pyroscope URL '{}': no host", url);
-  if (url_part(u.get(), CURLUPART_QUERY).ok() || url_part(u.get(), CURLUPART_FRAGMENT).ok()) {
+  if (!part(CURLUPART_HOST).ok()) return make_error("pyroscope URL '{}': no host", url);
+  if (part(CURLUPART_QUERY).ok() || part(CURLUPART_FRAGMENT).ok()) {
     return make_error(
         "pyroscope URL '{}': a query or fragment is not allowed (/ingest is appended)", url);
   }
-  curl_url_set(u.get(), CURLUPART_USER, nullptr, 0);
-  curl_url_set(u.get(), CURLUPART_PASSWORD, nullptr, 0);
-  LJ_ASSIGN_OR_RETURN(std::string display, url_part(u.get(), CURLUPART_URL));
+  curl.url_set(u.get(), CURLUPART_USER, nullptr, 0);
+  curl.url_set(u.get(), CURLUPART_PASSWORD, nullptr, 0);
+  LJ_ASSIGN_OR_RETURN(std::string display, part(CURLUPART_URL));
   return CheckedUrl{trim_slashes(url), trim_slashes(display)};
 }
 
@@ -254,8 +248,9 @@ long to_ms(double seconds) {
 
 class PyroscopeSink final : public Sink {
  public:
-  PyroscopeSink(PyroscopeOptions options, CheckedUrl url)
-      : options_(std::move(options)),
+  PyroscopeSink(const CurlApi& curl, PyroscopeOptions options, CheckedUrl url)
+      : curl_(curl),
+        options_(std::move(options)),
         url_(std::move(url)),
         where_("POST " + url_.display + "/ingest") {}
 
@@ -280,6 +275,7 @@ class PyroscopeSink final : public Sink {
   void set_options(CURL* easy, const IntervalProfile& profile, const std::string& url,
                    curl_slist* headers, std::string* body, char* errbuf) const;
 
+  const CurlApi& curl_;
   PyroscopeOptions options_;
   CheckedUrl url_;
   std::string where_;  // "POST http://host:4040/ingest", how messages name the destination
@@ -305,9 +301,9 @@ std::string PyroscopeSink::request_url(const IntervalProfile& p) const {
 }
 
 CurlSlistPtr PyroscopeSink::headers() const {
-  CurlSlistPtr list;
+  CurlSlistPtr list(nullptr, CurlSlistDeleter{curl_.slist_free_all});
   auto add = [&](const std::string& h) {
-    curl_slist* next = curl_slist_append(list.get(), h.c_str());
+    curl_slist* next = curl_.slist_append(list.get(), h.c_str());
     if (next == nullptr) throw std::bad_alloc();
     list.release();
     list.reset(next);
@@ -322,35 +318,32 @@ CurlSlistPtr PyroscopeSink::headers() const {
 
 void PyroscopeSink::set_options(CURL* easy, const IntervalProfile& p, const std::string& url,
                                 curl_slist* headers, std::string* body, char* errbuf) const {
-  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_.easy_setopt(easy, CURLOPT_URL, url.c_str());
+  curl_.easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
   // No SIGALRM-based resolver timeouts: the agent is multi-threaded.
-  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, to_ms(options_.timeout_s));
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, to_ms(options_.connect_timeout_s));
-  curl_easy_setopt(easy, CURLOPT_POST, 1L);
-  curl_easy_setopt(easy, CURLOPT_POSTFIELDS, p.pprof_gz.data());
-  curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(p.pprof_gz.size()));
-  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(easy, CURLOPT_USERAGENT, "ljprof/" LJPROF_VERSION);
+  curl_.easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl_.easy_setopt(easy, CURLOPT_TIMEOUT_MS, to_ms(options_.timeout_s));
+  curl_.easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, to_ms(options_.connect_timeout_s));
+  curl_.easy_setopt(easy, CURLOPT_POST, 1L);
+  curl_.easy_setopt(easy, CURLOPT_POSTFIELDS, p.pprof_gz.data());
+  curl_.easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(p.pprof_gz.size()));
+  curl_.easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
+  curl_.easy_setopt(easy, CURLOPT_USERAGENT, "ljprof/" LJPROF_VERSION);
   if (!options_.basic_user.empty()) {
-    curl_easy_setopt(easy, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
-    curl_easy_setopt(easy, CURLOPT_USERNAME, options_.basic_user.c_str());
-    curl_easy_setopt(easy, CURLOPT_PASSWORD, options_.basic_password.c_str());
+    curl_.easy_setopt(easy, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
+    curl_.easy_setopt(easy, CURLOPT_USERNAME, options_.basic_user.c_str());
+    curl_.easy_setopt(easy, CURLOPT_PASSWORD, options_.basic_password.c_str());
   }
-  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, keep_error_body);
-  curl_easy_setopt(easy, CURLOPT_WRITEDATA, body);
-  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
+  curl_.easy_setopt(easy, CURLOPT_WRITEFUNCTION, keep_error_body);
+  curl_.easy_setopt(easy, CURLOPT_WRITEDATA, body);
+  curl_.easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
 }
 
 Delivery PyroscopeSink::attempt(const IntervalProfile& profile) {
   if (cancelled_.load())
     return Delivery::retry(where_ + ": cancelled (the upload queue is stopping)");
   if (Status s = check_profile(profile); !s.ok()) return Delivery::reject(s.message());
-  if (Status s = init_curl_once(); !s.ok())
-    return Delivery::retry(fmt::format("{}: {}", where_, s.message()));
-
-  Transfer transfer;
+  Transfer transfer(curl_);
   if (!transfer.ok()) return Delivery::retry(where_ + ": cannot create a curl handle");
   std::string url = request_url(profile);
   CurlSlistPtr header_list = headers();
@@ -361,13 +354,13 @@ Delivery PyroscopeSink::attempt(const IntervalProfile& profile) {
   Result<CURLcode> rc = transfer.run(cancelled_);
   if (!rc.ok()) return Delivery::retry(fmt::format("{}: {}", where_, rc.message()));
   if (*rc != CURLE_OK) {
-    std::string error = fmt::format("{}: {} (curl error {}{}{})", where_, curl_easy_strerror(*rc),
+    std::string error = fmt::format("{}: {} (curl error {}{}{})", where_, curl_.easy_strerror(*rc),
                                     static_cast<int>(*rc), errbuf[0] ? ": " : "", errbuf);
     return curl_error_is_permanent(*rc) ? Delivery::reject(std::move(error))
                                         : Delivery::retry(std::move(error));
   }
   long status = 0;
-  curl_easy_getinfo(transfer.easy(), CURLINFO_RESPONSE_CODE, &status);
+  curl_.easy_getinfo(transfer.easy(), CURLINFO_RESPONSE_CODE, &status);
   return classify_status(status, where_, body);
 }
 
@@ -394,11 +387,12 @@ std::string pyroscope_name(const IntervalProfile& profile) {
 
 Result<std::unique_ptr<Sink>> make_pyroscope_sink(PyroscopeOptions options) {
   try {
-    LJ_TRY(init_curl_once());
     LJ_TRY(check_options(options));
-    LJ_ASSIGN_OR_RETURN(CheckedUrl url, check_url(options.url));
+    auto curl = curl_api();
+    if (!curl.ok()) return make_error("pyroscope: {}", curl.message());
+    LJ_ASSIGN_OR_RETURN(CheckedUrl url, check_url(**curl, options.url));
     return std::unique_ptr<Sink>(
-        std::make_unique<PyroscopeSink>(std::move(options), std::move(url)));
+        std::make_unique<PyroscopeSink>(**curl, std::move(options), std::move(url)));
   } catch (const std::exception& e) {
     return make_error("pyroscope: {}", e.what());
   }

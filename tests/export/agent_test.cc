@@ -303,6 +303,9 @@ TEST(AgentLive, ABackendThatIsDownOrHangsNeverPausesSampling) {
   Agent agent(dir, {"-p", std::to_string(luajit.pid()), "-F", "99", "--interval", "1", "--queue",
                     "2", "--upload-timeout", "0.5", "--pyroscope", receiver.url()});
   ASSERT_TRUE(receiver.wait_for_requests(2, 10)) << agent.log();
+  // Its Pyroscope sink loaded libcurl (export/curl_api.h).
+  EXPECT_NE(test::read_text(fmt::format("/proc/{}/maps", agent.pid())).find("/libcurl.so.4"),
+            std::string::npos);
   const long rss_before = rss_kib(agent.pid());
   receiver.stop();
   sleep_s(3.3);
@@ -362,6 +365,9 @@ TEST(AgentLive, ShortLivedProcessesAreReleasedAndMetricsEqualTheSummary) {
   Agent agent(dir, {"--config", dir + "/agent.conf", "-F", "99", "--metrics-addr", "127.0.0.1:0"});
   const int port = agent.metrics_port(10);
   ASSERT_GT(port, 0) << agent.log();
+  // It only writes files: libcurl, loaded for uploads alone (export/curl_api.h), is not mapped.
+  EXPECT_EQ(test::read_text(fmt::format("/proc/{}/maps", agent.pid())).find("libcurl"),
+            std::string::npos);
   auto busy = [](const std::string& seconds) {
     return "local t = os.clock() while os.clock() - t < " + seconds + " do end";
   };
