@@ -114,9 +114,10 @@ struct {
 
 /* Set by the loader before load (skeleton .rodata). */
 const volatile uint32_t follow_children = 0;
-/* 1 (-a, ljprof agent): every exec on the host is notified, so a LuaJIT process that starts is
- * followed from its first milliseconds rather than at the agent's next /proc scan. */
-const volatile uint32_t notify_all_execs = 0;
+/* 1 (-a, ljprof agent): every exec and every executable mmap on the host is notified, so a
+ * LuaJIT process that starts, or a running one that loads LuaJIT (dlopen), is followed from its
+ * first milliseconds; the agent's /proc scan then only looks at processes it has never seen. */
+const volatile uint32_t notify_all = 0;
 /* Samples wake the agent only once this many bytes wait in `events` (a quarter of it): the agent
  * drains the ring on its own short timer instead, so it is not woken 1000 times a second. */
 const volatile uint64_t wakeup_bytes = 0;
@@ -509,7 +510,7 @@ int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm*
   (void)old_pid;
   (void)bprm;
   if (!slotp) {
-    if (notify_all_execs) notify_rescan(tgid);
+    if (notify_all) notify_rescan(tgid);
     return 0;
   }
   /* The old image's context is void from here: no sample may use it. */
@@ -520,9 +521,10 @@ int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm*
 }
 
 /* mmap(2) returned: a followed process may have mapped new code (dlopen of an nginx module, a
- * library loaded after exec). The raw syscall-exit tracepoint (ftrace-based fexit hooks are not
- * available on every kernel); the syscall number test comes first so other syscalls cost only
- * that. PROT_EXEC is 4 (uapi asm-generic/mman-common.h). */
+ * library loaded after exec); with notify_all, any process may have loaded LuaJIT. The raw
+ * syscall-exit tracepoint (ftrace-based fexit hooks are not available on every kernel); the syscall
+ * number test comes first so other syscalls cost only that. PROT_EXEC is 4 (uapi
+ * asm-generic/mman-common.h). */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs* regs, long ret) {
   uint32_t tgid;
@@ -538,7 +540,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs* regs, long ret) {
 #endif
   if (!(prot & 4) || ret < 0) return 0;
   tgid = (uint32_t)(bpf_get_current_pid_tgid() >> 32);
-  if (!bpf_map_lookup_elem(&pids, &tgid)) return 0;
+  if (!bpf_map_lookup_elem(&pids, &tgid) && !notify_all) return 0;
   notify_rescan(tgid);
   return 0;
 }

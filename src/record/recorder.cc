@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "record.skel.h"
@@ -216,6 +217,12 @@ class Recorder {
   std::set<uint32_t> rescan_;
   // -a: selected processes that exec'd without LuaJIT yet -> loop rounds left to look again.
   std::map<uint32_t, int> exec_candidates_;
+  // With -a: processes looked at that map no LuaJIT (or the filters reject), skipped by the
+  // /proc scan (reading every process's maps every scan was most of -a's CPU on an idle host);
+  // a notification of an exec or executable mmap looks at one again, and the scan forgets
+  // those that exited.
+  std::unordered_set<uint32_t> passed_over_;
+  const uint32_t self_ = static_cast<uint32_t>(::getpid());
   static constexpr int kCandidateRounds = 5;
   std::set<uint32_t> warned_;
   SampleSymbolizer symbolizer_;
@@ -268,7 +275,7 @@ Status Recorder::open_bpf() {
   skel_ = record_bpf__open();
   if (skel_ == nullptr) return make_error("cannot open the BPF object: {}", std::strerror(errno));
   skel_->rodata->follow_children = (opt_.follow_forks || !opt_.command.empty()) ? 1 : 0;
-  skel_->rodata->notify_all_execs = opt_.all ? 1 : 0;
+  skel_->rodata->notify_all = opt_.all ? 1 : 0;
   const uint32_t rb_bytes = ring_bytes(opt_);
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
@@ -468,15 +475,19 @@ void Recorder::drop(uint32_t pid) {
 void Recorder::scan_all() {
   DIR* d = ::opendir("/proc");
   if (d == nullptr) return;
-  const uint32_t self = static_cast<uint32_t>(::getpid());
+  std::unordered_set<uint32_t> seen;
   while (dirent* e = ::readdir(d)) {
     char* end = nullptr;
     const unsigned long pid = std::strtoul(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || pid == 0 || pid == self || pid > UINT32_MAX) continue;
-    if (procs_.count(static_cast<uint32_t>(pid))) continue;
-    adopt(static_cast<uint32_t>(pid));
+    if (end == e->d_name || *end != '\0' || pid == 0 || pid == self_ || pid > UINT32_MAX) continue;
+    const auto id = static_cast<uint32_t>(pid);
+    seen.insert(id);
+    if (procs_.count(id) || passed_over_.count(id) || exec_candidates_.count(id)) continue;
+    adopt(id);
+    if (!procs_.count(id) && !exec_candidates_.count(id)) passed_over_.insert(id);
   }
   ::closedir(d);
+  std::erase_if(passed_over_, [&](uint32_t pid) { return !seen.count(pid); });  // exited
 }
 
 void Recorder::housekeeping() {
@@ -731,7 +742,10 @@ bool Recorder::follow_if_luajit(uint32_t pid) {
 void Recorder::recheck_exec_candidates() {
   for (auto it = exec_candidates_.begin(); it != exec_candidates_.end();) {
     const uint32_t pid = it->first;
-    if (procs_.count(pid) || !process_alive(pid) || follow_if_luajit(pid) || --it->second == 0) {
+    if (procs_.count(pid) || !process_alive(pid) || follow_if_luajit(pid)) {
+      it = exec_candidates_.erase(it);
+    } else if (--it->second == 0) {
+      passed_over_.insert(pid);  // looked at for kCandidateRounds: no LuaJIT
       it = exec_candidates_.erase(it);
     } else {
       ++it;
@@ -839,12 +853,18 @@ Result<RecordResult> Recorder::run() {
         if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &slot) == 0) {
           procs_[pid];  // a child the kernel added
           setup(pid);
-        } else if (opt_.all && selected(pid) && !follow_if_luajit(pid)) {
-          // A process that exec'd (notify_all_execs) and maps no LuaJIT yet: ld.so may be
-          // about to map it (Debian's luajit links libluajit-5.1.so), so look again for a few
-          // rounds rather than only at the next /proc scan, seconds away. The filters are not
-          // asked again: comm and cgroup were set by the exec.
-          exec_candidates_.try_emplace(pid, kCandidateRounds);
+        } else if (opt_.all && pid != self_) {
+          // Every exec and executable mmap of the host is notified (notify_all): a process
+          // passed over before may have loaded LuaJIT since.
+          passed_over_.erase(pid);
+          if (selected(pid) && !follow_if_luajit(pid)) {
+            // No LuaJIT mapped yet: after an exec ld.so may be about to map it (Debian's luajit
+            // links libluajit-5.1.so), so look again for a few rounds. The filters are not
+            // asked again: comm and cgroup were set by the exec.
+            exec_candidates_.try_emplace(pid, kCandidateRounds);
+          } else if (!procs_.count(pid)) {
+            passed_over_.insert(pid);
+          }
         }
         continue;
       }

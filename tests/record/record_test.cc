@@ -767,6 +767,41 @@ TEST(RecordJit, AllProcessesNeverShareATraceAcrossRuntimes) {
   test::run({"rm", "-rf", dir});
 }
 
+// (e) `-a` and a process that loads LuaJIT long after its start (dlopen, as an embedding
+// program's plugin does): its executable mmap is notified, so it is followed though the /proc
+// scan passed it over before (it skips processes it already looked at), and its Lua function is
+// in the profile under its pid (go tool pprof -traces).
+TEST(RecordAll, AProcessThatLoadsLuajitLaterIsFollowedFromItsMmap) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir tmp;
+  const std::string dir = tmp.path(), go = dir + "/go", profile = dir + "/cpu.pb.gz";
+  test::Background late({"python3", test::record_workloads_dir() + "/late_luajit.py", go, "2"},
+                        dir + "/late.out");
+  ASSERT_GT(late.pid(), 0);
+  test::Background rec(
+      {test::ljprof_bin(), "record", "-a", "-F", "499", "-d", "5", "-q", "-o", profile},
+      dir + "/record.log");
+  // Past the recorder's start and first /proc scan, which looked at the process and passed it
+  // over (no LuaJIT mapped then).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  std::ofstream(go) << "go\n";
+  EXPECT_EQ(late.wait(20000), 0) << test::read_text(dir + "/late.out");
+  ASSERT_EQ(rec.wait(20000), 0) << test::read_text(dir + "/record.log");
+  test::CommandResult traces = test::go_tool_pprof(dir, {"-traces", profile});
+  ASSERT_EQ(traces.exit_code, 0) << traces.err;
+  size_t late_samples = 0;
+  std::string pid;
+  std::istringstream in(traces.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex(R"(^\s+pid:\s+(\d+))"))) pid = m[1];
+    if (pid == std::to_string(late.pid()) && line.find(" late_loaded_busy") != std::string::npos) {
+      ++late_samples;
+    }
+  }
+  EXPECT_GT(late_samples, 0u) << traces.out.substr(0, 4000);
+}
+
 // (b) Line-level shares inside a trace: pprof -lines puts the costly line (9 steps) first and
 // the cheap one (1 step) second.
 class RecordJitLines : public ::testing::TestWithParam<std::string> {};
