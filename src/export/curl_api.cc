@@ -23,7 +23,7 @@ Result<CurlApi> load() {
   // The library stays loaded for the process's life: sinks hold its handles until exit.
   CurlApi api;
 #define LJPROF_CURL_RESOLVE(name)                                                              \
-  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(lib, "curl_" #name));               \
+  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(lib, "curl_" #name));                \
   if (api.name == nullptr) {                                                                   \
     return make_error("{} has no curl_" #name " (libcurl 7.85 or later is needed)", kLibcurl); \
   }

@@ -92,11 +92,38 @@ class SampleFrameSource final : public symbolize::FrameSource {
       ++counts_[LJ_REC_CTR_TRACE_CHANGED];
       return make_error("trace changed since the sample");
     }
-    const SampleSymbolizer::JitKey key{ctx_.generation, trace.gctrace, traceno, pc,
-                                       base.lua->proto};
+    const SampleSymbolizer::TraceKey tkey{ctx_.generation, trace.gctrace, traceno};
+    auto snaps = s_.trace_snapshots_.find(tkey);
+    if (snaps == s_.trace_snapshots_.end()) {
+      snaps = s_.trace_snapshots_
+                  .emplace(tkey,
+                           symbolize::read_trace_snapshots(ctx_.mem->reader(), info, trace.gctrace))
+                  .first;
+    }
+    if (!snaps->second.ok()) {
+      ++counts_[LJ_REC_CTR_JIT_UNPROVEN];
+      return snaps->second.error();
+    }
+    const symbolize::TraceSnapshots& t = *snaps->second;
+    auto span = symbolize::snapshots_at(t, pc);
+    if (!span.ok()) {
+      ++counts_[LJ_REC_CTR_JIT_UNPROVEN];
+      return span.error();
+    }
+    const SampleSymbolizer::JitKey key{ctx_.generation, trace.gctrace, traceno,
+                                       span->first,     span->last,    base.lua->proto};
     auto it = s_.jit_frames_.find(key);
     if (it == s_.jit_frames_.end()) {
-      it = s_.jit_frames_.emplace(key, resolve_jit(info, trace, pc, base)).first;
+      auto frames = symbolize::jit_lua_frames(ctx_.mem->reader(), info, t, *span, pc, base.gcfunc,
+                                              base.lua->proto);
+      // Without mcofs a pc where two snapshots meet cannot be placed: counted apart from a
+      // snapshot that could not be proven.
+      const bool boundary = span->first != span->last;
+      it = s_.jit_frames_
+               .emplace(key, SampleSymbolizer::JitEntry{std::move(frames),
+                                                        boundary ? LJ_REC_CTR_JIT_BOUNDARY
+                                                                 : LJ_REC_CTR_JIT_UNPROVEN})
+               .first;
     }
     if (!it->second.frames.ok()) ++counts_[it->second.failure];
     return it->second.frames;
@@ -106,26 +133,6 @@ class SampleFrameSource final : public symbolize::FrameSource {
 
  private:
   using ProtoKeyResult = Result<SampleSymbolizer::ProtoKey>;
-
-  // The trace's snapshots are read once per trace.
-  SampleSymbolizer::JitEntry resolve_jit(const lj_luajit_info& info, const symbolize::Frame& trace,
-                                         uint64_t pc, const symbolize::Frame& base) {
-    const SampleSymbolizer::TraceKey tkey{ctx_.generation, trace.gctrace, trace.trace->traceno};
-    auto snaps = s_.trace_snapshots_.find(tkey);
-    if (snaps == s_.trace_snapshots_.end()) {
-      auto read = symbolize::read_trace_snapshots(ctx_.mem->reader(), info, trace.gctrace);
-      if (!read.ok()) return {read.error(), LJ_REC_CTR_JIT_UNPROVEN};
-      snaps = s_.trace_snapshots_.emplace(tkey, std::move(*read)).first;
-    }
-    const symbolize::TraceSnapshots& t = snaps->second;
-    auto frames =
-        symbolize::jit_lua_frames(ctx_.mem->reader(), info, t, pc, base.gcfunc, base.lua->proto);
-    // Without mcofs a pc where two snapshots meet cannot be placed: counted apart from a
-    // snapshot that could not be proven.
-    const auto span = symbolize::snapshots_at(t, pc);
-    const bool boundary = span.ok() && span->first != span->last;
-    return {std::move(frames), boundary ? LJ_REC_CTR_JIT_BOUNDARY : LJ_REC_CTR_JIT_UNPROVEN};
-  }
 
   ProtoKeyResult proto_key(size_t index, uint64_t bcpc) const {
     if (ctx_.luajit == nullptr || !ctx_.mem) {

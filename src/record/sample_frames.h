@@ -9,8 +9,9 @@
 //  - Names are cached: native symbols per (process context, pc), prototypes and lines per
 //    (pid, prototype as read at sample time, pc), call-site names per (pid, caller prototype,
 //    caller pc), a JIT trace's snapshots per (process context, trace as the kernel saw it) and
-//    the Lua frames it runs per (trace, pc, base prototype) — a trace keeps the functions it
-//    inlined alive. "Process context" is ProcessContext::generation, which an exec changes.
+//    the Lua frames it runs per (trace, snapshots that may hold the pc, base prototype) — a
+//    trace keeps the functions it inlined alive. "Process context" is ProcessContext::generation,
+//    which an exec changes.
 //  - A walk that did not reach a proven root ends with one "[unknown: reason]" frame.
 #pragma once
 
@@ -62,15 +63,18 @@ class SampleSymbolizer {
   std::map<std::tuple<uint64_t, uint64_t, bool>, NativeEntry> natives_;
   std::map<ProtoKey, symbolize::LuaLocation> locations_;
   std::map<ProtoKey, std::optional<symbolize::CallSiteName>> call_names_;
-  // A JIT trace as the kernel saw it (ProcessContext::generation, GCtrace, trace number), and a
-  // pc in it run on a base frame of a given prototype. The generation, not the pid: an exec'd
-  // process may put another trace at the same address under the same number.
+  // A JIT trace as the kernel saw it (ProcessContext::generation, GCtrace, trace number), and
+  // the snapshots (first, last) that may hold a pc in it (symbolize::snapshots_at), run on a
+  // base frame of a given prototype: every pc of a span has the same frames, so they are read
+  // once per span, not once per machine-code address sampled. The generation, not the pid: an
+  // exec'd process may put another trace at the same address under the same number.
   using TraceKey = std::tuple<uint64_t, uint64_t, uint32_t>;
-  using JitKey = std::tuple<uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>;
+  using JitKey = std::tuple<uint64_t, uint64_t, uint32_t, uint32_t, uint32_t, uint64_t>;
   std::map<TraceKey, symbolize::TraceInfo> trace_infos_;  // only reads that matched the sample
-  std::map<TraceKey, symbolize::TraceSnapshots> trace_snapshots_;
+  // Failures kept too: a trace whose snapshots cannot be read stays so.
+  std::map<TraceKey, Result<symbolize::TraceSnapshots>> trace_snapshots_;
   // The frames, or why there are none and the counter that counts it (failures are kept too:
-  // a pc between snapshots stays so, and trying again would cost a snapshot span per sample).
+  // a span between snapshots stays so, and trying again would cost its reads every sample).
   struct JitEntry {
     Result<symbolize::JitLuaFrames> frames;
     lj_rec_counter failure;

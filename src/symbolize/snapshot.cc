@@ -363,6 +363,12 @@ Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luaji
                                     const TraceSnapshots& t, uint64_t pc, uint64_t base_gcfunc,
                                     uint64_t base_proto) {
   LJ_ASSIGN_OR_RETURN(SnapshotSpan span, snapshots_at(t, pc));
+  return jit_lua_frames(mem, info, t, span, pc, base_gcfunc, base_proto);
+}
+
+Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                    const TraceSnapshots& t, SnapshotSpan span, uint64_t pc,
+                                    uint64_t base_gcfunc, uint64_t base_proto) {
   if (span.last - span.first >= kMaxSpan) {
     return make_error("pc {:#x} may be in any of snapshots {}..{} of trace {:#x}", pc, span.first,
                       span.last, t.gctrace);

@@ -109,5 +109,10 @@ struct JitLuaFrames {
 Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luajit_info& info,
                                     const TraceSnapshots& t, uint64_t pc, uint64_t base_gcfunc,
                                     uint64_t base_proto);
+// The same for the snapshots snapshots_at gave for a pc: every pc of one span has the same
+// frames, so a caller may keep them per span (`pc` only names the place in messages).
+Result<JitLuaFrames> jit_lua_frames(const ljprof_mem_reader& mem, const lj_luajit_info& info,
+                                    const TraceSnapshots& t, SnapshotSpan span, uint64_t pc,
+                                    uint64_t base_gcfunc, uint64_t base_proto);
 
 }  // namespace ljprof::symbolize
