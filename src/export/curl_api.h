@@ -13,13 +13,31 @@
 
 namespace ljprof::exporter {
 
-#define LJPROF_CURL_FUNCTIONS(X)                                                                   \
-  X(global_init)                                                                                   \
-  X(easy_init)                                                                                     \
-  X(easy_setopt) X(easy_getinfo) X(easy_cleanup) X(easy_strerror) X(multi_init)                    \
-      X(multi_add_handle) X(multi_remove_handle) X(multi_perform) X(multi_poll) X(multi_info_read) \
-          X(multi_cleanup) X(multi_strerror) X(slist_append) X(slist_free_all) X(url) X(url_set)   \
-              X(url_get) X(url_cleanup) X(url_strerror) X(free)
+// clang-format off (it joins one-name entries into lines and is not stable on them)
+#define LJPROF_CURL_FUNCTIONS(X) \
+  X(global_init)                 \
+  X(easy_init)                   \
+  X(easy_setopt)                 \
+  X(easy_getinfo)                \
+  X(easy_cleanup)                \
+  X(easy_strerror)               \
+  X(multi_init)                  \
+  X(multi_add_handle)            \
+  X(multi_remove_handle)         \
+  X(multi_perform)               \
+  X(multi_poll)                  \
+  X(multi_info_read)             \
+  X(multi_cleanup)               \
+  X(multi_strerror)              \
+  X(slist_append)                \
+  X(slist_free_all)              \
+  X(url)                         \
+  X(url_set)                     \
+  X(url_get)                     \
+  X(url_cleanup)                 \
+  X(url_strerror)                \
+  X(free)
+// clang-format on
 
 struct CurlApi {
 #define LJPROF_CURL_MEMBER(name) decltype(&::curl_##name) name = nullptr;
