@@ -544,6 +544,34 @@ TEST(RecordNames, CalleeOfACollectedClosureKeepsItsName) {
   EXPECT_EQ(unnamed, 0) << named << " named, " << unnamed << " unnamed";
 }
 
+// Processes that live ~35 ms each, one after another (a shell loop of luajit runs): their
+// samples are symbolized while they live, so their Lua frames are named. A live process's names
+// are read after the sample (record/sample_frames.h), and a process gone by then leaves its
+// Lua frames "[unknown: Lua prototype unreadable ...]": the recorder drains young processes'
+// samples every 20 ms even when the last drain found none (before, half of such a run's samples
+// came out unnamed). The oracle is the workload's own function name.
+TEST(RecordLaunch, ShortLivedProcessesHaveTheirLuaFramesNamed) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir tmp;
+  const std::string folded = tmp.path() + "/stacks.folded";
+  test::CommandResult r =
+      test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "-o", tmp.path() + "/cpu.pb.gz",
+                 "--folded", folded, "--", "bash", "-c",
+                 "for i in $(seq 30); do luajit -e 'local function short_lived_loop() local x = 0 "
+                 "for i = 1, 3e6 do x = x + i % 7 end return x end short_lived_loop()'; done"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double named = 0, unnamed = 0;
+  for (const FoldedStack& stack : read_folded(folded)) {
+    if (stack.line.find(";short_lived_loop (") != std::string::npos) named += stack.count;
+    if (stack.line.find("[unknown: Lua prototype unreadable") != std::string::npos) {
+      unnamed += stack.count;
+    }
+  }
+  ASSERT_GT(named + unnamed, 300) << r.err;
+  EXPECT_LE(unnamed, 0.05 * (named + unnamed)) << named << " named, " << unnamed << " unnamed\n"
+                                               << r.err;
+}
+
 // The pprof file `ljprof record -o` writes opens in the real `go tool pprof` (Debian golang-go),
 // whose -top table lists the workload's Lua functions by the names the VM gives them
 // (linedefined from the workload's own debug.getinfo) with cumulative sample counts whose
