@@ -39,7 +39,7 @@ void add_record_command(CommandLine& cli) {
   cmd.option("-p,--pid", opts->pids, "Comma-separated PIDs of running processes to sample");
   cmd.flag("-a,--all", opts->all,
            "Sample every process with a detected LuaJIT runtime (tarantool, luajit, "
-           "nginx with lua), including ones that start while recording");
+           "nginx with lua), including ones that start while recording or load LuaJIT later");
   cmd.flag("--follow-forks", opts->follow_forks,
            "With -p: also sample child processes they fork (always on for -- COMMAND)");
   cmd.option("-F,--freq", opts->freq, "Samples per second per CPU (default 99)").range(1, 100000);

@@ -393,8 +393,17 @@ void Recorder::publish(uint32_t pid, Proc& p) {
     if (process_alive(pid) && warned_.insert(pid).second) warn(ctx.message());
     return;
   }
+  // A process that exec'd while it was analysed (a shell's child becoming luajit) is not the
+  // image its context describes: publishing it would let the new image's first samples be walked
+  // with the old one's modules. Its exec notification (or, were that lost, the kernel's pending
+  // mark, which housekeeping finds) brings it back here.
+  auto now_maps = read_proc_maps(pid);
+  if (now_maps.ok() && executable_signature(*now_maps) != (*ctx)->signature) return;
+  // One that exited took its files and vDSO with it: what could not be read of it is no news
+  // (as for an error above).
+  const bool alive = (*ctx)->warnings.empty() || process_alive(pid);
   for (const std::string& w : (*ctx)->warnings) {
-    if (warned_.insert(pid).second) warn(fmt::format("pid {}: {}", pid, w));
+    if (alive && warned_.insert(pid).second) warn(fmt::format("pid {}: {}", pid, w));
   }
   if (!tables_.first_problem().empty() && !table_cache_warned_) {
     table_cache_warned_ = true;
