@@ -91,6 +91,10 @@ Result<std::unique_ptr<ElfFile>> ElfFile::open(const std::string& path) {
   return file;
 }
 
+void ElfFile::release_resident_pages() const {
+  if (map_ != nullptr) ::madvise(map_, map_size_, MADV_DONTNEED);
+}
+
 Result<std::unique_ptr<ElfFile>> ElfFile::from_memory(std::span<const uint8_t> bytes,
                                                       std::string name) {
   std::unique_ptr<ElfFile> file(new ElfFile());

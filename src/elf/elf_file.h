@@ -94,6 +94,11 @@ class ElfFile {
 
   std::span<const Section> sections() const { return sections_; }
   const Section* section(std::string_view name) const;  // first section with that name
+  // Drops this process's resident pages of the file's mapping (madvise MADV_DONTNEED); a later
+  // access reads them again from the page cache, unchanged (the mapping is read-only and
+  // private, never written). For a file analysed once and then only looked up by symbol, most
+  // of its pages are never touched again. No effect on a file read from memory.
+  void release_resident_pages() const;
   // The bytes of a section that has file data (validated at open, so always in the file).
   std::span<const uint8_t> section_data(const Section& section) const;
 

@@ -58,6 +58,10 @@ void analyse_mapped_file(MappedObject& obj, uint32_t pid, const MapEntry& map,
 void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const MapEntry& map) {
   analyse_mapped_file(obj, pid, map, tables_);
   if (obj.table && on_table_) on_table_(obj);
+  // Analysed: from here on the file is read only for the names of the symbols samples hit. The
+  // pages the analysis read (CFI, the VM's code, symbol and string tables) need not stay
+  // resident in the agent: one tarantool's 48 files held some 12 MiB of its RSS.
+  if (obj.elf) obj.elf->release_resident_pages();
 }
 
 MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
