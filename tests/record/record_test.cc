@@ -803,15 +803,15 @@ TEST(RecordAll, AProcessThatLoadsLuajitLaterIsFollowedFromItsMmap) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   test::TempDir tmp;
   const std::string dir = tmp.path(), go = dir + "/go", profile = dir + "/cpu.pb.gz";
-  test::Background late({"python3", test::record_workloads_dir() + "/late_luajit.py", go, "2"},
+  test::Background late({"python3", test::record_workloads_dir() + "/late_luajit.py", go, "1"},
                         dir + "/late.out");
   ASSERT_GT(late.pid(), 0);
   test::Background rec(
-      {test::ljprof_bin(), "record", "-a", "-F", "499", "-d", "5", "-q", "-o", profile},
+      {test::ljprof_bin(), "record", "-a", "-F", "499", "-d", "4", "-q", "-o", profile},
       dir + "/record.log");
   // Past the recorder's start and first /proc scan, which looked at the process and passed it
   // over (no LuaJIT mapped then).
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
   std::ofstream(go) << "go\n";
   EXPECT_EQ(late.wait(20000), 0) << test::read_text(dir + "/late.out");
   ASSERT_EQ(rec.wait(20000), 0) << test::read_text(dir + "/record.log");
