@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -847,8 +848,13 @@ Result<RecordResult> Recorder::run() {
     // Samples do not wake this loop (record.bpf.c wakeup_bytes): they are drained every
     // kDrainMs (kYoungDrainMs while a process is young), notifications (exec, fork) and a
     // filling ring still wake it at once.
+    // The wait ends no later than the next interval cut or the end of --duration: an interval
+    // holds its own second of samples, not up to a drain period more or less.
     const bool young = !exec_candidates_.empty() || seconds_since(last_setup_) < kYoungS;
-    ring_buffer__poll(rb_, young ? kYoungDrainMs : kDrainMs);
+    double wait_s = (young ? kYoungDrainMs : kDrainMs) / 1e3;
+    if (opt_.interval_s > 0) wait_s = std::min(wait_s, opt_.interval_s - seconds_since(last_cut));
+    if (opt_.duration_s > 0) wait_s = std::min(wait_s, opt_.duration_s - seconds_since(start));
+    ring_buffer__poll(rb_, static_cast<int>(std::ceil(std::max(wait_s, 0.0) * 1e3)));
     ring_buffer__consume(rb_);
     for (auto it = rescan_.begin(); it != rescan_.end(); it = rescan_.erase(it)) {
       const uint32_t pid = *it;
