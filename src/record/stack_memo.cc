@@ -60,7 +60,7 @@ const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const Proces
                  last_end_pc_ == s.end_pc;
   std::array<uint32_t, LJ_WALK_MAX_FRAMES + 1> by_root;
   by_root.fill(kNone);
-  std::array<uint32_t, LJ_WALK_MAX_FRAMES> found_units;
+  std::array<uint32_t, LJ_WALK_MAX_FRAMES> unit_ids;  // by unit, leaf first
   for (uint32_t u = units; u-- > 0;) {
     const uint32_t start = starts[u], len = starts[u + 1] - start, from_root = n - start;
     as_last = as_last && from_root <= last_n_ && last_units_[from_root] != kNone &&
@@ -83,7 +83,7 @@ const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const Proces
     } else {
       found = true;
     }
-    found_units[u] = by_root[from_root] = id;
+    unit_ids[u] = by_root[from_root] = id;
   }
   const bool same_stack = as_last && n == last_n_ && last_pid_ == s.pid;
   std::copy_n(s.frames, n, last_frames_.begin());
@@ -99,7 +99,7 @@ const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const Proces
   } else {
     ++(found ? stats_.suffix_hits : stats_.symbolized);
   }
-  if (!same_stack) last_stack_ = &stack_entry(s.pid, found_units.data(), units);
+  if (!same_stack) last_stack_ = &stack_entry(s.pid, unit_ids.data(), units);
   result_.stack = last_stack_;
   result_.counted.clear();
   return result_;
