@@ -27,6 +27,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -139,6 +140,25 @@ Result<std::vector<int>> online_cpus() {
 constexpr int kDrainMs = 100;
 constexpr int kYoungDrainMs = 20;
 constexpr double kYoungS = 2.0;
+
+// Whether every executable file mapping of signature `was` (executable_signature) is in `now`.
+bool still_mapped(std::string_view was, std::string_view now) {
+  for (size_t at = 0; at < was.size();) {
+    const size_t end = was.find(';', at);
+    if (end == std::string_view::npos) break;
+    const std::string_view entry = was.substr(at, end - at + 1);
+    bool found = false;
+    for (size_t i = now.find(entry); i != std::string_view::npos; i = now.find(entry, i + 1)) {
+      if (i == 0 || now[i - 1] == ';') {
+        found = true;
+        break;
+      }
+    }
+    if (!found) return false;
+    at = end + 1;
+  }
+  return true;
+}
 
 bool process_alive(uint32_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
@@ -397,9 +417,12 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   // A process that exec'd while it was analysed (a shell's child becoming luajit) is not the
   // image its context describes: publishing it would let the new image's first samples be walked
   // with the old one's modules. Its exec notification (or, were that lost, the kernel's pending
-  // mark, which housekeeping finds) brings it back here.
+  // mark, which housekeeping finds) brings it back here. A process that only mapped more code
+  // meanwhile (ld.so loading libraries) is published as analysed: its first samples, in the
+  // interpreter, prove the global_State its JIT traces are found by, and its mmap notifications
+  // bring the rest.
   auto now_maps = read_proc_maps(pid);
-  if (now_maps.ok() && executable_signature(*now_maps) != (*ctx)->signature) return;
+  if (now_maps.ok() && !still_mapped((*ctx)->signature, executable_signature(*now_maps))) return;
   // One that exited took its files and vDSO with it: what could not be read of it is no news
   // (as for an error above).
   const bool alive = (*ctx)->warnings.empty() || process_alive(pid);
