@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <set>
 #include <string_view>
 
 #include "luajit/runtime.h"
@@ -143,13 +144,30 @@ const ModuleView* ProcessContext::module_at(uint64_t pc) const {
   return pc < it->end ? &*it : nullptr;
 }
 
+namespace {
+
+// One executable file mapping of a signature ("" for any other mapping).
+std::string signature_entry(const MapEntry& m) {
+  if (!m.executable || !m.file_backed()) return {};
+  return fmt::format("{:x}-{:x}:{}:{};", m.start, m.end, m.inode, m.offset);
+}
+
+}  // namespace
+
 std::string executable_signature(const std::vector<MapEntry>& maps) {
   std::string sig;
-  for (const MapEntry& m : maps) {
-    if (!m.executable || !m.file_backed()) continue;
-    sig += fmt::format("{:x}-{:x}:{}:{};", m.start, m.end, m.inode, m.offset);
-  }
+  for (const MapEntry& m : maps) sig += signature_entry(m);
   return sig;
+}
+
+bool still_mapped(std::string_view signature, const std::vector<MapEntry>& maps) {
+  std::set<std::string> now;
+  for (const MapEntry& m : maps) now.insert(signature_entry(m));
+  for (size_t at = 0, end; (end = signature.find(';', at)) != std::string_view::npos;
+       at = end + 1) {
+    if (!now.count(std::string(signature.substr(at, end - at + 1)))) return false;
+  }
+  return true;
 }
 
 Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const MapEntry& map) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -105,6 +106,9 @@ struct ProcessContext {
 
 // A key describing the executable file mappings of `maps` (changes on dlopen/exec).
 std::string executable_signature(const std::vector<MapEntry>& maps);
+// Whether every executable file mapping of `signature` (executable_signature) is still in
+// `maps`: false after an exec or an munmap, true when code was only mapped in addition.
+bool still_mapped(std::string_view signature, const std::vector<MapEntry>& maps);
 
 // The load bias of `map` (an executable mapping of `elf`): the PT_LOAD that starts inside the
 // mapping gives it (same rule as core/core_file.cc CoreFile::load_bias).

@@ -141,25 +141,6 @@ constexpr int kDrainMs = 100;
 constexpr int kYoungDrainMs = 20;
 constexpr double kYoungS = 2.0;
 
-// Whether every executable file mapping of signature `was` (executable_signature) is in `now`.
-bool still_mapped(std::string_view was, std::string_view now) {
-  for (size_t at = 0; at < was.size();) {
-    const size_t end = was.find(';', at);
-    if (end == std::string_view::npos) break;
-    const std::string_view entry = was.substr(at, end - at + 1);
-    bool found = false;
-    for (size_t i = now.find(entry); i != std::string_view::npos; i = now.find(entry, i + 1)) {
-      if (i == 0 || now[i - 1] == ';') {
-        found = true;
-        break;
-      }
-    }
-    if (!found) return false;
-    at = end + 1;
-  }
-  return true;
-}
-
 bool process_alive(uint32_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
@@ -422,7 +403,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   // interpreter, prove the global_State its JIT traces are found by, and its mmap notifications
   // bring the rest.
   auto now_maps = read_proc_maps(pid);
-  if (now_maps.ok() && !still_mapped((*ctx)->signature, executable_signature(*now_maps))) return;
+  if (now_maps.ok() && !still_mapped((*ctx)->signature, *now_maps)) return;
   // One that exited took its files and vDSO with it: what could not be read of it is no news
   // (as for an error above).
   const bool alive = (*ctx)->warnings.empty() || process_alive(pid);
@@ -519,7 +500,7 @@ void Recorder::scan_all() {
     seen.insert(id);
     if (procs_.count(id) || passed_over_.count(id) || exec_candidates_.count(id)) continue;
     adopt(id);
-    if (!procs_.count(id) && !exec_candidates_.count(id)) passed_over_.insert(id);
+    if (!procs_.count(id)) passed_over_.insert(id);
   }
   ::closedir(d);
   std::erase_if(passed_over_, [&](uint32_t pid) { return !seen.count(pid); });  // exited
@@ -772,7 +753,7 @@ bool Recorder::follow_if_luajit(uint32_t pid) {
 }
 
 // Selected processes that exec'd without a LuaJIT mapping yet, looked at again once per loop
-// round (every kYoungDrainMs, or kDrainMs while no sample comes) until one maps it or
+// round (every kYoungDrainMs: candidates keep the loop young) until one maps it or
 // kCandidateRounds pass.
 void Recorder::recheck_exec_candidates() {
   for (auto it = exec_candidates_.begin(); it != exec_candidates_.end();) {

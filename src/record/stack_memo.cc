@@ -21,6 +21,17 @@ uint64_t mix(uint64_t h, uint64_t word) {
   return h ^ (h >> 29);
 }
 
+// Linear probing over a power-of-two slot table from the hash's slot: the index of the first
+// slot `stop` accepts (an empty one, or one holding what is sought). Both of the memo's tables
+// (units and stacks) are filled and searched through it, so they agree on the order.
+template <typename Slot, typename Stop>
+size_t probe(const std::vector<Slot>& slots, uint64_t hash, Stop stop) {
+  const size_t mask = slots.size() - 1;
+  size_t i = hash & mask;
+  while (!stop(slots[i])) i = (i + 1) & mask;
+  return i;
+}
+
 bool counted_nothing(const AgentCounts& counts) {
   return std::all_of(counts.begin(), counts.end(), [](uint64_t n) { return n == 0; });
 }
@@ -85,7 +96,8 @@ const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const Proces
     }
     unit_ids[u] = by_root[from_root] = id;
   }
-  const bool same_stack = as_last && n == last_n_ && last_pid_ == s.pid;
+  // The same context generation is the same process: its stack entry too.
+  const bool same_stack = as_last && n == last_n_;
   std::copy_n(s.frames, n, last_frames_.begin());
   last_units_ = by_root;
   last_n_ = n;
@@ -93,7 +105,6 @@ const StackMemo::Stack& StackMemo::stack_of(const lj_rec_sample& s, const Proces
   last_generation_ = ctx.generation;
   last_end_ = s.end;
   last_end_pc_ = s.end_pc;
-  last_pid_ = s.pid;
   if (!symbolized) {
     ++stats_.whole_hits;
   } else {
@@ -136,14 +147,14 @@ uint64_t StackMemo::unit_hash(const UnitKey& key) {
 }
 
 uint32_t StackMemo::find(const UnitKey& key, uint64_t hash) const {
-  const size_t mask = slots_.size() - 1;
   const uint64_t tag = hash >> 32 << 32;
-  for (size_t i = hash & mask; slots_[i] != 0; i = (i + 1) & mask) {
-    if ((slots_[i] & ~uint64_t{UINT32_MAX}) != tag) continue;
-    const uint32_t id = static_cast<uint32_t>(slots_[i]) - 1;
-    if (units_[id].hash == hash && std::memcmp(&units_[id].key, &key, sizeof(key)) == 0) return id;
-  }
-  return kNone;
+  const size_t i = probe(slots_, hash, [&](uint64_t slot) {
+    if (slot == 0) return true;
+    if ((slot & ~uint64_t{UINT32_MAX}) != tag) return false;
+    const Unit& unit = units_[static_cast<uint32_t>(slot) - 1];
+    return unit.hash == hash && std::memcmp(&unit.key, &key, sizeof(key)) == 0;
+  });
+  return slots_[i] == 0 ? kNone : static_cast<uint32_t>(slots_[i]) - 1;
 }
 
 uint32_t StackMemo::symbolize(const lj_rec_sample& s, const ProcessContext& ctx, uint32_t start,
@@ -163,9 +174,8 @@ uint32_t StackMemo::symbolize(const lj_rec_sample& s, const ProcessContext& ctx,
   unit.nids = static_cast<uint32_t>(frames.size());
   for (report::Frame& f : frames) ids_.push_back(stacks_.intern(std::move(f)));
   const auto id = static_cast<uint32_t>(units_.size());
-  size_t i = hash & (slots_.size() - 1);
-  while (slots_[i] != 0) i = (i + 1) & (slots_.size() - 1);
-  slots_[i] = (hash >> 32 << 32) | (id + 1);
+  slots_[probe(slots_, hash, [](uint64_t slot) { return slot == 0; })] =
+      (hash >> 32 << 32) | (id + 1);
   units_.push_back(unit);
   return id;
 }
@@ -177,14 +187,11 @@ StackTable::Entry& StackMemo::stack_entry(uint32_t pid, const uint32_t* units, u
   }
   uint64_t hash = mix(0x452821e638d01377ULL, pid);
   for (uint32_t u = 0; u < count; ++u) hash = mix(hash, units[u]);
-  const size_t mask = stack_slots_.size() - 1;
-  size_t i = hash & mask;
-  for (; stack_slots_[i].entry != nullptr; i = (i + 1) & mask) {
-    StackTable::Entry& e = *stack_slots_[i].entry;
-    if (stack_slots_[i].hash == hash && e.first.pid == pid && same_frames(e, units, count)) {
-      return e;
-    }
-  }
+  const size_t i = probe(stack_slots_, hash, [&](const StackSlot& slot) {
+    return slot.entry == nullptr || (slot.hash == hash && slot.entry->first.pid == pid &&
+                                     same_frames(*slot.entry, units, count));
+  });
+  if (stack_slots_[i].entry != nullptr) return *stack_slots_[i].entry;
   std::vector<uint32_t> ids;
   for (uint32_t u = 0; u < count; ++u) {
     const Unit& unit = units_[units[u]];

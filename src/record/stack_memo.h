@@ -81,7 +81,7 @@ class StackMemo {
   UnitKey key_of(const lj_rec_sample& s, const ProcessContext& ctx, uint32_t start, uint32_t len,
                  uint32_t n) const;
   static uint64_t unit_hash(const UnitKey& key);
-  // The unit of `key`, or kNone (linear probing from the hash's slot, the order add() fills).
+  // The unit of `key`, or kNone.
   uint32_t find(const UnitKey& key, uint64_t hash) const;
   // Symbolizes the unit of `key` and stores it; kNone when its symbolization counted a failure.
   uint32_t symbolize(const lj_rec_sample& s, const ProcessContext& ctx, uint32_t start,
@@ -108,7 +108,7 @@ class StackMemo {
   uint32_t last_n_ = 0;
   bool last_valid_ = false;
   uint64_t last_generation_ = 0, last_end_pc_ = 0;
-  uint32_t last_end_ = 0, last_pid_ = 0;
+  uint32_t last_end_ = 0;
   StackTable::Entry* last_stack_ = nullptr;
   // Open addressing over the stacks' entries by the hash of their units (nullptr: empty).
   struct StackSlot {

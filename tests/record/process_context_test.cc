@@ -73,6 +73,29 @@ TEST(ProcessContext, VdsoUnwindRowsMatchReadelf) {
 
 // The -a filters and the agent's labels, against this test's own process: /proc/self/cgroup
 // (read here with plain file I/O) and the environment set below.
+// A context is withheld when a mapping it was built from is gone (an exec, an munmap), not when
+// code was only mapped in addition (ld.so loading libraries): over this process's own maps.
+TEST(ProcessContext, StillMappedIsAboutTheMappingsASignatureNames) {
+  auto maps = read_proc_maps(static_cast<uint32_t>(getpid()));
+  ASSERT_TRUE(maps.ok()) << maps.message();
+  std::vector<MapEntry> code;
+  for (const MapEntry& m : *maps) {
+    if (m.executable && m.file_backed()) code.push_back(m);
+  }
+  ASSERT_GE(code.size(), 2u) << "this test binary and libc";
+  const std::string all = executable_signature(code);
+  EXPECT_TRUE(still_mapped(all, *maps));
+  // Fewer mappings then (the signature of all but the last): more code mapped since is fine.
+  const std::vector<MapEntry> fewer(code.begin(), code.end() - 1);
+  EXPECT_TRUE(still_mapped(executable_signature(fewer), *maps));
+  // One of them gone, or moved.
+  EXPECT_FALSE(still_mapped(all, fewer));
+  std::vector<MapEntry> moved = code;
+  moved.front().start += 0x1000;
+  EXPECT_FALSE(still_mapped(all, moved));
+  EXPECT_TRUE(still_mapped("", {}));
+}
+
 TEST(ProcessIdentity, CgroupPrefixesMatchWholePathComponents) {
   const uint32_t self = static_cast<uint32_t>(::getpid());
   std::ifstream in("/proc/self/cgroup");
