@@ -1,6 +1,6 @@
 #include "export/metrics.h"
 
-#include "report/frames.h"
+#include "common/printable.h"
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -66,18 +66,24 @@ void invalid_input([[maybe_unused]] std::string_view what, [[maybe_unused]] std:
 }
 
 // Appends `text` escaped for a HELP line (\ and newline) or, with `quote`, for a label value
-// (also "), replacing every byte that is not well-formed UTF-8 with U+FFFD.
+// (also "). A line break keeps the format's own escape, \n; every other byte goes through the
+// printable-text rule (common/printable.h): label values come from other processes, and a byte
+// that is not UTF-8 would make Prometheus reject the whole page.
 void append_escaped(std::string& out, std::string_view text, bool quote) {
-  for (char c : report::valid_utf8(text)) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '"' && quote) {
-      out += "\\\"";
-    } else {
-      out += c;
+  for (size_t start = 0;;) {
+    const size_t line_break = text.find('\n', start);
+    for (char c : printable_text(text.substr(start, line_break - start))) {
+      if (c == '\\') {
+        out += "\\\\";
+      } else if (c == '"' && quote) {
+        out += "\\\"";
+      } else {
+        out += c;
+      }
     }
+    if (line_break == std::string_view::npos) return;
+    out += "\\n";
+    start = line_break + 1;
   }
 }
 

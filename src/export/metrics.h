@@ -28,12 +28,13 @@ struct MetricFamily {
 
 // The families in Prometheus text exposition format 0.0.4: per family `# HELP` (\ and newline
 // escaped), `# TYPE`, then one line per point (label values with \, " and newline escaped;
-// integral values without exponent; NaN, +Inf, -Inf). Invalid UTF-8 in help text or label
-// values becomes U+FFFD: Prometheus rejects the whole page over one bad byte, and label values
-// come from other processes (comm, paths). A metric name not matching [a-zA-Z_:][a-zA-Z0-9_:]*,
-// a repeated family name, or a point with a label name not matching [a-zA-Z_][a-zA-Z0-9_]* (or
-// reserved "__" prefix) is a programming error: it is left out (the rest of the page stays
-// valid) and asserts in debug builds.
+// integral values without exponent; NaN, +Inf, -Inf). Help text and label values are otherwise
+// written as printable text (common/printable.h: a control or a byte that is not UTF-8 as \xNN,
+// whose backslash is then escaped as any other): Prometheus rejects the whole page over one bad
+// byte, and label values come from other processes (comm, paths). A metric name not matching
+// [a-zA-Z_:][a-zA-Z0-9_:]*, a repeated family name, or a point with a label name not matching
+// [a-zA-Z_][a-zA-Z0-9_]* (or reserved "__" prefix) is a programming error: it is left out (the rest
+// of the page stays valid) and asserts in debug builds.
 std::string render_prometheus(const std::vector<MetricFamily>& families);
 
 // Serves GET /metrics (Content-Type: text/plain; version=0.0.4; charset=utf-8) and 404 for

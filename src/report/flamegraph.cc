@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "common/printable.h"
 #include "report/frames.h"
 
 namespace ljprof::report {
@@ -38,18 +39,11 @@ int64_t total_samples(const Profile& profile) {
   return total;
 }
 
-// Valid UTF-8 without the C0 controls XML 1.0 forbids, so one odd symbol name cannot make
-// the whole SVG unparseable.
-std::string clean_text(const std::string& s) {
-  std::string out = valid_utf8(s);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  }
-  return out;
-}
-
+// Printable text (common/printable.h) has none of the characters XML 1.0 forbids (C0
+// controls, U+FFFE/U+FFFF) and is well-formed UTF-8, so one odd name cannot make the whole SVG
+// unparseable; labels are printable already, the guard keeps every other text so too.
 std::string xml_escape(const std::string& raw) {
-  std::string s = clean_text(raw), out;
+  std::string s = printable_text(raw), out;
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
@@ -115,7 +109,7 @@ void svg_node(const FlameNode& n, double x, int depth, double px_per_sample, dou
   if (w < 0.1) return;  // invisible; its children are narrower still
   double y = bottom - (depth + 1) * kRow;
   double pct = total > 0 ? 100.0 * static_cast<double>(n.total) / static_cast<double>(total) : 0;
-  std::string label = clean_text(n.name);
+  const std::string& label = n.name;  // frame_label(): printable
   *out += fmt::format("<g class=\"frame\"><title>{} ({} samples, {:.2f}%)</title>",
                       xml_escape(label), n.total, pct);
   *out += fmt::format(
@@ -367,7 +361,8 @@ std::string flamegraph_html(const Profile& profile) {
   data["kinds"] = std::move(kinds);
   // The tree is spliced in as text (tree_json); "@TREE@" cannot occur elsewhere in the dump.
   data["tree"] = "@TREE@";
-  // Invalid UTF-8 in a symbol is replaced rather than thrown on (nlohmann's default).
+  // The names are printable (frame_label); replace rather than throw (nlohmann's default) is
+  // the last line of defence.
   std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const size_t tree_at = json.find("\"@TREE@\"");
   json.replace(tree_at, 8, tree_json(flame_tree(profile)));

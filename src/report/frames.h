@@ -4,7 +4,6 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "report/profile.h"
@@ -25,7 +24,10 @@ std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk);
 //   cfunc    "name [cfunc]"       (ffi, root likewise: "[ffi]", "[root]")
 //   trace    "name (file:line)" like lua (JIT-compiled Lua code; the kind tells them apart)
 //   unknown  "[unknown: reason]"
-// Frames with the same label are the same node of a flame graph.
+// Frames with the same label are the same node of a flame graph. The label is printable text
+// (common/printable.h) whatever the frame holds: the folded, top and flame graph writers all
+// show labels, and a Profile may come from anywhere (a test, another producer), not only from
+// the walk and read_pprof(), which make their strings printable already.
 std::string frame_label(const Frame& frame);
 
 // Like frame_label() but for the function rather than the current line: Lua shows the
@@ -38,10 +40,5 @@ std::string function_label(const Frame& frame);
 std::vector<Sample> aggregate_samples(const std::vector<Sample>& samples);
 
 bool same_sample(const Sample& a, const Sample& b);  // frames, count, pid and tid
-
-// `s` with every byte that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no
-// surrogates, nothing past U+10FFFF) replaced by U+FFFD. Symbol and chunk names are
-// arbitrary bytes; protobuf string fields (and XML) must be UTF-8.
-std::string valid_utf8(std::string_view s);
 
 }  // namespace ljprof::report

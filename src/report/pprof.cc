@@ -15,6 +15,7 @@
 
 #include <google/protobuf/stubs/logging.h>
 
+#include "common/printable.h"
 #include "proto/profile.pb.h"
 #include "report/frames.h"
 
@@ -134,10 +135,11 @@ class StringTable {
  public:
   explicit StringTable(pp::Profile* p) : p_(p) { index(""); }  // pprof: string_table[0] == ""
   // proto3 strings must be UTF-8: protobuf (ours and Go's strict readers) rejects the whole
-  // file otherwise, so names that are not are stored with U+FFFD substitutes.
+  // file otherwise. Frames from the walk are printable text already; the same rule here keeps
+  // a profile from any other producer writable.
   int64_t index(const std::string& s) {
     auto [it, inserted] = ids_.try_emplace(s, static_cast<int64_t>(ids_.size()));
-    if (inserted) p_->add_string_table(valid_utf8(s));
+    if (inserted) p_->add_string_table(printable_text(s));
     return it->second;
   }
 
@@ -331,12 +333,15 @@ class Reader {
 
   Error err(const std::string& what) const { return make_error("{}: {}", path_, what); }
 
+  // Every string of the file goes through here: a profile's names are another program's bytes
+  // (protobuf has checked they are UTF-8, not that they are printable), so they enter the
+  // report model as printable text, like the walk's (common/printable.h).
   Result<std::string> str(int64_t index, const char* what) const {
     if (index < 0 || index >= in_.string_table_size()) {
       return err(fmt::format("{} string index {} out of range (string_table has {} entries)", what,
                              index, in_.string_table_size()));
     }
-    return in_.string_table(static_cast<int>(index));
+    return printable_text(in_.string_table(static_cast<int>(index)));
   }
 
   // The value that becomes Sample::count: "samples" if present (what write_pprof puts first

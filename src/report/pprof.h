@@ -26,8 +26,9 @@ namespace ljprof::report {
 // - non-zero Sample pid/tid as numeric labels "pid"/"tid"; one numeric label "trace" per
 //   frame of kind Trace, leaf first (the JIT trace that ran it); Profile::counters as comments
 //   "counter NAME=VALUE".
-// - strings that are not UTF-8 (protobuf requires it) are written with U+FFFD in place of
-//   each invalid byte; that is the one thing that does not round-trip byte for byte.
+// - every string is printable text (common/printable.h; protobuf requires UTF-8): a byte that
+//   is not part of a printable UTF-8 character is written as \xNN, the one thing that does not
+//   round-trip byte for byte.
 Status write_pprof(const Profile& profile, const std::string& path);
 
 // The bytes write_pprof() writes to its file (the gzip-compressed serialized profile.proto), for
@@ -45,7 +46,8 @@ struct PprofReadLimits {
 };
 
 // Reads what write_pprof() writes exactly (kinds, modules, offsets, pid/tid, counters), and
-// any other pprof file (gzip or raw): functions without a "KIND:" system_name become Native,
+// any other pprof file (gzip or raw), its strings made printable text as the walk's are
+// (common/printable.h): functions without a "KIND:" system_name become Native,
 // inlined Lines become separate frames, the count is the "samples" value (else the last
 // sample type, pprof's default). Malformed input (bad gzip, bad protobuf, string/ID indexes
 // out of range, caps exceeded) is an error naming the file and the reason.

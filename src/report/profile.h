@@ -21,6 +21,7 @@ using symbolize::FrameKind;
 // One frame as profiles show and aggregate it (report::profile_frames makes it from the walk's
 // symbolize::Frame; `ljprof report` reads it back from a pprof file). Kind Trace is Lua code
 // that ran as JIT-compiled machine code: `function` names the Lua function, like a Lua frame.
+// Its strings are printable text (common/printable.h) when it comes from the walk or a file.
 struct Frame {
   FrameKind kind = FrameKind::Native;
   // What a person reads: native symbol (demangled), Lua function name ("alpha", else

@@ -10,18 +10,6 @@
 
 namespace ljprof::report {
 
-namespace {
-
-// A name with a line break would tear the table apart.
-std::string one_line(std::string s) {
-  for (char& c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  }
-  return s;
-}
-
-}  // namespace
-
 std::vector<TopRow> top_rows(const Profile& profile) {
   // Keyed by (label, kind): a native and a cfunc frame with the same symbol are different rows.
   std::map<std::pair<std::string, FrameKind>, TopRow> rows;
@@ -29,8 +17,8 @@ std::vector<TopRow> top_rows(const Profile& profile) {
     if (s.frames.empty() || s.count <= 0) continue;
     std::set<std::pair<std::string, FrameKind>> seen;  // recursion counts once in cum
     for (size_t i = 0; i < s.frames.size(); ++i) {
-      std::pair<std::string, FrameKind> key{one_line(function_label(s.frames[i])),
-                                            s.frames[i].kind};
+      // A printable label (report/frames.h): no line break can tear the table apart.
+      std::pair<std::string, FrameKind> key{function_label(s.frames[i]), s.frames[i].kind};
       TopRow& row = rows[key];
       row.name = key.first;
       row.kind = key.second;

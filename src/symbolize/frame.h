@@ -1,6 +1,8 @@
 // symbolize/frame.h: the one frame model (DESIGN.md "Frame model") that `ljprof core` and
 // `ljprof record` both produce from a walk (walk_frames.h) and that every writer reads: the
 // backtrace text and JSON of core mode and, through report::profile_frames, the profiles.
+// Its strings are printable text (common/printable.h): frames_of_walk, where target bytes
+// enter the model, makes them so.
 #pragma once
 
 #include <cstdint>
@@ -56,5 +58,9 @@ struct Frame {
 // (`source`: the chunk as the caller shows it — short_src in backtraces, a file's last
 // component in profile labels).
 std::string unnamed_lua_function(const LuaLocation& lua, std::string_view source);
+
+// Every string of `frame` (names, paths, build-id, reasons) made printable by the one rule of
+// common/printable.h.
+void make_frame_printable(Frame& frame);
 
 }  // namespace ljprof::symbolize

@@ -159,6 +159,10 @@ std::vector<Frame> frames_of_walk(std::span<const WalkedFrame> walk, WalkEnd end
     if (end.end == LJ_END_NO_LUAJIT && !why.empty()) unknown.reason += ": " + why;
     frames.push_back(std::move(unknown));
   }
+  // Here target bytes become the frame model every writer reads (names and paths from the
+  // target's memory and files, reasons quoting them); the resolution above still compared
+  // them raw (a module path against the VM's file).
+  for (Frame& f : frames) make_frame_printable(f);
   return frames;
 }
 

@@ -59,7 +59,8 @@ class FrameSource {
 // Lua function that made the call, in the same lua_State, as the VM's own traceback does), and
 // JIT trace machine code resolved to the Lua frames it runs (the frames the trace inlined are
 // inserted after the trace frame, the base frame gets its line; all are marked jit_trace), and
-// one `unknown` frame saying how the walk ended unless it reached a root.
+// one `unknown` frame saying how the walk ended unless it reached a root. Every string of the
+// result is printable text (make_frame_printable): no writer sees a target's raw bytes.
 // `leaf_first`: walk[0] is the sampled leaf (its pc is the instruction itself); false for a
 // part of a walk that starts further out (every pc a return address).
 std::vector<Frame> frames_of_walk(std::span<const WalkedFrame> walk, WalkEnd end,

@@ -116,14 +116,20 @@ TEST(RenderPrometheus, FormatsValues) {
 }
 
 // Label values come from other processes; a byte that is not UTF-8 would make Prometheus
-// reject the whole page, so it becomes U+FFFD and the valid characters around it stay.
-TEST(RenderPrometheus, ReplacesInvalidUtf8) {
+// reject the whole page and a control byte would reach whoever reads it, so each is written as
+// \xNN (common/printable.h), whose backslash the format then escapes like any other; the valid
+// characters around it stay.
+TEST(RenderPrometheus, WritesBadBytesAsPrintableText) {
   std::string page = render_prometheus(
-      {{"m", "h\xFFh", MetricType::Gauge, {{{{"comm", "caf\xC3\xA9-\xFF-\xC0\xAF"}}, 1}}}});
+      {{"m",
+        "h\xFFh",
+        MetricType::Gauge,
+        {{{{"comm", "caf\xC3\xA9-\xFF-\xC0\xAF"}}, 1}, {{{"comm", "a\x1b[2Jb\xc2\x9b"}}, 2}}}});
   EXPECT_EQ(page,
-            "# HELP m h\xEF\xBF\xBDh\n"
+            "# HELP m h\\\\xffh\n"
             "# TYPE m gauge\n"
-            "m{comm=\"caf\xC3\xA9-\xEF\xBF\xBD-\xEF\xBF\xBD\xEF\xBF\xBD\"} 1\n");
+            "m{comm=\"caf\xC3\xA9-\\\\xff-\\\\xc0\\\\xaf\"} 1\n"
+            "m{comm=\"a\\\\x1b[2Jb\\\\xc2\\\\x9b\"} 2\n");
 }
 
 // Bad names are programming errors: debug builds assert, release builds leave out the bad
