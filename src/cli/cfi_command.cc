@@ -10,6 +10,7 @@
 #include "elf/elf_file.h"
 #include "luajit/proc_info.h"
 #include "luajit/vm_cfi.h"
+#include "report/json_text.h"
 
 namespace ljprof::cli {
 
@@ -102,13 +103,16 @@ int run_cfi(const CfiOptions& opt) {
     out_rows.push_back(none);
   }
   j["rows"] = out_rows;
+  // Both views read one printable model: the path and the FDE errors may quote odd bytes.
+  report::make_json_printable(j);
   if (opt.json) {
-    std::cout << j.dump(2) << "\n";
+    std::cout << report::json_text(std::move(j)) << "\n";
     return 0;
   }
-  std::cout << fmt::format("{} ({}): {} {} FDEs, {} rows, {} FDE errors\n", opt.binary,
-                           elf::arch_name(arch), cfi::cfi_section_name(table->section()),
-                           table->fde_count(), rows.size(), table->fde_errors().size());
+  std::cout << fmt::format("{} ({}): {} {} FDEs, {} rows, {} FDE errors\n",
+                           j["path"].get<std::string>(), elf::arch_name(arch),
+                           cfi::cfi_section_name(table->section()), table->fde_count(), rows.size(),
+                           table->fde_errors().size());
   for (const auto& e : j["fde_errors"]) std::cout << "  error: " << e.get<std::string>() << "\n";
   if (j.contains("vm")) {
     std::cout << fmt::format("vm {}..{}\n", j["vm"]["begin"].get<std::string>(),

@@ -10,11 +10,13 @@
 
 #include "cfi/cfi.h"
 #include "cli/commands.h"
+#include "common/printable.h"
 #include "elf/elf_file.h"
 #include "luajit/dwarf_verify.h"
 #include "luajit/live_verify.h"
 #include "luajit/proc_info.h"
 #include "luajit/runtime.h"
+#include "report/json_text.h"
 
 namespace ljprof::cli {
 
@@ -280,7 +282,8 @@ int verify_dwarf(const std::string& binary, bool json) {
     }
   }
   if (json) {
-    std::cout << Json{{"binary", binary}, {"checks", rows}, {"pass", all}}.dump(2) << "\n";
+    std::cout << report::json_text(Json{{"binary", binary}, {"checks", rows}, {"pass", all}})
+              << "\n";
   } else {
     fmt::print("{}\n", all ? "verify-dwarf: all PASS" : "verify-dwarf: FAIL");
   }
@@ -288,33 +291,34 @@ int verify_dwarf(const std::string& binary, bool json) {
 }
 
 int verify_live(int pid, bool json) {
-  auto report = luajit::verify_live(pid);
-  if (!report.ok()) {
-    std::cerr << "ljprof inspect: " << report.message() << "\n";
+  auto live = luajit::verify_live(pid);
+  if (!live.ok()) {
+    std::cerr << "ljprof inspect: " << live.message() << "\n";
     return 2;
   }
-  const bool all = report->all_pass();
+  const bool all = live->all_pass();
   if (json) {
     Json checks = Json::array();
-    for (const luajit::VmCheck& c : report->checks) {
+    for (const luajit::VmCheck& c : live->checks) {
       checks.push_back(
           {{"check", c.name}, {"result", c.pass ? "PASS" : "FAIL"}, {"detail", c.detail}});
     }
-    std::cout << Json{{"pid", pid},
-                      {"module", report->module},
-                      {"bias", hex(report->bias)},
-                      {"attempts", report->attempts},
-                      {"pc", hex(report->snapshot.pc)},
-                      {"g", hex(report->snapshot.g)},
-                      {"checks", checks},
-                      {"pass", all}}
-                     .dump(2)
+    std::cout << report::json_text(Json{{"pid", pid},
+                                        {"module", live->module},
+                                        {"bias", hex(live->bias)},
+                                        {"attempts", live->attempts},
+                                        {"pc", hex(live->snapshot.pc)},
+                                        {"g", hex(live->snapshot.g)},
+                                        {"checks", checks},
+                                        {"pass", all}})
               << "\n";
   } else {
-    fmt::print("pid {} module {} bias {:#x}: stop {} at pc {:#x}, G {:#x}\n", pid, report->module,
-               report->bias, report->attempts, report->snapshot.pc, report->snapshot.g);
-    for (const luajit::VmCheck& c : report->checks) {
-      fmt::print("{:<4}  {}  ({})\n", c.pass ? "PASS" : "FAIL", c.name, c.detail);
+    // The module's path is the process's, a check's detail may quote its chunk name.
+    fmt::print("pid {} module {} bias {:#x}: stop {} at pc {:#x}, G {:#x}\n", pid,
+               printable_text(live->module), live->bias, live->attempts, live->snapshot.pc,
+               live->snapshot.g);
+    for (const luajit::VmCheck& c : live->checks) {
+      fmt::print("{:<4}  {}  ({})\n", c.pass ? "PASS" : "FAIL", c.name, printable_text(c.detail));
     }
     fmt::print("{}\n", all ? "verify-live: all PASS" : "verify-live: FAIL");
   }
@@ -366,11 +370,13 @@ void add_inspect_command(CommandLine& cli) {
       std::cerr << "ljprof inspect: " << file.message() << "\n";
       return 2;
     }
-    Json report = describe(**file, opts->lib_dirs);
+    // Both views read one printable model: its names and paths are the binary's bytes.
+    Json described = describe(**file, opts->lib_dirs);
+    report::make_json_printable(described);
     if (opts->json) {
-      std::cout << report.dump(2) << "\n";
+      std::cout << report::json_text(std::move(described)) << "\n";
     } else {
-      print_text(report);
+      print_text(described);
     }
     return 0;
   });

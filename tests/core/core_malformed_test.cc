@@ -4,8 +4,12 @@
 #include <elf.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <string_view>
 
 #include "core/core_file.h"
 #include "core/core_fixtures.h"
@@ -260,6 +264,73 @@ TEST_F(MalformedCore, BuildIdChangedInTheCoreRefusesTheFile) {
   auto pc = r->read(r->threads()[0].pc, buf, sizeof(buf));
   ASSERT_FALSE(pc.ok());
   EXPECT_NE(pc.message().find("build-id mismatch"), std::string::npos) << pc.message();
+}
+
+// The NT_FILE path `name` is in (a NUL-terminated string of the note's names) with its byte at
+// `name`'s position `at` replaced by `byte`, in `bytes`; returns the path as it was.
+std::string corrupt_nt_file_path(std::vector<uint8_t>& bytes, const NoteAt& nt,
+                                 std::string_view name, size_t at, char byte) {
+  const std::string_view names(reinterpret_cast<const char*>(bytes.data()) + nt.desc, nt.descsz);
+  const size_t hit = names.find(name);
+  if (hit == std::string_view::npos) return "";
+  const size_t start = names.rfind('\0', hit) + 1;
+  const std::string path(names.substr(start, names.find('\0', hit) - start));
+  bytes[nt.desc + hit + at] = static_cast<uint8_t>(byte);
+  return path;
+}
+
+// A mapped file's path with bytes no real path has (`ljprof core --json` aborted with nlohmann's
+// type_error 316 on such a core from a fuzzer): libc's gets 0xff for the "c" of "libc", libm's an
+// ESC for its "m". Neither file is found then; the report names both with the byte as \xNN
+// (common/printable.h), in JSON that parses and in text with no raw control byte, and exits 0.
+TEST_F(MalformedCore, NtFilePathWithBadBytesIsReportedAsPrintableText) {
+  const NoteAt nt = layout_.note(NT_FILE);
+  const std::string libc = corrupt_nt_file_path(bytes_, nt, "/libc.so", 4, '\xff');
+  const std::string libm = corrupt_nt_file_path(bytes_, nt, "/libm.so", 4, '\x1b');
+  ASSERT_FALSE(libc.empty());
+  ASSERT_FALSE(libm.empty());
+  // By the rule: the replaced byte as four characters, the rest of the path as it was.
+  const size_t c = libc.find("/libc.so") + 4, m = libm.find("/libm.so") + 4;
+  const std::string libc_shown = libc.substr(0, c) + "\\xff" + libc.substr(c + 1);
+  const std::string libm_shown = libm.substr(0, m) + "\\x1b" + libm.substr(m + 1);
+  const std::string path = dir_.file("bad-paths.core");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes_.data()), static_cast<long>(bytes_.size()));
+  }
+  auto no_control_bytes = [](const std::string& out) {
+    return std::none_of(out.begin(), out.end(), [](char ch) {
+      return (static_cast<unsigned char>(ch) < 0x20 && ch != '\n') || ch == 0x7f;
+    });
+  };
+
+  const test::CommandResult json = test::run({test::ljprof_bin(), "core", "--json", path});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_TRUE(no_control_bytes(json.out));
+  nlohmann::json doc;
+  ASSERT_NO_THROW(doc = nlohmann::json::parse(json.out)) << json.out.substr(0, 2000);
+  EXPECT_FALSE(doc["luajit"].is_null()) << doc["luajit_error"];
+  EXPECT_FALSE(doc["threads"].empty());
+  std::vector<std::string> unusable;
+  for (const auto& f : doc["unusable_files"]) {
+    unusable.push_back(f["path"]);
+    EXPECT_FALSE(f["error"].get<std::string>().empty());
+    ASSERT_FALSE(f["tried"].empty());
+    EXPECT_EQ(f["tried"].back(), f["path"]);  // the recorded path is tried last
+  }
+  std::sort(unusable.begin(), unusable.end());
+  std::vector<std::string> expected = {libc_shown, libm_shown};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(unusable, expected) << json.out.substr(0, 4000);
+
+  const test::CommandResult text = test::run({test::ljprof_bin(), "core", path});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(no_control_bytes(text.out));
+  EXPECT_EQ(text.out.find('\xff'), std::string::npos);
+  for (const std::string& shown : {libc_shown, libm_shown}) {
+    EXPECT_NE(text.out.find("warning: mapped file " + shown + " not used: "), std::string::npos)
+        << text.out.substr(0, 2000);
+  }
 }
 
 // Bounded random corruption of the headers and notes: any outcome but a crash, UB or an

@@ -1,0 +1,124 @@
+#include "core/core_report.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstring>
+
+#include "common/hex.h"
+#include "common/printable.h"
+#include "report/backtrace.h"
+#include "report/json_text.h"
+
+namespace ljprof::core {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : std::to_string(sig);
+}
+
+// The frames of one stack, as JSON fields of `j` and as text lines under `title`.
+void add_stack(Json& j, std::string& text, const ThreadStack& stack, const std::string& title) {
+  Json frames = Json::array();
+  text += title + ":\n";
+  for (size_t i = 0; i < stack.frames.size(); ++i) {
+    frames.push_back(report::backtrace_frame_json(stack.frames[i]));
+    text += fmt::format("  #{:<3} {}\n", i, report::backtrace_frame_text(stack.frames[i]));
+  }
+  j["frames"] = frames;
+  j["end"] = stack.end;
+  j["reached_root"] = stack.reached_root;
+  text += "\n";
+}
+
+// Every other lua_State on the GC list of `g` with its Lua frames (--all-fibers).
+void add_coroutines(Json& out, std::string& text, const CoreWalker& walker, uint64_t g) {
+  auto list = walker.walk_coroutines(g);
+  if (!list.ok()) {
+    // The message may quote the LuaJIT file's path.
+    const std::string why = printable_text(list.message());
+    out["coroutines_error"] = why;
+    text += fmt::format("Coroutines: not walked: {}\n\n", why);
+    return;
+  }
+  Json coroutines = Json::array();
+  for (const CoroutineStack& co : list->coroutines) {
+    Json c;
+    c["lua_state"] = hex(co.lua_state);
+    c["status"] = co.status;
+    add_stack(c, text, co.stack,
+              fmt::format("Coroutine {:#x} ({}, Lua frames only)", co.lua_state, co.status));
+    coroutines.push_back(c);
+  }
+  out["coroutines"] = coroutines;
+  out["coroutines_not_started"] = list->not_started;
+  out["coroutines_dead"] = list->dead;
+  text += fmt::format(
+      "{} coroutines walked; {} not started and {} dead have no frames ({} GC objects "
+      "visited)\n",
+      list->coroutines.size(), list->not_started, list->dead, list->objects);
+}
+
+// Mapped files that could not be used: the frames in them have no CFI or symbols, so the user
+// is told which file to provide (and where it was looked for). Files left unopened
+// (CoreOptions::open_mapped_files false: tests, the fuzzer) are listed too. Returns the text
+// warnings.
+std::string add_unusable_files(Json& out, const CoreFile& core) {
+  std::string warnings;
+  for (const MappedFile& f : core.files()) {
+    if (f.usable()) continue;
+    out["unusable_files"].push_back({{"path", f.path},
+                                     {"check", file_check_name(f.check)},
+                                     {"tried", f.tried},
+                                     {"error", f.error}});
+    warnings += fmt::format("warning: mapped file {} not used: {}\n", printable_text(f.path),
+                            printable_text(f.error));
+  }
+  return warnings;
+}
+
+}  // namespace
+
+CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
+                       const CoreReportOptions& options) {
+  CoreReport r;
+  Json& out = r.json;
+  out["core"] = options.core_name;
+  out["arch"] = elf::arch_name(core.arch());
+  out["luajit"] = walker.luajit() ? Json(walker.luajit_file()) : Json(nullptr);
+  const std::string luajit_error = printable_text(walker.luajit_error());
+  if (!luajit_error.empty()) out["luajit_error"] = luajit_error;
+  Json threads = Json::array();
+  std::string stacks;
+  uint64_t g = walker.global_state();
+  for (const Thread& thread : core.threads()) {
+    ThreadStack stack = walker.walk(thread);
+    if (g == 0) g = stack.g;
+    Json t;
+    t["tid"] = stack.tid;
+    t["signal"] = stack.signal;
+    add_stack(t, stacks, stack,
+              fmt::format("Thread {}{}", stack.tid,
+                          stack.signal ? " (" + signal_name(stack.signal) + ")" : ""));
+    threads.push_back(t);
+  }
+  out["threads"] = threads;
+  if (options.all_fibers) add_coroutines(out, stacks, walker, g);
+  for (const std::string& d : core.diagnostics()) out["diagnostics"].push_back(d);
+  const std::string refused = add_unusable_files(out, core);
+  // The core's own paths and messages in the document (the frames are printable already).
+  report::make_json_printable(out);
+
+  if (!refused.empty()) r.text = refused + "\n";
+  if (!luajit_error.empty()) {
+    r.text += fmt::format("warning: no LuaJIT layout: {}\n\n", luajit_error);
+  }
+  r.text += stacks;
+  return r;
+}
+
+}  // namespace ljprof::core
