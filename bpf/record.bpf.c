@@ -50,10 +50,37 @@ struct {
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
-  __uint(max_entries, LJ_REC_MAX_PROCS);
+  __uint(max_entries, LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS);
   __type(key, uint32_t);
   __type(value, struct lj_rec_proc);
 } procs SEC(".maps");
+
+/* Executables the loader has seen -> how to build their context at exec (record_types.h). */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, LJ_REC_MAX_EXEC_TEMPLATES);
+  __type(key, struct lj_rec_exec_key);
+  __type(value, struct lj_rec_exec_template);
+} exec_templates SEC(".maps");
+
+/* Contexts built at exec so far: the next one's slot and generation. */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, uint64_t);
+} exec_count SEC(".maps");
+
+/* The new image's auxiliary vector (mm_struct.saved_auxv: AT_* type/value pairs), read at exec. */
+struct exec_auxv {
+  uint64_t v[64];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct exec_auxv);
+} auxv_scratch SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -556,6 +583,7 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   struct capture_ctx kc;
   const struct lj_luajit_info* lj;
   uint64_t size, wakeup, start_ns, took;
+  uint32_t generation;
   (void)ctx;
 
   if (tgid == 0) return 0;
@@ -564,7 +592,7 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   start_ns = bpf_ktime_get_ns();
   count(LJ_REC_CTR_SAMPLES);
   slot = *slotp;
-  if (slot >= LJ_REC_MAX_PROCS) {
+  if (slot >= LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS) {
     count(LJ_REC_CTR_NO_CONTEXT);
     return 0;
   }
@@ -581,6 +609,18 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   task = bpf_get_current_task_btf();
   if (task->flags & 0x4) {
     count(LJ_REC_CTR_EXITING);
+    return 0;
+  }
+  /* Inside execve (task_struct.in_execve): the registers saved at kernel entry are the old
+   * image's, whose memory may already be replaced by the new one's (fs/exec.c exec_mmap). */
+  if (BPF_CORE_READ_BITFIELD(task, in_execve)) {
+    count(LJ_REC_CTR_IN_EXEC);
+    return 0;
+  }
+  /* A kernel-built context serves only the process it was built for. */
+  generation = proc->generation;
+  if (slot >= LJ_REC_MAX_PROCS && proc->owner_pid != tgid) {
+    count(LJ_REC_CTR_NO_CONTEXT);
     return 0;
   }
 
@@ -612,6 +652,12 @@ int on_sample(struct bpf_perf_event_data* ctx) {
    * (hints, re-proved before every use, so a racy write is harmless). */
   if (out->g != 0 && out->g != proc->g_hint) proc->g_hint = out->g;
   if (st->trace_hint != proc->trace_hint) proc->trace_hint = st->trace_hint;
+  /* A kernel-built slot rebuilt for another exec while this walk read it (LJ_REC_EXEC_SLOTS
+   * execs within one walk: not seen in practice) gave no trustworthy stack. */
+  if (proc->generation != generation) {
+    count(LJ_REC_CTR_NO_CONTEXT);
+    return 0;
+  }
   count(LJ_REC_CTR_END_BASE + (out->end & 31));
 
   sample->kind = LJ_REC_KIND_SAMPLE;
@@ -625,6 +671,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   sample->end = out->end;
   sample->lua_states = out->lua_states;
   sample->end_pc = out->end_pc;
+  sample->generation = generation;
+  sample->pad = 0;
   cc.lj = lj;
   cc.walk = out;
   cc.sample = sample;
@@ -636,7 +684,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   cc.pad = 0;
   bpf_loop(n, convert_frame, &cc, 0);
   /* Before the sample's own record: the agent must have the copies when it names the sample. */
-  if (lj && capture_young_ns != 0 && start_ns - task->group_leader->start_time < capture_young_ns) {
+  if (lj && slot < LJ_REC_MAX_PROCS && capture_young_ns != 0 &&
+      start_ns - task->group_leader->start_time < capture_young_ns) {
     kc.lj = lj;
     kc.sample = sample;
     kc.pid = tgid;
@@ -660,24 +709,72 @@ LJ_INLINE void notify_rescan(uint32_t pid) {
   bpf_ringbuf_output(&notify, &pid, sizeof(pid), 0);
 }
 
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
-  uint32_t ptgid = parent->tgid, ctgid = child->tgid, pending = LJ_REC_PID_PENDING;
-  if (!follow_children || child->pid != child->tgid) return 0; /* a thread: same tgid */
-  if (!bpf_map_lookup_elem(&pids, &ptgid)) return 0;
-  if (bpf_map_update_elem(&pids, &ctgid, &pending, BPF_NOEXIST) != 0) {
-    count(LJ_REC_CTR_PIDS_FULL);
-    return 0;
+/* The value of auxv entry `type` (AT_*), 0 if absent. */
+LJ_INLINE uint64_t auxv_value(const struct exec_auxv* a, uint64_t type) {
+  uint32_t i;
+  for (i = 0; i + 1 < 64; i += 2) {
+    if (a->v[i] == 0) break; /* AT_NULL ends the vector */
+    if (a->v[i] == type) return a->v[i + 1];
   }
-  count(LJ_REC_CTR_FORKS);
-  notify_rescan(ctgid);
   return 0;
+}
+
+/* The next kernel slot (round robin), emptied for rewriting: no sample uses it meanwhile. */
+LJ_INLINE struct lj_rec_proc* next_kernel_slot(uint32_t* slot) {
+  uint32_t zero = 0;
+  uint64_t* counter = bpf_map_lookup_elem(&exec_count, &zero);
+  struct lj_rec_proc* proc;
+  uint64_t seq;
+  if (!counter) return 0;
+  seq = __sync_fetch_and_add(counter, 1);
+  *slot = LJ_REC_MAX_PROCS + (uint32_t)(seq % LJ_REC_EXEC_SLOTS);
+  proc = bpf_map_lookup_elem(&procs, slot);
+  if (!proc) return 0;
+  proc->owner_pid = 0;
+  proc->generation = LJ_REC_EXEC_GENERATION | (uint32_t)(seq & 0x7fffffff) | 1u;
+  return proc;
+}
+
+/* Builds the context of process `tgid`, which just exec'd `t`'s executable, in the next kernel
+ * slot; returns the slot, or LJ_REC_PID_PENDING when the auxv lacks an anchor. */
+LJ_INLINE uint32_t build_exec_context(uint32_t tgid, const struct lj_rec_exec_template* t,
+                                      const struct exec_auxv* a) {
+  uint32_t slot = 0, i, n = 0;
+  struct lj_rec_proc* proc = next_kernel_slot(&slot);
+  if (!proc) return LJ_REC_PID_PENDING;
+  for (i = 0; i < LJ_REC_EXEC_MODULES; i++) {
+    const struct lj_rec_exec_module* m = &t->modules[i & (LJ_REC_EXEC_MODULES - 1)];
+    uint64_t anchor, bias;
+    if (i >= t->nmodules) break;
+    anchor = auxv_value(a, m->anchor);
+    if (anchor == 0) return LJ_REC_PID_PENDING;
+    bias = anchor + (uint64_t)m->delta;
+    proc->modules[i].start = m->link_start + bias;
+    proc->modules[i].end = m->link_end + bias;
+    proc->modules[i].bias = bias;
+    proc->modules[i].row_first = m->row_first;
+    proc->modules[i].row_count = m->row_count;
+    if (t->lj.version != 0 && i == t->vm_module) proc->vm_bias = bias;
+    n++;
+  }
+  proc->nmodules = n;
+  proc->lj = t->lj;
+  if (t->lj.version == 0) proc->vm_bias = 0;
+  proc->g_hint = 0;
+  proc->trace_hint = 0;
+  proc->owner_pid = tgid;
+  count(LJ_REC_CTR_EXEC_CONTEXTS);
+  return slot;
 }
 
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm* bprm) {
-  uint32_t tgid = p->tgid;
+  uint32_t tgid = p->tgid, zero = 0;
   uint32_t* slotp = bpf_map_lookup_elem(&pids, &tgid);
+  const struct lj_rec_exec_template* t;
+  struct lj_rec_exec_key key;
+  struct exec_auxv* a;
+  struct mm_struct* mm;
   (void)old_pid;
   (void)bprm;
   if (!slotp) {
@@ -688,6 +785,61 @@ int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm*
   *slotp = LJ_REC_PID_PENDING;
   count(LJ_REC_CTR_EXECS);
   notify_rescan(tgid);
+  /* An executable seen before gets its context now, from the new image's auxv. */
+  mm = p->mm;
+  if (!mm) return 0;
+  key.ino = BPF_CORE_READ(mm, exe_file, f_inode, i_ino);
+  key.dev = BPF_CORE_READ(mm, exe_file, f_inode, i_sb, s_dev);
+  key.pad = 0;
+  t = bpf_map_lookup_elem(&exec_templates, &key);
+  a = bpf_map_lookup_elem(&auxv_scratch, &zero);
+  if (!t || !a) return 0;
+  __builtin_memset(a->v, 0, sizeof(a->v));
+  if (bpf_core_field_size(mm->saved_auxv) > sizeof(a->v) ||
+      bpf_probe_read_kernel(a->v, bpf_core_field_size(mm->saved_auxv), &mm->saved_auxv) != 0) {
+    return 0;
+  }
+  *slotp = build_exec_context(tgid, t, a);
+  return 0;
+}
+
+/* The slot of a copy of the context in `parent_slot` for `child` (a fork: the same mappings at
+ * the same addresses until the child execs or maps more), or LJ_REC_PID_PENDING. */
+LJ_INLINE uint32_t copy_fork_context(uint32_t parent_slot, uint32_t parent, uint32_t child) {
+  const struct lj_rec_proc* src;
+  struct lj_rec_proc* dst;
+  uint32_t slot = 0, generation;
+  if (parent_slot >= LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS) return LJ_REC_PID_PENDING;
+  src = bpf_map_lookup_elem(&procs, &parent_slot);
+  if (!src || (parent_slot >= LJ_REC_MAX_PROCS && src->owner_pid != parent)) {
+    return LJ_REC_PID_PENDING;
+  }
+  dst = next_kernel_slot(&slot);
+  if (!dst || dst == src) return LJ_REC_PID_PENDING;
+  generation = dst->generation;
+  /* Map values are kernel memory; a struct this size is no inline copy for the BPF backend. */
+  if (bpf_probe_read_kernel(dst, sizeof(*dst), src) != 0) return LJ_REC_PID_PENDING;
+  dst->generation = generation;
+  dst->owner_pid = child;
+  count(LJ_REC_CTR_EXEC_CONTEXTS);
+  return slot;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
+  uint32_t ptgid = parent->tgid, ctgid = child->tgid, pending = LJ_REC_PID_PENDING, slot;
+  uint32_t* parent_slot;
+  if (!follow_children || child->pid != child->tgid) return 0; /* a thread: same tgid */
+  parent_slot = bpf_map_lookup_elem(&pids, &ptgid);
+  if (!parent_slot) return 0;
+  if (bpf_map_update_elem(&pids, &ctgid, &pending, BPF_NOEXIST) != 0) {
+    count(LJ_REC_CTR_PIDS_FULL);
+    return 0;
+  }
+  count(LJ_REC_CTR_FORKS);
+  slot = copy_fork_context(*parent_slot, ptgid, ctgid);
+  if (slot != LJ_REC_PID_PENDING) bpf_map_update_elem(&pids, &ctgid, &slot, BPF_EXIST);
+  notify_rescan(ctgid);
   return 0;
 }
 
