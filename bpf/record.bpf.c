@@ -50,10 +50,37 @@ struct {
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
-  __uint(max_entries, LJ_REC_MAX_PROCS);
+  __uint(max_entries, LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS);
   __type(key, uint32_t);
   __type(value, struct lj_rec_proc);
 } procs SEC(".maps");
+
+/* Executables the loader has seen -> how to build their context at exec (record_types.h). */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, LJ_REC_MAX_EXEC_TEMPLATES);
+  __type(key, struct lj_rec_exec_key);
+  __type(value, struct lj_rec_exec_template);
+} exec_templates SEC(".maps");
+
+/* Contexts built at exec so far: the next one's slot and generation. */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, uint64_t);
+} exec_count SEC(".maps");
+
+/* The new image's auxiliary vector (mm_struct.saved_auxv: AT_* type/value pairs), read at exec. */
+struct exec_auxv {
+  uint64_t v[64];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct exec_auxv);
+} auxv_scratch SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -112,6 +139,24 @@ struct {
   __uint(max_entries, 64 << 10);
 } notify SEC(".maps");
 
+/* The objects of young processes copied so far (record_types.h lj_rec_capture), with the version
+ * each was copied at: an object is copied again only when the program sees it changed (a freed
+ * prototype's address reused by another). LRU: a forgotten entry costs one copy more, never a
+ * wrong name (the agent keeps the newest copy of an address). */
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, LJ_REC_CAPTURED_OBJECTS);
+  __type(key, struct lj_rec_capture_key);
+  __type(value, uint64_t);
+} captured SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, struct lj_rec_capture);
+} capture_scratch SEC(".maps");
+
 /* Set by the loader before load (skeleton .rodata). */
 const volatile uint32_t follow_children = 0;
 /* 1 (-a, ljprof agent): every exec and every executable mmap on the host is notified, so a
@@ -121,6 +166,10 @@ const volatile uint32_t notify_all = 0;
 /* Samples wake the agent only once this many bytes wait in `events` (a quarter of it): the agent
  * drains the ring on its own short timer instead, so it is not woken 1000 times a second. */
 const volatile uint64_t wakeup_bytes = 0;
+/* A process whose thread group started less than this long ago (task_struct.start_time, the
+ * CLOCK_MONOTONIC time of its fork) is young: its samples copy the objects naming reads
+ * (lj_rec_capture). 0: nothing is copied. Processes older than this cost one comparison. */
+const volatile uint64_t capture_young_ns = 0;
 
 LJ_INLINE void count(uint32_t index) {
   uint64_t* c = bpf_map_lookup_elem(&counters, &index);
@@ -377,6 +426,146 @@ static long convert_frame(uint64_t i, void* ctx) {
   return 0;
 }
 
+/* Copies [addr, addr + len) of the sampled process (its current task) into the events ring,
+ * unless this (pid, what, addr) was copied at `version` already. Returns 1 if it wrote a record.
+ * A global function: the verifier checks it once, not once per call site. */
+__attribute__((noinline)) int lj_rec_capture(uint32_t pid, uint32_t what, uint64_t addr,
+                                             uint64_t len, uint64_t version) {
+  struct lj_rec_capture_key key;
+  struct lj_rec_capture* c;
+  uint64_t* seen;
+  uint32_t zero = 0;
+  if (addr == 0 || len == 0) return 0;
+  key.pid = pid;
+  key.what = what;
+  key.addr = addr;
+  seen = bpf_map_lookup_elem(&captured, &key);
+  if (seen && *seen == version) return 0;
+  c = bpf_map_lookup_elem(&capture_scratch, &zero);
+  if (!c) return 0;
+  /* 64 bits wide: a 32-bit length is compared zero-extended in a copy while the helper gets the
+   * unextended register, which the verifier then cannot bound. */
+  if (len >= LJ_REC_CAPTURE_MAX) len = LJ_REC_CAPTURE_MAX - 1;
+  barrier_var(len);
+  len &= LJ_REC_CAPTURE_MAX - 1;
+  if (bpf_probe_read_user(c->bytes, len, (const void*)addr) != 0) {
+    count(LJ_REC_CTR_CAPTURE_FAULT);
+    return 0;
+  }
+  c->kind = LJ_REC_KIND_CAPTURE;
+  c->pid = pid;
+  c->addr = addr;
+  c->len = (uint32_t)len;
+  c->what = what;
+  if (bpf_ringbuf_output(&events, c, __builtin_offsetof(struct lj_rec_capture, bytes) + len, 0) !=
+      0) {
+    count(LJ_REC_CTR_RINGBUF_FULL);
+    return 0;
+  }
+  bpf_map_update_elem(&captured, &key, &version, BPF_ANY);
+  count(LJ_REC_CTR_CAPTURES);
+  return 1;
+}
+
+/* The GCstr at `str` (lj_obj.h: GCHeader, ..., MSize len at str_len, text at str_data): its
+ * header and up to LJ_REC_CAPTURE_STRING_MAX bytes of text. `check_type`: only if its GCHeader.gct
+ * says string (~LJ_TSTR, lj_obj.h; the byte after the header's GCRef and `marked`), for
+ * constants read from a prototype's kgc array, which also holds tables, functions and cdata. */
+__attribute__((noinline)) int lj_rec_capture_string(const struct lj_luajit_info* lj, uint32_t pid,
+                                                    uint64_t str, uint32_t check_type) {
+  uint32_t len = 0;
+  uint8_t gct = 0;
+  if (!lj || str == 0 || lj->str_len < 0 || lj->str_data < 0 || lj->str_data > 64) return 0;
+  if (check_type && (bpf_probe_read_user(&gct, 1, (const void*)(str + lj->ref_size + 1)) != 0 ||
+                     gct != (uint8_t)~4u)) {
+    return 0;
+  }
+  if (bpf_probe_read_user(&len, 4, (const void*)(str + (uint32_t)lj->str_len)) != 0) {
+    count(LJ_REC_CTR_CAPTURE_FAULT);
+    return 0;
+  }
+  if (len > LJ_REC_CAPTURE_STRING_MAX) len = LJ_REC_CAPTURE_STRING_MAX;
+  return lj_rec_capture(pid, LJ_REC_CAPTURE_STRING, str, (uint32_t)lj->str_data + len + 1, len);
+}
+
+/* The first LJ_REC_CAPTURE_KGC string constants of a prototype (lj_obj.h proto_kgc: GCRefs
+ * counted down from GCproto.k): the names call sites read (lj_debug.c: GGET, TGETS, method
+ * names). */
+__attribute__((noinline)) int lj_rec_capture_kgc(const struct lj_luajit_info* lj, uint32_t pid,
+                                                 uint64_t k, uint32_t sizekgc) {
+  uint32_t d, n = 0, ref_size;
+  if (!lj || k == 0) return 0;
+  ref_size = lj->ref_size == 8 ? 8 : 4;
+  for (d = 0; d < LJ_REC_CAPTURE_KGC; d++) {
+    uint64_t str = 0;
+    if (d >= sizekgc) break;
+    if (bpf_probe_read_user(&str, ref_size, (const void*)(k - (uint64_t)(d + 1) * ref_size)) != 0)
+      break;
+    n += lj_rec_capture_string(lj, pid, str, 1);
+  }
+  return (int)n;
+}
+
+/* What a sample copies of a young process: the prototype of each Lua frame with its chunk name
+ * and string constants, and each JIT trace, within LJ_REC_CAPTURE_PER_SAMPLE records (the
+ * next sample copies what this one left). */
+struct capture_ctx {
+  const struct lj_luajit_info* lj;
+  const struct lj_rec_sample* sample;
+  uint32_t pid;
+  uint32_t budget;
+};
+
+LJ_INLINE void capture_proto(struct capture_ctx* k, const struct lj_rec_frame* f) {
+  const struct lj_luajit_info* lj = k->lj;
+  uint32_t sizept = 0, sizekgc = 0;
+  uint64_t kref = 0;
+  if (bpf_probe_read_user(&sizept, 4, (const void*)(f->proto + lj->pt_sizept)) != 0) {
+    count(LJ_REC_CTR_CAPTURE_FAULT);
+    return;
+  }
+  /* The version: what the agent checks a prototype by (chunk name, first line), and its size. */
+  if (!lj_rec_capture(k->pid, LJ_REC_CAPTURE_PROTO, f->proto, sizept,
+                      f->chunkname ^ ((uint64_t)(uint32_t)f->firstline << 32) ^ sizept)) {
+    return; /* copied before: so were its strings */
+  }
+  k->budget -= 1;
+  k->budget -= (uint32_t)lj_rec_capture_string(lj, k->pid, f->chunkname, 0);
+  if (lj_read_ref(0, lj, f->proto + lj->pt_k, &kref) != 0 ||
+      bpf_probe_read_user(&sizekgc, 4, (const void*)(f->proto + lj->pt_sizekgc)) != 0) {
+    return;
+  }
+  k->budget -= (uint32_t)lj_rec_capture_kgc(lj, k->pid, kref, sizekgc);
+}
+
+LJ_INLINE void capture_trace(struct capture_ctx* k, const struct lj_rec_frame* f) {
+  const struct lj_luajit_info* lj = k->lj;
+  uint64_t snapmap = 0;
+  uint32_t nsnapmap = 0;
+  if (bpf_probe_read_user(&snapmap, 8, (const void*)(f->b + lj->tr_snapmap)) != 0 ||
+      bpf_probe_read_user(&nsnapmap, 4, (const void*)(f->b + lj->tr_nsnapmap)) != 0) {
+    count(LJ_REC_CTR_CAPTURE_FAULT);
+    return;
+  }
+  /* lj_trace.c trace_save: the snapshot map is the block's last vector (SnapEntry: 4 bytes). */
+  if (snapmap <= f->b || nsnapmap > (1u << 20) ||
+      snapmap + (uint64_t)nsnapmap * 4 - f->b > (1u << 24))
+    return;
+  k->budget -= (uint32_t)lj_rec_capture(k->pid, LJ_REC_CAPTURE_TRACE, f->b,
+                                        (uint32_t)(snapmap + (uint64_t)nsnapmap * 4 - f->b),
+                                        f->traceno ^ (snapmap << 16));
+}
+
+static long capture_frame(uint64_t i, void* ctx) {
+  struct capture_ctx* k = ctx;
+  const struct lj_rec_frame* f;
+  if (i >= LJ_WALK_MAX_FRAMES || k->budget == 0 || k->budget > LJ_REC_CAPTURE_PER_SAMPLE) return 1;
+  f = &k->sample->frames[i];
+  if (f->kind == LJ_FRAME_LUA && f->proto != 0) capture_proto(k, f);
+  if (f->kind == LJ_FRAME_TRACE && f->traceno != 0) capture_trace(k, f);
+  return 0;
+}
+
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data* ctx) {
   uint64_t id = bpf_get_current_pid_tgid();
@@ -391,8 +580,10 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   struct lj_walk_state* st;
   struct lj_walk_ctx wc;
   struct convert_ctx cc;
+  struct capture_ctx kc;
   const struct lj_luajit_info* lj;
   uint64_t size, wakeup, start_ns, took;
+  uint32_t generation;
   (void)ctx;
 
   if (tgid == 0) return 0;
@@ -401,7 +592,7 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   start_ns = bpf_ktime_get_ns();
   count(LJ_REC_CTR_SAMPLES);
   slot = *slotp;
-  if (slot >= LJ_REC_MAX_PROCS) {
+  if (slot >= LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS) {
     count(LJ_REC_CTR_NO_CONTEXT);
     return 0;
   }
@@ -418,6 +609,18 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   task = bpf_get_current_task_btf();
   if (task->flags & 0x4) {
     count(LJ_REC_CTR_EXITING);
+    return 0;
+  }
+  /* Inside execve (task_struct.in_execve): the registers saved at kernel entry are the old
+   * image's, whose memory may already be replaced by the new one's (fs/exec.c exec_mmap). */
+  if (BPF_CORE_READ_BITFIELD(task, in_execve)) {
+    count(LJ_REC_CTR_IN_EXEC);
+    return 0;
+  }
+  /* A kernel-built context serves only the process it was built for. */
+  generation = proc->generation;
+  if (slot >= LJ_REC_MAX_PROCS && proc->owner_pid != tgid) {
+    count(LJ_REC_CTR_NO_CONTEXT);
     return 0;
   }
 
@@ -449,8 +652,15 @@ int on_sample(struct bpf_perf_event_data* ctx) {
    * (hints, re-proved before every use, so a racy write is harmless). */
   if (out->g != 0 && out->g != proc->g_hint) proc->g_hint = out->g;
   if (st->trace_hint != proc->trace_hint) proc->trace_hint = st->trace_hint;
+  /* A kernel-built slot rebuilt for another exec while this walk read it (LJ_REC_EXEC_SLOTS
+   * execs within one walk: not seen in practice) gave no trustworthy stack. */
+  if (proc->generation != generation) {
+    count(LJ_REC_CTR_NO_CONTEXT);
+    return 0;
+  }
   count(LJ_REC_CTR_END_BASE + (out->end & 31));
 
+  sample->kind = LJ_REC_KIND_SAMPLE;
   sample->pid = tgid;
   sample->tid = tid;
   sample->time_ns = start_ns;
@@ -461,6 +671,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   sample->end = out->end;
   sample->lua_states = out->lua_states;
   sample->end_pc = out->end_pc;
+  sample->generation = generation;
+  sample->pad = 0;
   cc.lj = lj;
   cc.walk = out;
   cc.sample = sample;
@@ -471,10 +683,18 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   cc.last_firstline = 0;
   cc.pad = 0;
   bpf_loop(n, convert_frame, &cc, 0);
+  /* Before the sample's own record: the agent must have the copies when it names the sample. */
+  if (lj && slot < LJ_REC_MAX_PROCS && capture_young_ns != 0 &&
+      start_ns - task->group_leader->start_time < capture_young_ns) {
+    kc.lj = lj;
+    kc.sample = sample;
+    kc.pid = tgid;
+    kc.budget = LJ_REC_CAPTURE_PER_SAMPLE;
+    bpf_loop(n, capture_frame, &kc, 0);
+  }
 
   took = bpf_ktime_get_ns() - start_ns;
   sample->walk_ns = took > 0xffffffffULL ? 0xffffffffu : (uint32_t)took;
-  sample->reserved = 0;
   size =
       __builtin_offsetof(struct lj_rec_sample, frames) + (uint64_t)n * sizeof(struct lj_rec_frame);
   if (size > sizeof(*sample)) size = sizeof(*sample);
@@ -489,24 +709,72 @@ LJ_INLINE void notify_rescan(uint32_t pid) {
   bpf_ringbuf_output(&notify, &pid, sizeof(pid), 0);
 }
 
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
-  uint32_t ptgid = parent->tgid, ctgid = child->tgid, pending = LJ_REC_PID_PENDING;
-  if (!follow_children || child->pid != child->tgid) return 0; /* a thread: same tgid */
-  if (!bpf_map_lookup_elem(&pids, &ptgid)) return 0;
-  if (bpf_map_update_elem(&pids, &ctgid, &pending, BPF_NOEXIST) != 0) {
-    count(LJ_REC_CTR_PIDS_FULL);
-    return 0;
+/* The value of auxv entry `type` (AT_*), 0 if absent. */
+LJ_INLINE uint64_t auxv_value(const struct exec_auxv* a, uint64_t type) {
+  uint32_t i;
+  for (i = 0; i + 1 < 64; i += 2) {
+    if (a->v[i] == 0) break; /* AT_NULL ends the vector */
+    if (a->v[i] == type) return a->v[i + 1];
   }
-  count(LJ_REC_CTR_FORKS);
-  notify_rescan(ctgid);
   return 0;
+}
+
+/* The next kernel slot (round robin), emptied for rewriting: no sample uses it meanwhile. */
+LJ_INLINE struct lj_rec_proc* next_kernel_slot(uint32_t* slot) {
+  uint32_t zero = 0;
+  uint64_t* counter = bpf_map_lookup_elem(&exec_count, &zero);
+  struct lj_rec_proc* proc;
+  uint64_t seq;
+  if (!counter) return 0;
+  seq = __sync_fetch_and_add(counter, 1);
+  *slot = LJ_REC_MAX_PROCS + (uint32_t)(seq % LJ_REC_EXEC_SLOTS);
+  proc = bpf_map_lookup_elem(&procs, slot);
+  if (!proc) return 0;
+  proc->owner_pid = 0;
+  proc->generation = LJ_REC_EXEC_GENERATION | (uint32_t)(seq & 0x7fffffff) | 1u;
+  return proc;
+}
+
+/* Builds the context of process `tgid`, which just exec'd `t`'s executable, in the next kernel
+ * slot; returns the slot, or LJ_REC_PID_PENDING when the auxv lacks an anchor. */
+LJ_INLINE uint32_t build_exec_context(uint32_t tgid, const struct lj_rec_exec_template* t,
+                                      const struct exec_auxv* a) {
+  uint32_t slot = 0, i, n = 0;
+  struct lj_rec_proc* proc = next_kernel_slot(&slot);
+  if (!proc) return LJ_REC_PID_PENDING;
+  for (i = 0; i < LJ_REC_EXEC_MODULES; i++) {
+    const struct lj_rec_exec_module* m = &t->modules[i & (LJ_REC_EXEC_MODULES - 1)];
+    uint64_t anchor, bias;
+    if (i >= t->nmodules) break;
+    anchor = auxv_value(a, m->anchor);
+    if (anchor == 0) return LJ_REC_PID_PENDING;
+    bias = anchor + (uint64_t)m->delta;
+    proc->modules[i].start = m->link_start + bias;
+    proc->modules[i].end = m->link_end + bias;
+    proc->modules[i].bias = bias;
+    proc->modules[i].row_first = m->row_first;
+    proc->modules[i].row_count = m->row_count;
+    if (t->lj.version != 0 && i == t->vm_module) proc->vm_bias = bias;
+    n++;
+  }
+  proc->nmodules = n;
+  proc->lj = t->lj;
+  if (t->lj.version == 0) proc->vm_bias = 0;
+  proc->g_hint = 0;
+  proc->trace_hint = 0;
+  proc->owner_pid = tgid;
+  count(LJ_REC_CTR_EXEC_CONTEXTS);
+  return slot;
 }
 
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm* bprm) {
-  uint32_t tgid = p->tgid;
+  uint32_t tgid = p->tgid, zero = 0;
   uint32_t* slotp = bpf_map_lookup_elem(&pids, &tgid);
+  const struct lj_rec_exec_template* t;
+  struct lj_rec_exec_key key;
+  struct exec_auxv* a;
+  struct mm_struct* mm;
   (void)old_pid;
   (void)bprm;
   if (!slotp) {
@@ -517,6 +785,61 @@ int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm*
   *slotp = LJ_REC_PID_PENDING;
   count(LJ_REC_CTR_EXECS);
   notify_rescan(tgid);
+  /* An executable seen before gets its context now, from the new image's auxv. */
+  mm = p->mm;
+  if (!mm) return 0;
+  key.ino = BPF_CORE_READ(mm, exe_file, f_inode, i_ino);
+  key.dev = BPF_CORE_READ(mm, exe_file, f_inode, i_sb, s_dev);
+  key.pad = 0;
+  t = bpf_map_lookup_elem(&exec_templates, &key);
+  a = bpf_map_lookup_elem(&auxv_scratch, &zero);
+  if (!t || !a) return 0;
+  __builtin_memset(a->v, 0, sizeof(a->v));
+  if (bpf_core_field_size(mm->saved_auxv) > sizeof(a->v) ||
+      bpf_probe_read_kernel(a->v, bpf_core_field_size(mm->saved_auxv), &mm->saved_auxv) != 0) {
+    return 0;
+  }
+  *slotp = build_exec_context(tgid, t, a);
+  return 0;
+}
+
+/* The slot of a copy of the context in `parent_slot` for `child` (a fork: the same mappings at
+ * the same addresses until the child execs or maps more), or LJ_REC_PID_PENDING. */
+LJ_INLINE uint32_t copy_fork_context(uint32_t parent_slot, uint32_t parent, uint32_t child) {
+  const struct lj_rec_proc* src;
+  struct lj_rec_proc* dst;
+  uint32_t slot = 0, generation;
+  if (parent_slot >= LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS) return LJ_REC_PID_PENDING;
+  src = bpf_map_lookup_elem(&procs, &parent_slot);
+  if (!src || (parent_slot >= LJ_REC_MAX_PROCS && src->owner_pid != parent)) {
+    return LJ_REC_PID_PENDING;
+  }
+  dst = next_kernel_slot(&slot);
+  if (!dst || dst == src) return LJ_REC_PID_PENDING;
+  generation = dst->generation;
+  /* Map values are kernel memory; a struct this size is no inline copy for the BPF backend. */
+  if (bpf_probe_read_kernel(dst, sizeof(*dst), src) != 0) return LJ_REC_PID_PENDING;
+  dst->generation = generation;
+  dst->owner_pid = child;
+  count(LJ_REC_CTR_EXEC_CONTEXTS);
+  return slot;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
+  uint32_t ptgid = parent->tgid, ctgid = child->tgid, pending = LJ_REC_PID_PENDING, slot;
+  uint32_t* parent_slot;
+  if (!follow_children || child->pid != child->tgid) return 0; /* a thread: same tgid */
+  parent_slot = bpf_map_lookup_elem(&pids, &ptgid);
+  if (!parent_slot) return 0;
+  if (bpf_map_update_elem(&pids, &ctgid, &pending, BPF_NOEXIST) != 0) {
+    count(LJ_REC_CTR_PIDS_FULL);
+    return 0;
+  }
+  count(LJ_REC_CTR_FORKS);
+  slot = copy_fork_context(*parent_slot, ptgid, ctgid);
+  if (slot != LJ_REC_PID_PENDING) bpf_map_update_elem(&pids, &ctgid, &slot, BPF_EXIST);
+  notify_rescan(ctgid);
   return 0;
 }
 

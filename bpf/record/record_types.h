@@ -23,6 +23,18 @@
 
 #define LJ_REC_ROW_CACHE 4096 /* rows remembered per CPU (record.bpf.c row_cache), a power of 2 */
 
+/* Slots [LJ_REC_MAX_PROCS, LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS) of `procs` are the kernel's
+ * own: at the exec of a followed process whose executable the loader has seen before, the
+ * program builds a context there from that executable's template (lj_rec_exec_template), so the
+ * new image's samples are walked from its first instruction instead of after the loader's round
+ * trip (reading /proc/PID/maps takes ~1 ms, and a process living a few ms would lose a third of
+ * its samples). Used round robin; the loader's own publish replaces one within milliseconds. */
+#define LJ_REC_EXEC_SLOTS 64
+#define LJ_REC_EXEC_MODULES 8         /* modules of a template (executable, interpreter, vDSO) */
+#define LJ_REC_MAX_EXEC_TEMPLATES 256 /* executables with a template */
+/* Context generations: the loader's count up from 1 below this bit, the kernel's have it set. */
+#define LJ_REC_EXEC_GENERATION 0x80000000u
+
 /* `pids` map values: the process's slot in `procs`, or one of these. */
 #define LJ_REC_PID_PENDING 0xffffffffu /* followed, context not uploaded yet (new or exec'd) */
 
@@ -55,13 +67,56 @@ struct lj_rec_proc {
   uint64_t trace_hint;      /* AArch64: the GCtrace a walk last proved running (0 at upload) */
   uint32_t nmodules;
   /* Unique per uploaded context, never 0 (the kernel's row cache is keyed by it): the loader's
-   * ProcessContext::generation, low 32 bits. */
+   * ProcessContext::generation, low 31 bits; a kernel-built context's has
+   * LJ_REC_EXEC_GENERATION set. */
   uint32_t generation;
+  /* A kernel-built context: the process it was built for (a sample of another pid still mapped
+   * to the slot after LJ_REC_EXEC_SLOTS further execs is not walked with it). 0 otherwise. */
+  uint32_t owner_pid;
+  uint32_t pad;
   struct lj_rec_module modules[LJ_REC_MAX_MODULES];
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_proc) ==
-                     sizeof(struct lj_luajit_info) + 32 + 32 * LJ_REC_MAX_MODULES,
-                 "lj_rec_proc: layout record, 32 bytes, modules");
+                     sizeof(struct lj_luajit_info) + 40 + 32 * LJ_REC_MAX_MODULES,
+                 "lj_rec_proc: layout record, 40 bytes, modules");
+
+/* What the kernel needs to build an executable's context at exec: its modules that the ELF
+ * loader places relative to a value of the new image's auxiliary vector (fs/binfmt_elf.c
+ * create_elf_tables), with each one's bias as that value plus a fixed delta, measured by the
+ * loader on a process of the same executable from /proc/PID/auxv. Libraries are mapped later
+ * by the program interpreter: they come with the loader's own publish. */
+#define LJ_REC_ANCHOR_ENTRY 9 /* AT_ENTRY: the executable's entry point (its e_entry + bias) */
+#define LJ_REC_ANCHOR_BASE 7  /* AT_BASE: the program interpreter's load base */
+#define LJ_REC_ANCHOR_VDSO 33 /* AT_SYSINFO_EHDR: the vDSO's ELF header */
+
+/* `exec_templates` key: the executable's inode as /proc/PID/exe names it (mm->exe_file). */
+struct lj_rec_exec_key {
+  uint64_t ino;
+  uint32_t dev; /* the kernel's dev_t: major << 20 | minor */
+  uint32_t pad;
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_exec_key) == 16, "lj_rec_exec_key: 16 bytes");
+
+struct lj_rec_exec_module {
+  uint64_t link_start; /* [link_start, link_end) + bias: the mapping's runtime addresses */
+  uint64_t link_end;
+  int64_t delta;   /* bias = the anchor's auxv value + delta */
+  uint32_t anchor; /* LJ_REC_ANCHOR_* (an AT_* type) */
+  uint32_t row_first;
+  uint32_t row_count;
+  uint32_t pad;
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_exec_module) == 40, "lj_rec_exec_module: 40 bytes");
+
+struct lj_rec_exec_template {
+  struct lj_luajit_info lj; /* version 0: the VM is in none of these modules */
+  uint32_t nmodules;
+  uint32_t vm_module; /* with lj: the module holding the VM (its bias is vm_bias) */
+  struct lj_rec_exec_module modules[LJ_REC_EXEC_MODULES];
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_exec_template) ==
+                     sizeof(struct lj_luajit_info) + 8 + 40 * LJ_REC_EXEC_MODULES,
+                 "lj_rec_exec_template: layout record, 8 bytes, modules");
 
 /* A frame as the ring buffer carries it: the walker's frame plus, for Lua frames, what the
  * prototype said at sample time (lj_obj.h GCproto), so the loader never attributes a frame to
@@ -79,24 +134,74 @@ struct lj_rec_frame {
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_frame) == 48, "lj_rec_frame: 48 bytes, no padding");
 
+/* Every record of the `events` ring starts with its kind (a uint32_t): samples, and the objects
+ * of young processes copied at sample time (lj_rec_capture). One ring keeps them in the order the
+ * program wrote them: a sample's captures always reach the agent before the sample. */
+#define LJ_REC_KIND_SAMPLE 1
+#define LJ_REC_KIND_CAPTURE 2
+
 struct lj_rec_sample {
-  uint32_t pid; /* tgid */
+  uint32_t kind; /* LJ_REC_KIND_SAMPLE */
+  uint32_t pid;  /* tgid */
   uint32_t tid;
-  uint64_t time_ns; /* bpf_ktime_get_ns when the program started on this sample */
   uint32_t cpu;
+  uint64_t time_ns; /* bpf_ktime_get_ns when the program started on this sample */
   uint32_t nframes;
   uint32_t end; /* LJ_END_* */
   uint32_t lua_states;
-  uint64_t end_pc;
   /* The program's own time for this sample, from its start to the ring-buffer output (the
    * walk and the prototype reads; `record --stats` prints the median, bench/record_overhead
    * compares it with the kernel's frame-pointer unwinder). Saturates at UINT32_MAX. */
   uint32_t walk_ns;
-  uint32_t reserved;
+  uint64_t end_pc;
+  /* lj_rec_proc.generation of the context the walk used: a kernel-built one's samples wait in
+   * the loader for its own context of the same image. */
+  uint32_t generation;
+  uint32_t pad;
   struct lj_rec_frame frames[LJ_WALK_MAX_FRAMES];
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 48 + 48 * LJ_WALK_MAX_FRAMES,
-                 "lj_rec_sample: 48-byte header + frames");
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 56 + 48 * LJ_WALK_MAX_FRAMES,
+                 "lj_rec_sample: 56-byte header + frames");
+
+/* A young process's object copied when a sample first met it: the agent names Lua frames after
+ * the fact from the process's memory, and a process that lives a few milliseconds is gone by
+ * then. So while a process is young (record.bpf.c capture_young_ns) the program copies, once per
+ * object and process, what naming reads: a prototype (lj_obj.h GCproto: header, bytecode,
+ * constants, lineinfo, uvinfo and varinfo live in one block of GCproto.sizept bytes, lj_parse.c
+ * fs_finish), the strings it names (its chunk name, its first string constants), and a JIT trace
+ * (lj_trace.c trace_save: GCtrace, IR, snapshots and snapshot map in one block ending at
+ * snapmap + nsnapmap entries). The agent reads these bytes before the process's memory
+ * (record/captured_memory.h). Of a larger object the first LJ_REC_CAPTURE_MAX - 1 bytes are
+ * copied (a power of 2, so a mask bounds the length for the verifier); reads past them go to the
+ * process as before. */
+#define LJ_REC_CAPTURE_MAX 8192
+#define LJ_REC_CAPTURE_STRING_MAX 256 /* bytes of a string's text copied */
+#define LJ_REC_CAPTURE_KGC 16         /* a prototype's string constants copied, from k down */
+#define LJ_REC_CAPTURE_PER_SAMPLE 32  /* objects one sample may copy; the next sample goes on */
+#define LJ_REC_CAPTURED_OBJECTS 16384 /* (process, object) pairs remembered as copied (LRU) */
+
+#define LJ_REC_CAPTURE_PROTO 1
+#define LJ_REC_CAPTURE_STRING 2
+#define LJ_REC_CAPTURE_TRACE 3
+
+struct lj_rec_capture {
+  uint32_t kind; /* LJ_REC_KIND_CAPTURE */
+  uint32_t pid;  /* tgid */
+  uint64_t addr; /* where the bytes are in the process */
+  uint32_t len;  /* bytes that follow, below LJ_REC_CAPTURE_MAX */
+  uint32_t what; /* LJ_REC_CAPTURE_* */
+  uint8_t bytes[LJ_REC_CAPTURE_MAX];
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture) == 24 + LJ_REC_CAPTURE_MAX,
+                 "lj_rec_capture: 24-byte header + bytes");
+
+/* The key of the program's record of objects copied (record.bpf.c `captured`). */
+struct lj_rec_capture_key {
+  uint32_t pid;
+  uint32_t what;
+  uint64_t addr;
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 16 bytes");
 
 /* The recorder's counters, declared once: X(ID, id, where, metric, text). KERNEL counters are
  * slots of the BPF program's per-CPU `counters` array (ids below LJ_REC_NCOUNTERS; slots
@@ -120,6 +225,14 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 48 + 48 * LJ_WALK_MAX_FRAMES,
   X(PIDS_FULL, 39, KERNEL, "pid_map_full", "pid map full (child not followed)")                  \
   X(EXITING, 40, KERNEL, "samples_while_exiting",                                                \
     "samples while the process exits (its user stack is being torn down: not walked)")           \
+  X(CAPTURES, 41, KERNEL, "young_objects_copied",                                                \
+    "objects of young processes copied at sample time (prototypes, strings, traces)")            \
+  X(EXEC_CONTEXTS, 43, KERNEL, "kernel_contexts",                                                \
+    "contexts built by the kernel at a fork, or at an exec of an executable seen before")        \
+  X(IN_EXEC, 44, KERNEL, "samples_in_exec",                                                      \
+    "samples while the process execs (the old image's stack is being replaced: not walked)")     \
+  X(CAPTURE_FAULT, 42, KERNEL, "young_object_unreadable",                                        \
+    "objects of young processes that could not be copied at sample time")                        \
   X(BEFORE_CONTEXT, 64, AGENT, "walk_before_context",                                            \
     "walk stopped in code whose unwind rows were published after the sample (process starting)") \
   X(MALFORMED, 65, AGENT, "malformed_records", "malformed ring buffer records")                  \
@@ -141,13 +254,15 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 48 + 48 * LJ_WALK_MAX_FRAMES,
     "JIT code shown at its trace's start: the trace changed since the sample")                   \
   X(JIT_BOUNDARY, 78, AGENT, "jit_snapshot_boundary_unknown",                                    \
     "JIT code shown at its trace's start: between two snapshots, and this LuaJIT records no "    \
-    "machine-code offsets to tell which")
+    "machine-code offsets to tell which")                                                        \
+  X(CAPTURE_DROPPED, 79, AGENT, "young_objects_dropped",                                         \
+    "objects copied at sample time dropped (over the per-process bound)")
 
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };
 #undef LJ_REC_COUNTER_ENUMERATOR
 #define LJ_REC_NCOUNTERS 48   /* the kernel's counters array: walk ends, then KERNEL counters */
-#define LJ_REC_COUNTER_IDS 80 /* every id, kernel and agent, is below this */
+#define LJ_REC_COUNTER_IDS 96 /* every id, kernel and agent, is below this */
 LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
                  "walk ends fit below the kernel counters");
 

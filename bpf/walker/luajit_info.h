@@ -115,6 +115,7 @@
     "GCproto.numline")                                                                             \
   X(PtLineinfo, "GCproto.lineinfo", pt_lineinfo, ALWAYS, LJ_WIDTH_REF, RULE, 80, 52, "lj_obj.h",   \
     "GCproto.lineinfo")                                                                            \
+  X(PtSizept, "GCproto.sizept", pt_sizept, ALWAYS, 4, RULE, 56, 32, "lj_obj.h", "GCproto.sizept")  \
   X(PtSize, "sizeof(GCproto)", pt_size, ALWAYS, 0, RULE, 104, 64, "lj_obj.h", "sizeof(GCproto)")   \
   X(PtK, "GCproto.k", pt_k, ALWAYS, LJ_WIDTH_REF, RULE, 32, 16, "lj_obj.h", "GCproto.k")           \
   X(PtSizekgc, "GCproto.sizekgc", pt_sizekgc, ALWAYS, 4, RULE, 48, 24, "lj_obj.h",                 \

@@ -94,6 +94,7 @@ ProcessMemory::~ProcessMemory() {
 }
 
 int ProcessMemory::read(uint64_t addr, void* dst, uint32_t len) const {
+  if (captured_ && captured_->read(addr, dst, len) == 0) return 0;
   // /proc/PID/mem takes the address as the file offset; off_t is signed, so user addresses
   // above 2^63 cannot exist and are refused.
   if (addr > static_cast<uint64_t>(INT64_MAX) - len) {

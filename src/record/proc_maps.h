@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/result.h"
 #include "core/read_mem.h"
+#include "record/captured_memory.h"
 
 namespace ljprof::record {
 
@@ -43,10 +45,16 @@ class ProcessMemory {
 
   ljprof_mem_reader reader() const;
   int read(uint64_t addr, void* dst, uint32_t len) const;
+  // Bytes the kernel copied from this process at sample time, read before its memory (null:
+  // none). Shared with the recorder, which adds to it as copies arrive.
+  void use_captured(std::shared_ptr<const CapturedMemory> captured) {
+    captured_ = std::move(captured);
+  }
 
  private:
   explicit ProcessMemory(int fd) : fd_(fd) {}
   int fd_ = -1;
+  std::shared_ptr<const CapturedMemory> captured_;
 };
 
 }  // namespace ljprof::record

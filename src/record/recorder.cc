@@ -35,6 +35,7 @@
 #include "record.skel.h"
 #include "record/cost.h"
 #include "record/counters.h"
+#include "record/exec_template.h"
 #include "record/process_context.h"
 #include "record/process_identity.h"
 #include "record/sample_frames.h"
@@ -141,6 +142,23 @@ constexpr int kDrainMs = 100;
 constexpr int kYoungDrainMs = 20;
 constexpr double kYoungS = 2.0;
 
+// Objects of a process younger than kCopyYoungS are copied by the kernel when a sample first meets
+// them (record.bpf.c capture_young_ns, record_types.h lj_rec_capture): a process that lives
+// less than the drain period (a CLI script, a `resty` run, a test) is gone when its samples are
+// named, and the copies name them instead. 100 luajit runs of ~12 ms on a fast host: 596 of
+// ~600 Lua frames unnamed without copies. The agent keeps a process's copies while it lives,
+// at most kMaxCopiedBytes, and drops them kKeepCopiesS after the first (by then its samples of
+// the young window were named; an older process is read live).
+constexpr double kCopyYoungS = 2.0;
+constexpr uint64_t kMaxCopiedBytes = 16u << 20;
+constexpr double kKeepCopiesS = 10.0;
+
+// Whether a `pids` value says the process needs the recorder's context: followed but none yet
+// (a new or exec'd process), or one the kernel built at exec.
+bool needs_context(uint32_t pids_value) {
+  return pids_value == LJ_REC_PID_PENDING || pids_value >= LJ_REC_MAX_PROCS;
+}
+
 bool process_alive(uint32_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
@@ -177,7 +195,15 @@ class Recorder {
   enum class StatsFor { Summary, Metrics };
   RecordStats stats(StatsFor use);
   RecordCost cost(double elapsed);
+  void handle_record(const void* data, size_t size);
   void handle_sample(const void* data, size_t size);
+  void symbolize_sample(const lj_rec_sample& s, Proc& p, const ProcessContext& ctx);
+  const ProcessContext* kernel_context(uint32_t pid, uint32_t generation);
+  bool walked_before_its_rows(const lj_rec_sample& s, const Proc& p,
+                              const ProcessContext& ctx) const;
+  void publish_exec_template(uint32_t pid, const ProcessContext& ctx);
+  void handle_capture(const void* data, size_t size);
+  void drop_old_copies();
   Status upload_rows(std::span<const lj_cfi_row> rows);
   std::vector<uint64_t> read_counters();
   std::string status_line(double elapsed);
@@ -187,7 +213,7 @@ class Recorder {
   }
 
   static int on_event(void* ctx, void* data, size_t size) {
-    static_cast<Recorder*>(ctx)->handle_sample(data, size);
+    static_cast<Recorder*>(ctx)->handle_record(data, size);
     return 0;
   }
   static int on_notify(void* ctx, void* data, size_t size) {
@@ -216,9 +242,21 @@ class Recorder {
     // clock): a walk that stopped in a mapping published after the sample was taken is a
     // process still starting up (ld.so maps libraries after the exec), not an unwinding failure.
     std::map<std::pair<uint64_t, const MappedObject*>, uint64_t> published_ns;
+    // What the kernel copied of it while it was young (kCopyYoungS), read before its memory.
+    std::shared_ptr<CapturedMemory> copies = std::make_shared<CapturedMemory>();
+    Clock::time_point first_copy{};
   };
   std::map<uint32_t, Proc> procs_;
   std::vector<uint32_t> free_slots_;
+  // Executables whose exec template the kernel has (record_types.h lj_rec_exec_template), and
+  // the objects those templates name rows of.
+  std::set<std::pair<uint64_t, uint32_t>> exec_templates_;
+  std::set<const MappedObject*> template_objects_;
+  // Uploaded files by their first row: what a kernel-built context's modules are.
+  std::map<uint32_t, MappedObject*> objects_by_row_;
+  // The contexts the kernel built at a fork or exec, as read back from their slot, by generation
+  // (at most LJ_REC_EXEC_SLOTS: the kernel reuses its slots in turn).
+  std::map<uint32_t, std::unique_ptr<ProcessContext>> kernel_contexts_;
   std::set<uint32_t> rescan_;
   // -a: selected processes that exec'd without LuaJIT yet -> loop rounds left to look again.
   std::map<uint32_t, int> exec_candidates_;
@@ -283,6 +321,7 @@ Status Recorder::open_bpf() {
   const uint32_t rb_bytes = ring_bytes(opt_);
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
+  skel_->rodata->capture_young_ns = static_cast<uint64_t>(kCopyYoungS * 1e9);
   const double load_cpu0 = thread_cpu_seconds();
   const int load_err = record_bpf__load(skel_);
   cost_.program_load_cpu_ms = (thread_cpu_seconds() - load_cpu0) * 1e3;
@@ -383,6 +422,7 @@ void Recorder::upload(MappedObject& obj) {
   } else {
     obj.row_first = rows_next_;
     obj.row_count = static_cast<uint32_t>(rows.size());
+    objects_by_row_[obj.row_first] = &obj;
     rows_next_ += obj.row_count;
     obj.uploaded = true;
     if (!obj.luajit) obj.table->release_rows();
@@ -404,6 +444,8 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   // bring the rest.
   auto now_maps = read_proc_maps(pid);
   if (now_maps.ok() && !still_mapped((*ctx)->signature, *now_maps)) return;
+  // After an exec the old image's copies describe addresses that mean nothing any more.
+  if (p.ctx && now_maps.ok() && !still_mapped(p.ctx->signature, *now_maps)) p.copies->clear();
   // One that exited took its files and vDSO with it: what could not be read of it is no news
   // (as for an error above).
   const bool alive = (*ctx)->warnings.empty() || process_alive(pid);
@@ -431,7 +473,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   }
   // The kernel's row cache key; 0 means an empty entry there. 32 bits wrap only after 4
   // billion contexts, more than any recording builds.
-  rec.generation = static_cast<uint32_t>((*ctx)->generation);
+  rec.generation = static_cast<uint32_t>((*ctx)->generation) & ~LJ_REC_EXEC_GENERATION;
   if (rec.generation == 0) rec.generation = 1;
   if ((*ctx)->luajit != nullptr) {
     rec.lj = (*ctx)->luajit->object->info;
@@ -460,7 +502,61 @@ void Recorder::publish(uint32_t pid, Proc& p) {
     if (m.object->uploaded) p.published_ns.emplace(std::make_pair(m.start, m.object), now);
   }
   p.identity = identify_process(pid, **ctx);
+  if ((*ctx)->mem) (*ctx)->mem->use_captured(p.copies);
   p.ctx = std::move(*ctx);
+  publish_exec_template(pid, *p.ctx);
+}
+
+// The context of generation `generation` that the kernel built for pid at a fork or exec
+// (record.bpf.c next_kernel_slot), read back from its slot: the modules the walk used, each
+// file known by its rows. Null once the kernel reused the slot (LJ_REC_EXEC_SLOTS forks and
+// execs later; samples are drained within 100 ms).
+const ProcessContext* Recorder::kernel_context(uint32_t pid, uint32_t generation) {
+  if (auto it = kernel_contexts_.find(generation); it != kernel_contexts_.end()) {
+    return it->second->pid == pid ? it->second.get() : nullptr;
+  }
+  for (uint32_t slot = LJ_REC_MAX_PROCS; slot < LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS; ++slot) {
+    lj_rec_proc rec{};
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec) != 0 ||
+        rec.generation != generation || rec.owner_pid != pid) {
+      continue;
+    }
+    auto ctx = std::make_unique<ProcessContext>();
+    ctx->pid = pid;
+    ctx->generation = (uint64_t{1} << 40) | generation;  // apart from the recorder's own
+    for (uint32_t i = 0; i < std::min<uint32_t>(rec.nmodules, LJ_REC_MAX_MODULES); ++i) {
+      const lj_rec_module& m = rec.modules[i];
+      auto obj = objects_by_row_.find(m.row_first);
+      if (obj == objects_by_row_.end() || obj->second->row_count != m.row_count) continue;
+      ctx->modules.push_back({m.start, m.end, m.bias, obj->second});
+    }
+    std::sort(ctx->modules.begin(), ctx->modules.end(),
+              [](const ModuleView& a, const ModuleView& b) { return a.start < b.start; });
+    for (const ModuleView& m : ctx->modules) {
+      if (rec.lj.version != 0 && m.object->luajit && m.bias == rec.vm_bias) ctx->luajit = &m;
+    }
+    if (auto mem = ProcessMemory::open(pid); mem.ok()) ctx->mem = std::move(*mem);
+    if (kernel_contexts_.size() >= LJ_REC_EXEC_SLOTS)
+      kernel_contexts_.erase(kernel_contexts_.begin());
+    return kernel_contexts_.emplace(generation, std::move(ctx)).first->second.get();
+  }
+  return nullptr;
+}
+
+// Gives the kernel the template of pid's executable, once per executable: its next exec gets a
+// context at once (record.bpf.c on_exec).
+void Recorder::publish_exec_template(uint32_t pid, const ProcessContext& ctx) {
+  auto key = exec_key(pid);
+  if (!key.ok() || exec_templates_.count({key->ino, key->dev})) return;
+  auto auxv = read_auxv(pid);
+  if (!auxv.ok()) return;
+  auto t = exec_template(ctx, *auxv);
+  if (!t.ok()) return;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.exec_templates), &*key, &*t, BPF_ANY) != 0) {
+    return;  // the map is full: later executables are set up by the recorder alone
+  }
+  exec_templates_.insert({key->ino, key->dev});
+  for (const ModuleView& m : ctx.modules) template_objects_.insert(m.object);
 }
 
 // The global_State a walk proved for this process in its current slot (record.bpf.c keeps it in
@@ -516,7 +612,7 @@ void Recorder::housekeeping() {
   size_t guard = 0;
   while (bpf_map_get_next_key(fd, prev, &next) == 0 && guard++ < LJ_REC_MAX_PIDS * 2) {
     uint32_t value = 0;
-    if (bpf_map_lookup_elem(fd, &next, &value) == 0 && value == LJ_REC_PID_PENDING) {
+    if (bpf_map_lookup_elem(fd, &next, &value) == 0 && needs_context(value)) {
       pending.push_back(next);
     }
     key = next;
@@ -525,6 +621,56 @@ void Recorder::housekeeping() {
   for (uint32_t pid : pending) rescan_.insert(pid);
   for (auto& [pid, p] : procs_) {
     if (!p.gone && !process_alive(pid)) rescan_.insert(pid);
+  }
+  drop_old_copies();
+}
+
+void Recorder::handle_record(const void* data, size_t size) {
+  uint32_t kind = 0;
+  if (size >= sizeof(kind)) std::memcpy(&kind, data, sizeof(kind));
+  if (kind == LJ_REC_KIND_SAMPLE) {
+    handle_sample(data, size);
+  } else if (kind == LJ_REC_KIND_CAPTURE) {
+    handle_capture(data, size);
+  } else {
+    ++agent_counts_[LJ_REC_CTR_MALFORMED];
+  }
+}
+
+// A young process's object as the kernel copied it (record_types.h lj_rec_capture). It precedes
+// in the ring the first sample that needs it, so that sample's process has a context already.
+void Recorder::handle_capture(const void* data, size_t size) {
+  const size_t header = offsetof(lj_rec_capture, bytes);
+  lj_rec_capture c;
+  if (size < header) {
+    ++agent_counts_[LJ_REC_CTR_MALFORMED];
+    return;
+  }
+  std::memcpy(&c, data, header);
+  if (c.len == 0 || c.len >= LJ_REC_CAPTURE_MAX || header + c.len > size) {
+    ++agent_counts_[LJ_REC_CTR_MALFORMED];
+    return;
+  }
+  auto it = procs_.find(c.pid);
+  if (it == procs_.end()) return;  // not followed any more: its samples are not named either
+  Proc& p = it->second;
+  const auto* bytes = static_cast<const uint8_t*>(data) + header;
+  if (!p.copies->add(c.addr, {bytes, c.len}, kMaxCopiedBytes)) {
+    ++agent_counts_[LJ_REC_CTR_CAPTURE_DROPPED];
+    return;
+  }
+  if (p.first_copy == Clock::time_point{}) p.first_copy = Clock::now();
+}
+
+// A live process's copies are dropped kKeepCopiesS after the first: its young window's samples
+// were named by then, and later ones read its memory.
+void Recorder::drop_old_copies() {
+  const auto now = Clock::now();
+  for (auto& [pid, p] : procs_) {
+    if (p.first_copy != Clock::time_point{} && !p.copies->empty() &&
+        std::chrono::duration<double>(now - p.first_copy).count() > kKeepCopiesS) {
+      p.copies->clear();
+    }
   }
 }
 
@@ -543,27 +689,48 @@ void Recorder::handle_sample(const void* data, size_t size) {
   ++delivered_;
   if (s.end == LJ_END_ROOT) ++reached_root_;
   walk_times_.add(s.walk_ns, s.nframes);
-  auto it = procs_.find(s.pid);
-  if (it == procs_.end() || !it->second.ctx) {
+  // Walked with a context the kernel built at a fork or exec: the recorder's own context is the
+  // old image's, or none yet (a child whose fork notification is not handled yet); the
+  // kernel's names the files the walk went through.
+  const bool kernel_built = (s.generation & LJ_REC_EXEC_GENERATION) != 0;
+  auto it = kernel_built ? procs_.try_emplace(s.pid).first : procs_.find(s.pid);
+  if (it == procs_.end()) {
     ++agent_counts_[LJ_REC_CTR_NO_PROCESS];
     return;
   }
-  const ProcessContext& ctx = *it->second.ctx;
+  const ProcessContext* ctx =
+      kernel_built ? kernel_context(s.pid, s.generation) : it->second.ctx.get();
+  if (ctx == nullptr) {
+    ++agent_counts_[LJ_REC_CTR_NO_PROCESS];
+    return;
+  }
+  symbolize_sample(s, it->second, *ctx);
+}
+
+// Whether a walk that did not reach a root stopped in code whose rows the kernel did not have
+// yet: a mapping published after the sample, or — with a context the kernel built at a fork or
+// exec, which has only the executable, its interpreter and the vDSO — a library mapped since.
+bool Recorder::walked_before_its_rows(const lj_rec_sample& s, const Proc& p,
+                                      const ProcessContext& ctx) const {
+  if ((s.generation & LJ_REC_EXEC_GENERATION) != 0) {
+    return s.end == LJ_END_NO_MODULE || s.end == LJ_END_TRACE_NO_G;
+  }
+  const ModuleView* m = ctx.module_at(s.end_pc);
+  if (m == nullptr) return false;
+  auto pub = p.published_ns.find({m->start, m->object});
+  return pub != p.published_ns.end() && pub->second > s.time_ns;
+}
+
+void Recorder::symbolize_sample(const lj_rec_sample& s, Proc& p, const ProcessContext& ctx) {
   const StackMemo::Stack& raw = memo_.stack_of(s, ctx);
   for (const auto& [id, n] : raw.counted) agent_counts_[id] += n;
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
-      !raw.stack->first.frames.empty()) {
-    if (const ModuleView* m = ctx.module_at(s.end_pc)) {
-      auto pub = it->second.published_ns.find({m->start, m->object});
-      if (pub != it->second.published_ns.end() && pub->second > s.time_ns) {
-        ++before_context_[s.end];
-        std::vector<report::Frame> late = stacks_.frames(*raw.stack);
-        late.back().function =
-            fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
-        stacks_.entry(s.pid, std::move(late)).second += 1;
-        return;
-      }
-    }
+      !raw.stack->first.frames.empty() && walked_before_its_rows(s, p, ctx)) {
+    ++before_context_[s.end];
+    std::vector<report::Frame> late = stacks_.frames(*raw.stack);
+    late.back().function = fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
+    stacks_.entry(s.pid, std::move(late)).second += 1;
+    return;
   }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
   raw.stack->second += 1;
@@ -891,7 +1058,7 @@ Result<RecordResult> Recorder::run() {
       // Exec (slot pending) or new mappings: rebuild only when the code mappings changed.
       uint32_t value = 0;
       const bool pending = bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &value) == 0 &&
-                           value == LJ_REC_PID_PENDING;
+                           needs_context(value);
       if (!pending && p->second.ctx) {
         auto maps = read_proc_maps(pid);
         if (maps.ok() && executable_signature(*maps) == p->second.ctx->signature) continue;

@@ -140,6 +140,7 @@ std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::s
       {fld::kPtFirstline, at("GCproto", "firstline")},
       {fld::kPtNumline, at("GCproto", "numline")},
       {fld::kPtLineinfo, at("GCproto", "lineinfo")},
+      {fld::kPtSizept, at("GCproto", "sizept")},
       {fld::kPtSize, "sizeof(GCproto)"},
       {fld::kPtK, at("GCproto", "k")},
       {fld::kPtSizekgc, at("GCproto", "sizekgc")},
