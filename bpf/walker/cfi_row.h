@@ -59,7 +59,8 @@
  *   from the trace): like VM_CUR_L, with the exiting trace's BASE in G->jit_base and the
  *   innermost pc unknown. Valid only for a sampled (leaf) pc.
  * LJ_CFI_VM_LINK_PENDING: like KEEP, at a call's `str PC, [BASE, FRAME_PC]` (vm_arm64.dasc
- *   ins_call: BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call): BASE is already the callee's
+ *   ins_call: BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call; vm_x64.dasc `mov [BASE-8], PC`,
+ *   vm_x86.dasc `mov [BASE-4], PC`): BASE is already the callee's
  *   and its function slot is written, but its frame link is still in the interpreter's PC
  *   register, not in the stack slot (which holds whatever an earlier frame left there). The
  *   walker takes that frame's link from PC; the callee has not started, so its own pc is

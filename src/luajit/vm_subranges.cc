@@ -102,6 +102,17 @@ bool writes_vm_regs(const Insn& i) {
   return i.may_write(kX86Rdx) || i.may_write(kX86Rbx);
 }
 
+// vm_x64.dasc ins_call's `mov [BASE-8], PC` (LJ_FR2: the link is a whole slot) or vm_x86.dasc's
+// `mov [BASE-4], PC` (without LJ_FR2: the slot's high half): a call storing its frame's link.
+// Inside the VM no other store writes PC there at either width.
+bool x_stores_frame_link(const Insn& i) {
+  if (!is_kind(i, InsnKind::Mov, 2) || i.ops[0].kind != OpKind::Mem || i.ops[0].base != kX86Rdx ||
+      i.ops[0].index != disasm::kNoReg || !i.ops[1].is_reg(kX86Rbx)) {
+    return false;
+  }
+  return (i.ops[1].size == 8 && i.ops[0].disp == -8) || (i.ops[1].size == 4 && i.ops[0].disp == -4);
+}
+
 lj_cfi_row invalid() {
   return cfi::invalid_row(0);  // pc_start is set when the sub-ranges are sorted
 }
@@ -354,6 +365,22 @@ void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t fr
 
 // x86-64 (lj_frame.h CFRAME_SIZE; vm_x64.dasc saveregs/restoreregs, BC_JLOOP, vm_exit_handler,
 // vm_exit_interp). `cfa` is the blanket rule's rsp offset (the C frame size).
+// x86-64 ins_call (BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call and the iterator calls):
+// at the store of the callee's frame link BASE is already the callee's and its function slot
+// written, but the link is still in PC. Hint VM_LINK_PENDING on the blanket rule, for the store
+// itself (the walker takes that frame's link from PC): before, a sample there read the slot's
+// stale contents as the link.
+void add_x86_pending_links(Finder& f, const std::vector<Insn>& code, int64_t frame,
+                           int32_t blanket_fp) {
+  for (const Insn& insn : code) {
+    if (x_stores_frame_link(insn) && !f.covers(insn.address)) {
+      f.add(insn.address, insn.end(), "call: frame link still in PC (mov [BASE-8], PC)", "pattern",
+            sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp,
+                   LJ_CFI_VM_LINK_PENDING));
+    }
+  }
+}
+
 void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_t, size_t>& index,
                 int32_t cfa, int32_t blanket_fp) {
   const int64_t frame = cfa;
@@ -490,6 +517,7 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
     }
   }
   add_return_to_c_window(f, code, frame, blanket_fp);
+  add_x86_pending_links(f, code, frame, blanket_fp);
   // vm_exit_interp entry: `add rsp, <JIT extra>` right after an unconditional jmp (it is a
   // label reached from traces, which run with the JIT frame).
   if (jit_extra > 0) {

@@ -618,6 +618,35 @@ TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
   }
 }
 
+// x86-64 ins_call (`mov [BASE-8], PC` with LJ_FR2, `mov [BASE-4], PC` without): every such
+// store in the VM, found by objdump, takes its frame link from PC (hint VM_LINK_PENDING), and no
+// other instruction does. Debian's luajit (LJ_FR2), OpenResty's luajit2 and Debian's tarantool
+// (without).
+TEST(VmSubRanges, X86CallStoresTakeTheLinkFromPc) {
+  for (const std::string& path :
+       {std::string("/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"),
+        test::fixture("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"),
+        std::string("/usr/bin/tarantool")}) {
+    SCOPED_TRACE(path);
+    auto file = elf::ElfFile::open(path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    auto fde = find_interpreter_fde(**file);
+    ASSERT_TRUE(fde.ok()) << fde.message();
+    auto table = vm_table(**file);
+    ASSERT_TRUE(table.ok()) << table.message();
+    int stores = 0;
+    for (const auto& [pc, text] : objdump("objdump", path, fde->pc_begin, fde->pc_end, true)) {
+      const bool call_store =
+          text == "mov QWORD PTR [rdx-0x8],rbx" || text == "mov DWORD PTR [rdx-0x4],ebx";
+      stores += call_store ? 1 : 0;
+      EXPECT_EQ(table->row_at(pc)->hint == LJ_CFI_VM_LINK_PENDING, call_store)
+          << std::hex << pc << " " << text;
+    }
+    // BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call (vm_x64.dasc / vm_x86.dasc ins_call).
+    EXPECT_GE(stores, 3);
+  }
+}
+
 // AArch64 writeback prologue and epilogue (Tarantool's fork): `stp x29, x30, [sp, #-S]!` starts
 // at CFA = sp with the return address in x30; after it CFA = sp + S with x30 saved at CFA - S +
 // 8; `ldp x29, x30, [sp], #S` has the same rule and its `ret` the first one. S and the shape
