@@ -26,10 +26,13 @@ Result<std::vector<uint32_t>> parse_pid_list(const std::string& text) {
 
 void print_record_summary(std::ostream& out, std::string_view command, const record::RecordStats& r,
                           double seconds) {
+  // Of the samples the walker could have unwound: a user stack (not inside execve, not
+  // exiting) and an unwind context.
   std::string with_context;
-  if (r.without_context > 0 && r.samples > r.without_context) {
-    const uint64_t had = r.samples - r.without_context;
-    with_context = fmt::format("; {:.1f}% of the {} that had an unwind context",
+  const uint64_t unwalkable = r.without_context + r.without_user_stack;
+  if (unwalkable > 0 && r.samples > unwalkable) {
+    const uint64_t had = r.samples - unwalkable;
+    with_context = fmt::format("; {:.1f}% of the {} that had a user stack and an unwind context",
                                100.0 * r.reached_root / had, had);
   }
   out << fmt::format(

@@ -854,6 +854,7 @@ RecordStats Recorder::stats(StatsFor use) {
   }
   agent_counts_[LJ_REC_CTR_BEFORE_CONTEXT] = before_context;
   r.without_context = c[LJ_REC_CTR_NO_CONTEXT] + before_context;
+  r.without_user_stack = c[LJ_REC_CTR_EXITING] + c[LJ_REC_CTR_IN_EXEC];
   // Every other counter of the registry, in its order (the sample total is the summary's
   // first line, not a reason).
   for (const CounterSpec& spec : kCounterSpecs) {

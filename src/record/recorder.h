@@ -78,6 +78,10 @@ struct RecordStats {
   // Samples taken before their process's unwind context (or the rows of the mapping the walk
   // stopped in) was published: the seconds after an exec, before ljprof read the new mappings.
   uint64_t without_context = 0;
+  // Samples with no user stack to walk: the process was inside execve (the old image's
+  // registers, the new image's memory) or exiting (its memory being torn down). Not walked, and
+  // no unwinding failure.
+  uint64_t without_user_stack = 0;
   size_t processes_followed = 0;  // processes with an unwind context now
   struct Reason {
     std::string name;    // what people read: "walk ended: no CFI"

@@ -578,8 +578,12 @@ TEST_P(RecordShortLived, LuaFramesNamedAndOnTheVmsLines) {
        folded, "--", "bash", "-c",
        fmt::format("for i in $(seq {}); do luajit {} {}; done", g.processes, script, g.ms)});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  double named = 0, unnamed = 0, in_loop = 0, loop_elsewhere = 0;
+  double named = 0, unnamed = 0, in_loop = 0, loop_elsewhere = 0, walked = 0, rooted = 0;
   for (const FoldedStack& stack : read_folded(folded)) {
+    if (stack.had_context()) {
+      walked += stack.count;
+      rooted += stack.rooted() ? stack.count : 0;
+    }
     // The first frame is where the walk ended; an "[unknown: ...]" further in is a frame that
     // could not be named.
     const bool lua = stack.line.find("short_lived.lua:") != std::string::npos;
@@ -599,11 +603,19 @@ TEST_P(RecordShortLived, LuaFramesNamedAndOnTheVmsLines) {
       }
     }
   }
+  std::cout << g.processes << " processes of " << g.ms << " ms: " << named << " stacks named, "
+            << unnamed << " not; " << rooted << " of " << walked << " walks reached a root\n";
   const double floor = 0.2 * g.processes * g.ms * 0.999;
   EXPECT_GE(named + unnamed, floor) << r.err;
   EXPECT_GE(named, 0.95 * (named + unnamed))
       << named << " stacks with every Lua frame named, " << unnamed << " not\n"
       << test::read_text(folded);
+  // The storm's walks reach a root: forks and execs of a known executable are walked from their
+  // first instruction (kernel-built contexts). Measured 93.6-97.5% on a loaded 2-core host, the
+  // rest mostly traces entered before a walk proved the global_State and _init/_fini of
+  // libraries (no CFI); the goal is 98%.
+  EXPECT_GE(rooted, 0.90 * walked) << rooted << " of " << walked << " walks reached a root\n"
+                                   << r.err;
   // The loop is one line: the function's samples are on it (its other lines run once).
   EXPECT_GE(in_loop, 0.95 * (in_loop + loop_elsewhere))
       << in_loop << " at " << loop_frame << ", " << loop_elsewhere << " elsewhere\n"
