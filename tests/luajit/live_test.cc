@@ -1,7 +1,8 @@
 // `ljprof inspect --verify-live PID` on real running workloads: Debian luajit, Debian
 // tarantool and an nginx worker running a content_by_lua_block (OpenResty's libluajit2 from
 // the fixture tree). The workloads run Lua with the JIT off so stops land in the interpreter;
-// after the check the target must still be running.
+// after the check the target must still be running. Each workload says when its Lua code runs
+// (a "ready" line, a file), and the check waits for that, not for a fixed time.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@ namespace {
 
 constexpr const char* kFib =
     "jit.off() local function f(n) if n < 2 then return n end return f(n-1) + f(n-2) end ";
+// Then: says it runs and loops until killed.
+constexpr const char* kReadyLoop = "io.write('ready\\n') io.stdout:flush() while true do f(25) end";
 
 using test::Background;
 
@@ -43,9 +46,11 @@ void expect_all_pass(const nlohmann::json& j, const std::string& chunk_prefix) {
 }
 
 TEST(VerifyLive, DebianLuajit) {
-  Background lua({"/usr/bin/luajit", "-e", std::string(kFib) + "while true do f(25) end"});
+  test::TempDir dir;
+  Background lua({"/usr/bin/luajit", "-e", std::string(kFib) + kReadyLoop}, dir.file("out"));
   ASSERT_GT(lua.pid(), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(test::wait_for_text(dir.file("out"), "ready", 60))
+      << test::read_text(dir.file("out"));
   nlohmann::json j = verify_live(lua.pid());
   expect_all_pass(j, "=(command line)\"");
   EXPECT_EQ(j["module"], "/usr/bin/luajit");
@@ -57,16 +62,15 @@ TEST(VerifyLive, DebianTarantool) {
   const std::string dir = testing::TempDir() + "/ljprof-tt-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
   const std::string script = dir + "/fib.lua";
-  std::ofstream(script) << kFib << "while true do f(25) end\n";
-  Background tt({"/usr/bin/tarantool", script});
+  std::ofstream(script) << kFib << kReadyLoop << "\n";
+  Background tt({"/usr/bin/tarantool", script}, dir + "/out");
   ASSERT_GT(tt.pid(), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(test::wait_for_text(dir + "/out", "ready", 60)) << test::read_text(dir + "/out");
   nlohmann::json j = verify_live(tt.pid());
   expect_all_pass(j, "@" + script + "\"");
   EXPECT_EQ(j["module"], "/usr/bin/tarantool");
   EXPECT_TRUE(tt.running());
-  std::remove(script.c_str());
-  rmdir(dir.c_str());
+  test::run({"rm", "-rf", dir});
 }
 
 TEST(VerifyLive, NginxLuaWorker) {
@@ -84,8 +88,9 @@ TEST(VerifyLive, NginxLuaWorker) {
          << "/usr/share/lua/5.1/?.lua;;\";\n"
          << " client_body_temp_path " << dir << "/body;\n"
          << " server {\n  listen 127.0.0.1:" << port << ";\n"
-         << "  location /burn { content_by_lua_block { " << kFib
-         << " local t = ngx.now() while ngx.now() - t < 4 do f(22) ngx.update_time() end "
+         << "  location /burn { content_by_lua_block { " << kFib << " io.open('" << dir
+         << "/burning', 'w'):close()"
+         << " local t = ngx.now() while ngx.now() - t < 120 do f(22) ngx.update_time() end "
             "ngx.say('done') } }\n"
          << " }\n}\n";
   }
@@ -100,9 +105,11 @@ TEST(VerifyLive, NginxLuaWorker) {
   std::ifstream log(dir + "/error.log");
   std::string log_text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   ASSERT_TRUE(up) << "nginx did not listen on 127.0.0.1:" << port << "\n" << log_text;
+  // The handler burns (until nginx is killed at the end) once it has written `burning`.
   Background request({"curl", "-s", "-o", "/dev/null", "--max-time", "10",
                       "http://127.0.0.1:" + std::to_string(port) + "/burn"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(test::wait_until([&] { return test::file_exists(dir + "/burning"); }, 60))
+      << test::read_text(dir + "/error.log");
   nlohmann::json j = verify_live(nginx.pid());
   expect_all_pass(j, "=content_by_lua(nginx.conf:");
   EXPECT_NE(j["module"].get<std::string>().find("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit"),

@@ -20,9 +20,10 @@ namespace {
 
 using namespace record_oracle;
 
-// The recordings last this long (guest seconds; the emulated CPU runs the workload some 20x
-// slower than the host, so guest_record.sh gives the split a tenth of its work per round: the
-// window must hold many rounds, or the parts it cuts at its ends skew the shares).
+// The recordings last this long (guest seconds). The emulated CPU runs the workload some 20x
+// slower than the host, and its speed follows the host's: the split sizes its rounds by its own
+// CPU clock (0.1 s each in the guest, guest_record.sh), so the window holds ~50 rounds on any
+// host (with few rounds, the parts it cuts at its ends skew the shares).
 constexpr int kSeconds = 5;
 // The emulated guest takes fewer samples than 999 Hz would give natively (the kernel throttles
 // perf events whose handler runs long under emulation); enough to measure shares to 5 points.

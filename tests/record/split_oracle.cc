@@ -50,6 +50,15 @@ VmReport VmReport::since(const VmReport& before) const {
   return d;
 }
 
+double VmReport::part_seconds() const {
+  double total = 0;
+  for (const char* name : kParts) {
+    auto it = parts.find(name);
+    if (it != parts.end()) total += it->second.second;
+  }
+  return total;
+}
+
 std::vector<FoldedStack> read_folded(const std::string& path) {
   std::vector<FoldedStack> out;
   std::ifstream in(path);

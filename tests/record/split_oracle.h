@@ -35,6 +35,8 @@ struct VmReport {
   std::string label(const std::string& name) const { return function(name) + " (split.lua"; }
   // The CPU seconds each part spent between `before` and this report (the same process).
   VmReport since(const VmReport& before) const;
+  // The CPU seconds of the four parts together.
+  double part_seconds() const;
 };
 
 // One line of ljprof's --folded output: the frames from the root, and its sample count.

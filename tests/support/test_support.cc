@@ -217,6 +217,45 @@ char process_state(pid_t pid) {
   return stat[close + 2];
 }
 
+bool wait_until(const std::function<bool()>& done, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s) {
+  return wait_until([&] { return read_text(path).find(text) != std::string::npos; }, timeout_s);
+}
+
+bool wait_until_sampling(pid_t pid, double timeout_s) {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  bool exited = false;
+  const bool sampling = wait_until(
+      [&] {
+        std::error_code ec;
+        std::filesystem::directory_iterator it(fd_dir, ec);
+        const char state = process_state(pid);
+        if (ec || state == 0 || state == 'Z') {  // gone, or a zombie its parent has not reaped
+          exited = true;
+          return true;
+        }
+        long perf_events = 0;
+        for (const auto& fd : it) {
+          const auto target = std::filesystem::read_symlink(fd.path(), ec);
+          if (!ec && target == "anon_inode:[perf_event]") ++perf_events;
+        }
+        return perf_events >= cpus;
+      },
+      timeout_s);
+  return sampling && !exited;
+}
+
 uint64_t monotonic_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

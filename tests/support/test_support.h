@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <string>
@@ -100,6 +101,18 @@ class Background {
 // The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 't' tracing stop, ...), or 0
 // when the process is gone.
 char process_state(pid_t pid);
+
+// Waits, polling every 20 ms, until `done` holds (true) or `timeout_s` passes (false). The tests
+// wait for the state they need this way rather than sleeping a fixed time: machines differ 2.5x
+// in speed either way, so a timeout is a generous bound on a failure, never the expected wait.
+bool wait_until(const std::function<bool()>& done, double timeout_s);
+// Waits until the file at `path` contains `text` (a workload's "ready" line, a log's line).
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s);
+// Waits until the `ljprof record` or `ljprof agent` process `pid` samples: it holds a perf event
+// on every online CPU (record/recorder.cc attach_perf, which comes after its kernel program is
+// loaded, its -p targets set up and, with -a, its first /proc scan). False if it exited first.
+// `ljprof record -q` prints nothing before it ends, so this is the only sign from outside.
+bool wait_until_sampling(pid_t pid, double timeout_s);
 
 // CLOCK_MONOTONIC in nanoseconds: the clock the workloads stamp their rate logs with.
 uint64_t monotonic_ns();

@@ -393,7 +393,8 @@ const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
 // An nginx-lua worker (OpenResty's luajit2 from the fixture tree) blocked in a C function called
 // from a content_by_lua_block handler, dumped live with gcore. OpenResty runs the handler in a
 // coroutine (lua_resume), so the Lua part ends at the coroutine's bottom and native frames
-// continue in ngx_http_lua_run_thread.
+// continue in ngx_http_lua_run_thread. The C function (os.execute of a shell) waits until the
+// core is written, however long gcore takes, rather than a fixed time.
 TEST(CoreGoldenNginx, WorkerBlockedInCFromAHandler) {
   const std::string tree = test::fixture("nginx-lua");
   const std::string lib = tree + "/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2.1.0";
@@ -415,7 +416,8 @@ TEST(CoreGoldenNginx, WorkerBlockedInCFromAHandler) {
          << "      local f = io.open(\"" << d.dir
          << "/trace.out\", \"w\") f:write(\"ljprof-traceback-begin\\n\", "
             "debug.traceback(\"\", 1), \"\\nljprof-traceback-end\\n\") f:close() "
-            "os.execute(\"sleep 5\")\n"
+            "os.execute(\"i=0; while [ ! -e "
+         << d.dir << "/release ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\")\n"
          << "    end\n    handler()\n    ngx.say(\"done\")\n   }\n  }\n }\n}\n";
   }
   d.core = d.dir + "/core";
@@ -427,7 +429,7 @@ TEST(CoreGoldenNginx, WorkerBlockedInCFromAHandler) {
        "for i in $(seq 100); do grep -q ljprof-traceback-end trace.out 2>/dev/null && break; "
        "sleep 0.1; done; sleep 0.3; gcore -o core.$pid $pid >/dev/null 2>&1; mv core.$pid.$pid "
        "core; "
-       "kill -9 $pid; cat trace.out",
+       "touch release; kill -9 $pid; cat trace.out",
        tree + "/usr/lib/x86_64-linux-gnu"});
   d.out = r.out;
   ASSERT_TRUE(fs::exists(d.core)) << r.out << r.err;

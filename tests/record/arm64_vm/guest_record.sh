@@ -23,8 +23,13 @@ out=/out
 
 # JIT-compiled BPF programs are listed in /proc/kallsyms as "[bpf]" symbols once this is on.
 echo 1 >/proc/sys/net/core/bpf_jit_kallsyms
-# Where the VM's minutes go, in the host test's output: the guest's uptime at each step.
-mark() { echo "guest_record: $1 at $(cut -d' ' -f1 /proc/uptime) s"; }
+# Where the VM's minutes go, in the host test's output: the guest's uptime at each step, and the
+# most samples per second the kernel still allows (it lowers kernel.perf_event_max_sample_rate
+# when sample handlers run long, as they do under emulation: the slower the host, the lower).
+mark() {
+  echo "guest_record: $1 at $(cut -d' ' -f1 /proc/uptime) s" \
+    "(perf_event_max_sample_rate $(cat /proc/sys/kernel/perf_event_max_sample_rate))"
+}
 mark start
 bpf_programs() { grep -c '\[bpf\]$' /proc/kallsyms; }
 echo "before $(bpf_programs)" >"$out/bpf_programs"
@@ -40,14 +45,21 @@ echo "before $(bpf_programs)" >"$out/bpf_programs"
 ) &
 counter=$!
 
-# A full round of the split takes ~2 s of this emulated CPU; a tenth of the work per part keeps a
-# 5 s recording window over ~25 rounds, so the parts the window cuts at its two ends weigh
-# little against the VM's clock, which covers whole rounds (split.lua).
-export LJPROF_SPLIT_DIVISOR=10
+# A full round of the split takes ~2 s of this emulated CPU, and the emulation's speed follows
+# the host's; split.lua sizes its rounds by its own CPU clock instead: 0.1 s each, so a 5 s
+# recording window holds ~50 rounds on any host and the parts the window cuts at its two ends
+# weigh little against the VM's clock, which covers whole rounds.
+export LJPROF_SPLIT_ROUND_S=0.1
+# Waits (at most 120 s) until FILE holds a line matching the extended regex PATTERN.
+wait_for_line() {
+  i=0
+  while ! grep -Eq "$2" "$1" 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+}
 
 # Each runtime runs the split until told to stop, with the JIT on and off at once (one process
-# per vCPU); one ljprof attaches to both (-p A,B) after a 2 s warm-up (the processes started,
-# their traces recorded) and records `seconds`, as an operator attaches to running servers, and
+# per vCPU); one ljprof attaches to both (-p A,B) once each has calibrated its rounds and logged
+# its first throughput interval (started, traces recorded: its own progress, not a fixed sleep)
+# and records `seconds`, as an operator attaches to running servers, and
 # `ljprof report --pid` takes each process's stacks out of the profile (its samples carry their
 # pid). A workload's report covers its whole run: the split is the same in every round, so its
 # per-part shares are those of the recorded window.
@@ -62,7 +74,9 @@ for runtime in "$@"; do
     eval "pid_$mode=$!"
     pids="$pids${pids:+,}$!"
   done
-  sleep 2
+  for mode in jit_on jit_off; do
+    wait_for_line "$out/${name}_$mode.workload.log" '^interval [0-9]'
+  done
   mark "$name attach"
   "$ljprof" record -p "$pids" -F 999 -d "$seconds" -o "$out/$name.pb.gz" >"$out/$name.log" 2>&1
   rc=$?
@@ -95,7 +109,7 @@ nginx_case() {
   {
     echo "load_module $tree/usr/lib/nginx/modules/ndk_http_module.so;"
     echo "load_module $tree/usr/lib/nginx/modules/ngx_http_lua_module.so;"
-    echo "daemon on; master_process on; worker_processes 1; env LJPROF_SPLIT_DIVISOR;"
+    echo "daemon on; master_process on; worker_processes 1; env LJPROF_SPLIT_ROUND_S;"
     echo "error_log $dir/error.log; pid $dir/nginx.pid;"
     echo "events { worker_connections 16; }"
     echo "http { access_log off;"
@@ -113,8 +127,14 @@ nginx_case() {
   # (busybox wget -T crashes in Debian 12's busybox-static; timeout bounds it instead)
   get() { timeout 60 wget -q -O - "http://127.0.0.1:8080$1"; }
   worker=$(get /pid)
-  # Warm-up: the first request loads split.lua, the first rounds record the traces.
+  # Warm-up: the first request loads split.lua, the first rounds record the traces and size the
+  # rounds (split.lua calibrates for at most 10).
   get /round >/dev/null && get /round >/dev/null && get /round >/dev/null
+  i=0
+  while get /report | grep -q 'scale calibrating' && [ $i -lt 20 ]; do
+    get /round >/dev/null
+    i=$((i + 1))
+  done
   get /report >"$out/$case_name.before"
   (
     n=0
