@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -40,9 +41,12 @@
 #include "record/sample_frames.h"
 #include "record/stack_memo.h"
 #include "record/stack_table.h"
+#include "record/unwind_rows.h"
 #include "symbolize/symbolize.h"
 
 namespace ljprof::record {
+
+static_assert(RecordOptions::kDefaultUnwindRows == LJ_REC_MAX_ROWS);
 
 namespace {
 
@@ -84,13 +88,6 @@ int keep_load_warning(libbpf_print_level level, const char* format, va_list args
     g_load_log.erase(g_load_log.begin(), g_load_log.end() - kLoadLogLines);
   }
   return 0;
-}
-
-// bpf_ktime_get_ns's clock, to compare sample times with publication times.
-uint64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 // The summary's text of a counter (LJ_REC_COUNTERS).
@@ -149,7 +146,10 @@ class Recorder {
  public:
   explicit Recorder(const RecordOptions& o) : opt_(o), tables_(o.table_cache_dir) {
     cache_.use_table_cache(&tables_);
-    cache_.on_table([this](MappedObject& obj) { upload(obj); });
+    // A file's rows go into the kernel as soon as its table is built, and the agent's copy is
+    // freed (UnwindRows::upload): only one file's rows are held at a time while a process with
+    // many libraries is analysed.
+    cache_.on_table([this](MappedObject& obj) { rows_.upload(obj); });
   }
   ~Recorder() { teardown(); }
 
@@ -163,7 +163,6 @@ class Recorder {
   void setup(uint32_t pid);
   struct Proc;
   void publish(uint32_t pid, Proc& p);
-  void upload(MappedObject& obj);
   uint64_t proven_g(const Proc& p, const ProcessContext& next) const;
   void drop(uint32_t pid);
   void housekeeping();
@@ -174,11 +173,12 @@ class Recorder {
   void recheck_exec_candidates();
   void cut_interval(bool last);
   void release_gone();
+  bool release_exited();
+  void reclaim();
   enum class StatsFor { Summary, Metrics };
   RecordStats stats(StatsFor use);
   RecordCost cost(double elapsed);
   void handle_sample(const void* data, size_t size);
-  Status upload_rows(std::span<const lj_cfi_row> rows);
   std::vector<uint64_t> read_counters();
   std::string status_line(double elapsed);
   void teardown();
@@ -204,7 +204,6 @@ class Recorder {
   ring_buffer* rb_ = nullptr;
   std::vector<bpf_link*> links_;
   std::vector<int> perf_fds_;
-  uint32_t rows_next_ = 0;  // the first free slot of the kernel's `rows` array
   cfi::TableCache tables_;
   ObjectCache cache_;
   struct Proc {
@@ -236,6 +235,8 @@ class Recorder {
   // A sample's raw record -> its entry in stacks_ (record/stack_memo.h).
   StackMemo memo_{symbolizer_, stacks_};
   AgentCounts agent_counts_{};
+  // The kernel's row map: which file's rows are where, given back once unmapped.
+  UnwindRows rows_{cache_, agent_counts_, [this](const std::string& m) { warn(m); }};
   uint64_t delivered_ = 0, reached_root_ = 0;
   Clock::time_point last_setup_{};  // when a process's context was last built (kYoungS)
   bool table_cache_warned_ = false;
@@ -283,6 +284,7 @@ Status Recorder::open_bpf() {
   const uint32_t rb_bytes = ring_bytes(opt_);
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
+  bpf_map__set_max_entries(skel_->maps.rows, opt_.unwind_rows);
   const double load_cpu0 = thread_cpu_seconds();
   const int load_err = record_bpf__load(skel_);
   cost_.program_load_cpu_ms = (thread_cpu_seconds() - load_cpu0) * 1e3;
@@ -301,6 +303,7 @@ Status Recorder::open_bpf() {
                       std::strerror(-load_err), log.empty() ? " none" : log);
   }
   g_load_log.clear();
+  rows_.attach(bpf_map__fd(skel_->maps.rows), bpf_map__max_entries(skel_->maps.rows));
   if (int err = record_bpf__attach(skel_); err != 0) {
     return make_error("attaching the fork/exec/mmap tracepoints failed: {}", std::strerror(-err));
   }
@@ -365,30 +368,6 @@ void Recorder::setup(uint32_t pid) {
   }
 }
 
-// Puts a file's rows into the kernel's row table, once per file. Called as soon as its table is
-// built (ObjectCache::on_table), so only one file's rows are held at a time while a process with
-// many libraries is analysed; only the LuaJIT file's rows are read again here (the FFI
-// trampoline's return address, sample_frames.cc), every other file's live on in the kernel alone.
-void Recorder::upload(MappedObject& obj) {
-  if (!obj.table || obj.uploaded || obj.upload_failed) return;
-  auto rows = obj.table->rows();
-  if (rows.size() > LJ_REC_MAX_ROWS - rows_next_) {
-    obj.upload_failed = true;
-    ++agent_counts_[LJ_REC_CTR_ROWS_FULL];
-    warn(fmt::format("{}: {} CFI rows do not fit the kernel's row table ({} of {} used)", obj.path,
-                     rows.size(), rows_next_, LJ_REC_MAX_ROWS));
-  } else if (Status up = upload_rows(rows); !up.ok()) {
-    obj.upload_failed = true;
-    warn(fmt::format("{}: {}", obj.path, up.message()));
-  } else {
-    obj.row_first = rows_next_;
-    obj.row_count = static_cast<uint32_t>(rows.size());
-    rows_next_ += obj.row_count;
-    obj.uploaded = true;
-    if (!obj.luajit) obj.table->release_rows();
-  }
-}
-
 void Recorder::publish(uint32_t pid, Proc& p) {
   auto ctx = build_process_context(pid, cache_);
   if (!ctx.ok()) {
@@ -420,7 +399,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   lj_rec_proc rec{};
   for (const ModuleView& m : (*ctx)->modules) {
     MappedObject* obj = m.object;
-    upload(*obj);  // done already for a file analysed just now (ObjectCache::on_table)
+    rows_.upload(*obj);  // done already for a file analysed just now (ObjectCache::on_table)
     if (!obj->uploaded) continue;
     if (rec.nmodules >= LJ_REC_MAX_MODULES) {
       ++agent_counts_[LJ_REC_CTR_MODULES_FULL];
@@ -526,6 +505,56 @@ void Recorder::housekeeping() {
   for (auto& [pid, p] : procs_) {
     if (!p.gone && !process_alive(pid)) rescan_.insert(pid);
   }
+  reclaim();
+}
+
+// Gives back what exited processes and replaced contexts held: their contexts, the kernel rows
+// of files no process maps any more, idle files of the object cache beyond its bound, and the
+// symbolizer's entries of contexts and processes gone. A process published without some rows
+// for want of room is published again once rows were freed.
+void Recorder::reclaim() {
+  bool released = release_exited();
+  if (rows_.sweep(monotonic_ns())) {
+    released = true;
+    for (auto& [pid, p] : procs_) {
+      if (!p.gone && p.ctx && waiting_for_rows(*p.ctx)) setup(pid);
+    }
+  }
+  const size_t pruned = cache_.prune();
+  agent_counts_[LJ_REC_CTR_OBJECTS_PRUNED] += pruned;
+  // The symbolizer forgets contexts released here and those publish replaced (a process that
+  // exec'd or mapped more code).
+  std::set<uint64_t> generations;
+  std::set<uint32_t> pids;
+  for (auto& [pid, p] : procs_) {
+    if (!p.ctx) continue;
+    generations.insert(p.ctx->generation);
+    pids.insert(pid);
+  }
+  symbolizer_.forget_all_but(generations, pids);
+  if (!released && pruned == 0) return;
+  // What was freed goes back to the system: glibc keeps freed heap memory for reuse, and each
+  // new binary's analysis leaves it scattered. A churn of new binaries under `agent` measured
+  // 8.9 -> 13.6 MiB of anonymous RSS after the second wave without this, 5.4 -> 5.5 with it
+  // (tests/export/agent_test.cc ChurnOfNewBinariesKeepsRowsAndMemoryFlat).
+  ::malloc_trim(0);
+}
+
+// An exited process's context (and through it its files' rows and cache entries) is released
+// once the ring holds none of its samples; its Proc, whose identity labels the interval's
+// profile, at the interval's cut (release_gone), or here when there are no intervals. True when
+// a context was released.
+bool Recorder::release_exited() {
+  if (std::none_of(procs_.begin(), procs_.end(),
+                   [](const auto& e) { return e.second.gone && e.second.ctx; })) {
+    return false;
+  }
+  ring_buffer__consume(rb_);
+  for (auto& [pid, p] : procs_) {
+    if (p.gone) p.ctx.reset();
+  }
+  if (opt_.interval_s <= 0) release_gone();
+  return true;
 }
 
 void Recorder::handle_sample(const void* data, size_t size) {
@@ -567,28 +596,6 @@ void Recorder::handle_sample(const void* data, size_t size) {
   }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
   raw.stack->second += 1;
-}
-
-// Writes `rows` to the kernel's `rows` array from slot rows_next_ on, with batched updates:
-// the array is not mapped into the agent (a mapping of it counts all 48 MiB in the agent's RSS
-// from the start, whatever is used).
-Status Recorder::upload_rows(std::span<const lj_cfi_row> rows) {
-  constexpr size_t kBatch = 1 << 14;
-  std::vector<uint32_t> keys;
-  for (size_t done = 0; done < rows.size(); done += kBatch) {
-    const size_t n = std::min(kBatch, rows.size() - done);
-    keys.resize(n);
-    for (size_t i = 0; i < n; ++i) keys[i] = rows_next_ + static_cast<uint32_t>(done + i);
-    uint32_t count = static_cast<uint32_t>(n);
-    LIBBPF_OPTS(bpf_map_batch_opts, opts);
-    if (bpf_map_update_batch(bpf_map__fd(skel_->maps.rows), keys.data(), rows.data() + done, &count,
-                             &opts) != 0 ||
-        count != n) {
-      return make_error("writing {} CFI rows to the kernel's row table at slot {} failed: {}", n,
-                        rows_next_ + done, std::strerror(errno));
-    }
-  }
-  return Ok{};
 }
 
 void Recorder::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {
@@ -687,6 +694,15 @@ RecordStats Recorder::stats(StatsFor use) {
   }
   agent_counts_[LJ_REC_CTR_BEFORE_CONTEXT] = before_context;
   r.without_context = c[LJ_REC_CTR_NO_CONTEXT] + before_context;
+  std::array<uint64_t, LJ_REC_NGAUGES> levels{};
+  levels[LJ_REC_GAUGE_ROWS_IN_USE] = rows_.in_use();
+  levels[LJ_REC_GAUGE_ROWS_CAPACITY] = rows_.capacity();
+  levels[LJ_REC_GAUGE_OBJECT_CACHE_ENTRIES] = cache_.size();
+  levels[LJ_REC_GAUGE_OBJECT_CACHE_BYTES] = cache_.held_bytes();
+  for (uint32_t g = 0; g < LJ_REC_NGAUGES; ++g) {
+    r.gauges.push_back(
+        {std::string(kGaugeSpecs[g].metric), std::string(kGaugeSpecs[g].text), levels[g]});
+  }
   // Every other counter of the registry, in its order (the sample total is the summary's
   // first line, not a reason).
   for (const CounterSpec& spec : kCounterSpecs) {
@@ -825,6 +841,9 @@ Result<RecordResult> Recorder::run() {
   }
   if (opt_.frequency_hz == 0 || opt_.frequency_hz > 100000) {
     return make_error("--freq {} is outside 1..100000 Hz", opt_.frequency_hz);
+  }
+  if (opt_.unwind_rows == 0 || opt_.unwind_rows > LJ_REC_MAX_ROWS_LIMIT) {
+    return make_error("--unwind-rows {} is outside 1..{}", opt_.unwind_rows, LJ_REC_MAX_ROWS_LIMIT);
   }
   for (uint32_t pid : opt_.pids) {
     if (!process_alive(pid)) return make_error("-p {}: no such process", pid);

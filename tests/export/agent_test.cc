@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -182,6 +183,16 @@ Page scrape(int port) {
     std::smatch m;
     if (std::regex_match(line, m, kHelp)) page.help[m[1]] = m[2];
     if (std::regex_match(line, m, kValue)) page.value[m[1]] = std::stod(m[2]);
+  }
+  return page;
+}
+
+// Polls the metrics page every 50 ms until `done(page)` or `timeout_s`; the last page.
+Page scrape_until(int port, double timeout_s, const std::function<bool(Page&)>& done) {
+  Page page = scrape(port);
+  for (double waited = 0; waited < timeout_s && !done(page); waited += 0.05) {
+    sleep_s(0.05);
+    page = scrape(port);
   }
   return page;
 }
@@ -394,7 +405,10 @@ TEST(AgentLive, ShortLivedProcessesAreReleasedAndMetricsEqualTheSummary) {
   }
   for (auto& p : running) EXPECT_EQ(p->wait(10000), 0);
   sleep_s(2.5);
-  Page after = scrape(port);
+  // Until the rows of their files are freed too (a second after the last of them is released):
+  // from then on no counter moves.
+  Page after =
+      scrape_until(port, 10, [](Page& p) { return p.value["ljprof_unwind_rows_in_use"] == 0; });
   const long rss_end = rss_kib(agent.pid());
   EXPECT_EQ(after.value["ljprof_processes_followed"], 0) << after.text;
   std::cout << "agent RSS: " << rss_start << " KiB before the churn, " << rss_end << " after; "
