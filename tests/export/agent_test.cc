@@ -710,12 +710,12 @@ double slope(const std::vector<double>& x, const std::vector<double>& y) {
 // (5) Churn: `ljprof agent -a` follows waves of binaries it has never seen — each wave a copy
 // of Debian's luajit and of its libluajit-5.1.so.2 (loaded by a python3 through ctypes, via
 // LD_LIBRARY_PATH), their build-ids rewritten so that every wave's files are analysed afresh —
-// whose processes run Lua for a second of their own CPU clock and exit. While each wave runs,
-// the rows in use are what the first wave's took (its files, and the libraries all share),
-// within 5%: the rows of the waves before were freed; after each wave they return to what they
-// were after the first, and the agent's RSS stays within 10% of it. Waves run for
-// LJPROF_CHURN_SECONDS (default 16; bench/reclaim_churn runs it for longer and reports the
-// slopes per hour).
+// whose processes, once all followed, run Lua for a second of their own CPU clock and exit.
+// While each wave runs, the rows in use are what the first wave's took (its files, and the
+// libraries all share), within 5%: the rows of the waves before were freed; after each wave
+// they return to what they were after the first, and the agent's RSS stays within 10% of it.
+// Waves run for LJPROF_CHURN_SECONDS (default 16; bench/reclaim_churn runs it for longer and
+// reports the slopes per hour).
 TEST(AgentLive, ChurnOfNewBinariesKeepsRowsAndMemoryFlat) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
   const char* env_seconds = std::getenv("LJPROF_CHURN_SECONDS");
@@ -733,10 +733,19 @@ TEST(AgentLive, ChurnOfNewBinariesKeepsRowsAndMemoryFlat) {
       << "lj.luaL_openlibs(L)\n"
       << "if lj.luaL_loadstring(L, sys.argv[1].encode()) != 0 or lj.lua_pcall(L, 0, 0, 0) != 0:\n"
       << "    sys.exit('embed_luajit.py: the Lua chunk failed')\n";
-  const std::string work =
-      "local function wave_work(t) local x, s = 0, os.clock() "
-      "while os.clock() - s < t do for i = 1, 1e4 do x = x + i % 7 end end return x end "
-      "wave_work(1.0)";
+  // Each wave's processes wait for the wave's `go` file (so all three are followed at once
+  // whatever the machine's speed; a pid reused while the agent still holds its exited
+  // predecessor is only adopted at the next /proc scan), then run Lua for a second of their own
+  // CPU clock.
+  auto work = [](const std::string& go) {
+    return "local ffi = require('ffi') ffi.cdef('int usleep(unsigned int)') "
+           "while true do local f = io.open('" +
+           go +
+           "') if f then f:close() break end ffi.C.usleep(20000) end "
+           "local function wave_work(t) local x, s = 0, os.clock() "
+           "while os.clock() - s < t do for i = 1, 1e4 do x = x + i % 7 end end return x end "
+           "wave_work(1.0)";
+  };
   Agent agent(dir, {"--comm", "luajit-ljw", "--comm", "luajit-ljw-lib", "-F", "99", "--interval",
                     "1", "--out-dir", dir + "/profiles", "--keep-files", "50", "--metrics-addr",
                     "127.0.0.1:0", "--table-cache", dir + "/tables"});
@@ -753,27 +762,26 @@ TEST(AgentLive, ChurnOfNewBinariesKeepsRowsAndMemoryFlat) {
     std::filesystem::create_directories(wdir + "/lib");
     ASSERT_TRUE(copy_with_new_build_id("/usr/bin/luajit", wdir + "/luajit-ljw", wave));
     ASSERT_TRUE(copy_with_new_build_id(lib, wdir + "/lib/libluajit-5.1.so.2", wave));
+    const std::string go = wdir + "/go";
     std::vector<std::unique_ptr<test::Background>> procs;
+    procs.push_back(std::make_unique<test::Background>(std::vector<std::string>{
+        "env", "LD_LIBRARY_PATH=" + wdir + "/lib", "python3", embed, work(go)}));
     for (int i = 0; i < 2; ++i) {
       procs.push_back(std::make_unique<test::Background>(
-          std::vector<std::string>{wdir + "/luajit-ljw", "-e", work}));
+          std::vector<std::string>{wdir + "/luajit-ljw", "-e", work(go)}));
     }
-    procs.push_back(std::make_unique<test::Background>(std::vector<std::string>{
-        "env", "LD_LIBRARY_PATH=" + wdir + "/lib", "python3", embed, work}));
-    // The rows in use while all three are followed.
-    double peak = -1;
-    bool running = true;
-    while (running) {
-      Page p = scrape(port);
-      if (p.value["ljprof_processes_followed"] == 3) {
-        peak = std::max(peak, p.value["ljprof_unwind_rows_in_use"]);
-      }
+    // The rows in use while all three are followed, from then until they exit.
+    Page all =
+        scrape_until(port, 15, [](Page& p) { return p.value["ljprof_processes_followed"] == 3; });
+    ASSERT_EQ(all.value["ljprof_processes_followed"], 3) << "wave " << wave << "\n" << agent.log();
+    std::ofstream(go) << "go\n";
+    double peak = all.value["ljprof_unwind_rows_in_use"];
+    for (bool running = true; running; sleep_s(0.1)) {
+      peak = std::max(peak, scrape(port).value["ljprof_unwind_rows_in_use"]);
       running = false;
       for (auto& proc : procs) running = running || proc->running();
-      sleep_s(0.1);
     }
     for (auto& proc : procs) EXPECT_EQ(proc->wait(1000), 0) << "wave " << wave;
-    ASSERT_GT(peak, 0) << "wave " << wave << ": never all three followed\n" << agent.log();
     // Released: nothing followed, the rows back where the first wave left them.
     const double floor = settled.empty() ? 0 : settled[0];
     Page after = scrape_until(port, 10, [&](Page& p) {
