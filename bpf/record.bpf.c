@@ -5,8 +5,8 @@
  * Maps the loader (src/record) fills:
  *   pids   tgid -> slot in `procs` (LJ_REC_PID_PENDING: followed, no context yet)
  *   procs  per-process unwind context: modules with CFI, LuaJIT layout, G hint
- *   rows   the CFI rows of every uploaded file (mmapped by the loader, shared between processes
- *          that map the same file)
+ *   rows   the CFI rows of the files followed processes map (written by the loader, shared
+ *          between processes that map the same file; its size set by the loader, --unwind-rows)
  * and it reads back `events` (samples), `notify` (a followed process exec'd, forked or mapped
  * new code: rescan it now) and the per-CPU `counters`. */
 #include "vmlinux.h"
@@ -39,8 +39,12 @@ struct {
  * addresses (main, lua_pcall, the VM entry) come back in nearly every sample, and a binary
  * search over the 48 MiB row table misses the cache and the TLB at almost every step (measured
  * at ~250 ns per lookup, against ~30 ns for a hit here). Per CPU, so no entry is ever written
- * by two programs at once; an upload never changes rows, and a new context has a new
- * generation, so an entry is never stale. */
+ * by two programs at once. An entry is never stale: a published context's rows are never
+ * rewritten (the loader frees a file's rows only once no published context names them and
+ * every program that could have found them has returned, src/record/unwind_rows.h), and every
+ * context is published under a generation no other context had, so an entry found for a
+ * context that is no longer published is never looked up again (a program still walking with
+ * such a context may write one, before the loader reuses its rows). */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, LJ_REC_ROW_CACHE);

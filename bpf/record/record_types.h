@@ -16,10 +16,18 @@
 #define LJ_REC_MAX_PROCS 128  /* processes with an unwind context at one time */
 #define LJ_REC_MAX_PIDS 4096  /* processes followed (pid filter) */
 #define LJ_REC_MAX_MODULES 64 /* executable file mappings with CFI per process */
-#define LJ_REC_MAX_ROWS                                                                            \
-  (1u << 21) /* CFI rows of all uploaded files together (48 MiB of kernel memory; the agent writes \
-                it by batched updates, never maps it) */
-#define LJ_REC_ROW_SEARCH_STEPS 22 /* binary search steps: enough for 1 << 21 rows */
+/* CFI rows of the files followed processes map, together: the default capacity of the `rows`
+ * map (24 bytes a row: 48 MiB of kernel memory, allocated whole when the map is made; the agent
+ * writes it by batched updates, never maps it). `--unwind-rows` sets another, at most
+ * LJ_REC_MAX_ROWS_LIMIT. A file's rows are freed for reuse once no followed process maps it
+ * (src/record/unwind_rows.h). */
+#define LJ_REC_MAX_ROWS (1u << 21)
+/* Binary search steps over one file's rows (record.bpf.c lj_rec_lookup): 22 halvings narrow
+ * 1 << 22 rows to one. A file never has more rows than the map holds, so a map of at most
+ * LJ_REC_MAX_ROWS_LIMIT rows keeps every search within the bound. */
+#define LJ_REC_ROW_SEARCH_STEPS 22
+#define LJ_REC_MAX_ROWS_LIMIT (1u << LJ_REC_ROW_SEARCH_STEPS)
+LJ_STATIC_ASSERT(LJ_REC_MAX_ROWS <= LJ_REC_MAX_ROWS_LIMIT, "the default row map is searchable");
 
 #define LJ_REC_ROW_CACHE 4096 /* rows remembered per CPU (record.bpf.c row_cache), a power of 2 */
 
@@ -256,7 +264,13 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
     "JIT code shown at its trace's start: between two snapshots, and this LuaJIT records no "    \
     "machine-code offsets to tell which")                                                        \
   X(CAPTURE_DROPPED, 79, AGENT, "young_objects_dropped",                                         \
-    "objects copied at sample time dropped (over the per-process bound)")
+    "objects copied at sample time dropped (over the per-process bound)")                                                         \
+  X(ROWS_FRAGMENTED, 90, AGENT, "rows_map_fragmented",                                           \
+    "map full: CFI rows refused though as many rows were free (in no one range: no compaction)") \
+  X(ROWS_FREED, 91, AGENT, "unwind_tables_freed",                                                \
+    "files whose unwind rows were freed for reuse (no followed process maps them)")              \
+  X(OBJECTS_PRUNED, 92, AGENT, "object_cache_pruned",                                            \
+    "files dropped from the object cache (unmapped, least recently used beyond its bound)")
 
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };
@@ -265,5 +279,23 @@ enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_EN
 #define LJ_REC_COUNTER_IDS 96 /* every id, kernel and agent, is below this */
 LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
                  "walk ends fit below the kernel counters");
+
+/* The recorder's levels (metrics of type gauge, kept by the agent), declared once:
+ * X(ID, metric, text). `metric` is the stable snake_case name (ljprof_<metric> on the metrics
+ * page; unique among gauges and counters, checked in src/record/counters.cc), `text` what
+ * `record --stats` and the agent's exit summary say. */
+#define LJ_REC_GAUGES(X)                                                           \
+  X(ROWS_IN_USE, "unwind_rows_in_use",                                             \
+    "unwind rows in use (files followed processes map or mapped a moment ago)")    \
+  X(ROWS_CAPACITY, "unwind_rows_capacity",                                         \
+    "unwind rows the kernel's row map holds (--unwind-rows)")                      \
+  X(OBJECT_CACHE_ENTRIES, "object_cache_entries",                                  \
+    "files in the object cache (mapped by a followed process, or kept for reuse)") \
+  X(OBJECT_CACHE_BYTES, "object_cache_bytes",                                      \
+    "bytes the object cache holds (symbol tables, unwind tables, LuaJIT layouts)")
+
+#define LJ_REC_GAUGE_ENUMERATOR(id, ...) LJ_REC_GAUGE_##id,
+enum lj_rec_gauge { LJ_REC_GAUGES(LJ_REC_GAUGE_ENUMERATOR) LJ_REC_NGAUGES };
+#undef LJ_REC_GAUGE_ENUMERATOR
 
 #endif /* LJPROF_BPF_RECORD_RECORD_TYPES_H */

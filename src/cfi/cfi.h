@@ -222,6 +222,8 @@ class UnwindTable {
   // recorder's copy once the rows are in the kernel's row table (a Tarantool process's ~50
   // files hold ~16 MB of rows). rows() is empty and row_at() null afterwards.
   void release_rows();
+  // What the table holds on the heap, in bytes (the recorder's object cache bound).
+  uint64_t heap_bytes() const;
 
  private:
   friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, std::span<const Overlay>);

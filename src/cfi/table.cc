@@ -308,6 +308,16 @@ void UnwindTable::release_rows() {
   std::vector<uint64_t>().swap(row_fde_offsets_);
 }
 
+uint64_t UnwindTable::heap_bytes() const {
+  uint64_t bytes =
+      rows_.capacity() * sizeof(lj_cfi_row) + row_fde_offsets_.capacity() * sizeof(uint64_t) +
+      fde_errors_.capacity() * sizeof(FdeError) + overlays_.capacity() * sizeof(Overlay) +
+      functions_.capacity() * sizeof(FunctionRange);
+  for (const FdeError& e : fde_errors_) bytes += e.message.capacity();
+  for (const Overlay& o : overlays_) bytes += o.what.capacity() + o.how.capacity();
+  return bytes;
+}
+
 const lj_cfi_row* UnwindTable::row_at(uint64_t pc) const {
   auto it = std::upper_bound(rows_.begin(), rows_.end(), pc,
                              [](uint64_t v, const lj_cfi_row& r) { return v < r.pc_start; });

@@ -23,6 +23,7 @@ struct AgentFlags {
   double interval = 10;
   double duration = 0;
   uint32_t ringbuf_mb = 0;
+  uint32_t unwind_rows = 0;
   std::string table_cache;
   std::string pyroscope;
   std::string token;
@@ -64,6 +65,7 @@ Result<exporter::AgentOptions> agent_options(const AgentFlags& f) {
   o.record.interval_s = f.interval;
   o.record.duration_s = f.duration;
   o.record.ringbuf_mb = f.ringbuf_mb;
+  o.record.unwind_rows = f.unwind_rows;
   o.record.table_cache_dir = f.table_cache;
   if ((f.ringbuf_mb & (f.ringbuf_mb - 1)) != 0) {
     return make_error("--ringbuf-mb must be a power of two");
@@ -118,6 +120,7 @@ int run_agent_command(const AgentFlags& flags) {
     return 2;
   }
   print_record_summary(std::cerr, "agent", summary->stats, summary->seconds);
+  print_record_gauges(std::cerr, "agent", summary->stats);
   std::cerr << fmt::format("ljprof agent: {} intervals, {} profiles\n", summary->intervals,
                            summary->profiles);
   for (const auto& [name, c] : summary->sinks) {
@@ -193,6 +196,7 @@ void add_agent_command(CommandLine& cli) {
              "Kernel ring buffer in MiB, a power of two (default: a second of samples, CPUs x "
              "freq x 1 KiB, 256 KiB to 256 MiB)")
       .range(1, 1024);
+  add_unwind_rows_option(cmd, f->unwind_rows);
   add_table_cache_option(cmd, f->table_cache);
   cmd.flag("-q,--quiet", f->quiet, "No log line per interval (errors are still printed)");
   cmd.footer(

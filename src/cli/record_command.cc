@@ -20,6 +20,7 @@ void add_record_command(CommandLine& cli) {
     uint32_t freq = 99;
     double duration = 0;
     uint32_t ringbuf_mb = 0;
+    uint32_t unwind_rows = 0;
     std::string table_cache;
     std::string pprof;
     std::string folded;
@@ -51,6 +52,7 @@ void add_record_command(CommandLine& cli) {
              "CPUs x freq x 1 KiB, 256 KiB to 256 MiB); raise it if the summary reports "
              "dropped samples")
       .range(1, 1024);
+  add_unwind_rows_option(cmd, opts->unwind_rows);
   add_table_cache_option(cmd, opts->table_cache);
   cmd.option("-o,--output", opts->pprof,
              "Write a gzip pprof profile (go tool pprof, Pyroscope, Parca, speedscope)");
@@ -62,7 +64,8 @@ void add_record_command(CommandLine& cli) {
   cmd.flag("--stats", opts->stats,
            "Also print what recording cost: the agent's CPU per delivered sample in steady "
            "state (after the first 2 s) and its max RSS, the CPU each process's attach took, "
-           "and the kernel program's median time per sample");
+           "the kernel program's median time per sample, and the unwind rows and object cache "
+           "in use at the end");
   cmd.option("COMMAND", opts->command,
              "After '--': a command to launch and sample, with its children");
   cmd.footer(
@@ -87,6 +90,7 @@ void add_record_command(CommandLine& cli) {
     ro.frequency_hz = opts->freq;
     ro.duration_s = opts->duration;
     ro.ringbuf_mb = opts->ringbuf_mb;
+    ro.unwind_rows = opts->unwind_rows;
     ro.table_cache_dir = opts->table_cache;
     if ((ro.ringbuf_mb & (ro.ringbuf_mb - 1)) != 0) {
       std::cerr << "ljprof record: --ringbuf-mb must be a power of two\n";
@@ -125,7 +129,10 @@ void add_record_command(CommandLine& cli) {
       return 2;
     }
     print_record_summary(std::cerr, "record", *r, r->profile.duration_ns / 1e9);
-    if (opts->stats) print_record_cost(std::cerr, "record", r->cost);
+    if (opts->stats) {
+      print_record_cost(std::cerr, "record", r->cost);
+      print_record_gauges(std::cerr, "record", *r);
+    }
     auto written = report::write_outputs(r->profile, out);
     if (!written.ok()) {
       std::cerr << "ljprof record: " << written.message() << "\n";

@@ -1,6 +1,7 @@
 #include "cli/recording.h"
 
 #include "cfi/table_cache.h"
+#include "record/counters.h"
 
 #include <fmt/format.h>
 
@@ -53,6 +54,34 @@ void add_table_cache_option(Command& cmd, std::string& dir) {
              "once are not analysed again ('' = off; default $LJPROF_CACHE_DIR, else "
              "$XDG_CACHE_HOME/ljprof, else ~/.cache/ljprof)")
       .type_name("DIR");
+}
+
+void add_unwind_rows_option(Command& cmd, uint32_t& rows) {
+  constexpr uint32_t kMinUnwindRows = 1024;
+  rows = record::RecordOptions::kDefaultUnwindRows;
+  cmd.option(
+         "--unwind-rows", rows,
+         fmt::format(
+             "Capacity of the kernel's unwind-row map: the CFI rows of every file a sampled "
+             "process maps, 24 bytes of kernel memory each, allocated (and locked) whole when "
+             "recording starts (default {} = {} MiB, at most {} = {} MiB). A file takes its rows "
+             "once however many processes map it (Debian 12: libc ~28k, luajit ~12k, a "
+             "tarantool with its libraries ~490k) and gives them back when none does any more; "
+             "a file that does not fit is sampled without them (walks stop in it, counted as "
+             "'map full: CFI rows') until others free room",
+             record::RecordOptions::kDefaultUnwindRows,
+             record::RecordOptions::kDefaultUnwindRows * 24 >> 20, LJ_REC_MAX_ROWS_LIMIT,
+             uint64_t{LJ_REC_MAX_ROWS_LIMIT} * 24 >> 20))
+      .range(kMinUnwindRows, LJ_REC_MAX_ROWS_LIMIT)
+      // (the range's own text prints the limit as a float)
+      .option_text(fmt::format("N in [{} - {}]", kMinUnwindRows, LJ_REC_MAX_ROWS_LIMIT));
+}
+
+void print_record_gauges(std::ostream& out, std::string_view command,
+                         const record::RecordStats& stats) {
+  for (const record::RecordStats::Gauge& g : stats.gauges) {
+    out << fmt::format("ljprof {}: {} {}\n", command, g.value, g.text);
+  }
 }
 
 void print_record_cost(std::ostream& out, std::string_view command, const record::RecordCost& c) {

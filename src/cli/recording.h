@@ -28,6 +28,14 @@ void print_record_summary(std::ostream& out, std::string_view command,
 // default directory first.
 void add_table_cache_option(Command& cmd, std::string& dir);
 
+// --unwind-rows N, alike for record and agent: the capacity of the kernel's row map.
+void add_unwind_rows_option(Command& cmd, uint32_t& rows);
+
+// "ljprof COMMAND: VALUE TEXT" for each level of the recording (record/recorder.h
+// RecordStats::gauges: unwind rows in use and capacity, object cache).
+void print_record_gauges(std::ostream& out, std::string_view command,
+                         const record::RecordStats& stats);
+
 // `--stats`: the agent's CPU per delivered sample in steady state, its max RSS, the CPU each
 // process's attach took, and the kernel program's time per sample.
 void print_record_cost(std::ostream& out, std::string_view command, const record::RecordCost& c);

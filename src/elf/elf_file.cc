@@ -95,6 +95,14 @@ void ElfFile::release_resident_pages() const {
   if (map_ != nullptr) ::madvise(map_, map_size_, MADV_DONTNEED);
 }
 
+uint64_t ElfFile::heap_bytes() const {
+  return sizeof(ElfFile) + path_.capacity() + sections_.capacity() * sizeof(Section) +
+         segments_.capacity() * sizeof(Segment) + symbols_.capacity() * sizeof(Symbol) +
+         by_address_.capacity() * sizeof(uint32_t) +
+         (needed_.capacity() + runpath_.capacity()) * sizeof(std::string_view) +
+         (build_id_ ? build_id_->capacity() : 0);
+}
+
 Result<std::unique_ptr<ElfFile>> ElfFile::from_memory(std::span<const uint8_t> bytes,
                                                       std::string name) {
   std::unique_ptr<ElfFile> file(new ElfFile());

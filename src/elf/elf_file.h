@@ -99,6 +99,9 @@ class ElfFile {
   // private, never written). For a file analysed once and then only looked up by symbol, most
   // of its pages are never touched again. No effect on a file read from memory.
   void release_resident_pages() const;
+  // What the parsed file holds on the heap, in bytes (its tables of sections, segments and
+  // symbols; not the mapping, whose pages are the page cache's).
+  uint64_t heap_bytes() const;
   // The bytes of a section that has file data (validated at open, so always in the file).
   std::span<const uint8_t> section_data(const Section& section) const;
 

@@ -71,7 +71,8 @@ double cpu_seconds() {
 
 // The recorder's counters: one family per counter of the registry (bpf/record/record_types.h
 // LJ_REC_COUNTERS, walk ends LJ_WALK_ENDS), named ljprof_<metric>_total, help = the summary's
-// text, so the page and the summary `ljprof agent` prints at exit say the same.
+// text, so the page and the summary `ljprof agent` prints at exit say the same; and one gauge
+// per level (LJ_REC_GAUGES), ljprof_<metric>.
 void add_recorder_families(const record::RecordStats& s, std::vector<MetricFamily>& out) {
   out.push_back(counter("ljprof_samples_total", "samples of followed processes", s.samples));
   out.push_back(
@@ -88,6 +89,9 @@ void add_recorder_families(const record::RecordStats& s, std::vector<MetricFamil
   }
   out.push_back(gauge("ljprof_processes_followed", "processes with an unwind context now",
                       static_cast<double>(s.processes_followed)));
+  for (const record::RecordStats::Gauge& g : s.gauges) {
+    out.push_back(gauge("ljprof_" + g.metric, g.text, static_cast<double>(g.value)));
+  }
 }
 
 void add_queue_families(const std::vector<std::unique_ptr<UploadQueue>>& queues,

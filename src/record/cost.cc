@@ -28,6 +28,12 @@ double thread_cpu_seconds() {
   return cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
 }
 
+uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 uint64_t max_rss_kib() {
   rusage u{};
   if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;

@@ -16,6 +16,9 @@ double process_cpu_seconds();
 double thread_cpu_seconds();
 // The agent's peak resident set (getrusage ru_maxrss), in KiB.
 uint64_t max_rss_kib();
+// CLOCK_MONOTONIC in nanoseconds: bpf_ktime_get_ns's clock, to compare sample times with
+// publication times.
+uint64_t monotonic_ns();
 
 // The distribution of the kernel program's time per sample: fixed buckets of kBucketNs up to
 // kBuckets * kBucketNs (the last bucket holds everything longer), so the memory is bounded

@@ -19,4 +19,19 @@ static_assert(
     }(),
     "LJ_REC_COUNTERS: ids unique and in their range, metric names unique");
 
+// A gauge's name is its own: unique among the gauges and no counter's.
+static_assert(
+    [] {
+      for (size_t i = 0; i < std::size(kGaugeSpecs); ++i) {
+        for (size_t j = i + 1; j < std::size(kGaugeSpecs); ++j) {
+          if (kGaugeSpecs[i].metric == kGaugeSpecs[j].metric) return false;
+        }
+        for (const CounterSpec& c : kCounterSpecs) {
+          if (c.metric == kGaugeSpecs[i].metric) return false;
+        }
+      }
+      return true;
+    }(),
+    "LJ_REC_GAUGES: metric names unique, and none a counter's");
+
 }  // namespace ljprof::record

@@ -30,6 +30,19 @@ inline constexpr CounterSpec kCounterSpecs[] = {
 #undef LJ_REC_COUNTER_SPEC
 };
 
+// The recorder's levels (LJ_REC_GAUGES), indexed by enum lj_rec_gauge.
+struct GaugeSpec {
+  std::string_view metric;  // stable snake_case name
+  std::string_view text;    // what `record --stats` and the agent's summary say
+};
+
+inline constexpr GaugeSpec kGaugeSpecs[] = {
+#define LJ_REC_GAUGE_SPEC(id, metric, text) {metric, text},
+    LJ_REC_GAUGES(LJ_REC_GAUGE_SPEC)
+#undef LJ_REC_GAUGE_SPEC
+};
+static_assert(std::size(kGaugeSpecs) == LJ_REC_NGAUGES);
+
 // The agent's counts, indexed by counter id (only AGENT ids are incremented here).
 using AgentCounts = std::array<uint64_t, LJ_REC_COUNTER_IDS>;
 

@@ -56,6 +56,15 @@ void analyse_mapped_file(MappedObject& obj, uint32_t pid, const MapEntry& map,
 
 }  // namespace
 
+uint64_t MappedObject::held_bytes() const {
+  uint64_t bytes = sizeof(MappedObject) + path.capacity() + image.capacity() + error.capacity() +
+                   luajit_error.capacity();
+  if (elf) bytes += elf->heap_bytes();
+  if (table) bytes += table->heap_bytes();
+  if (luajit) bytes += sizeof(*luajit) + luajit->fields.capacity() * sizeof(luajit->fields[0]);
+  return bytes;
+}
+
 void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const MapEntry& map) {
   analyse_mapped_file(obj, pid, map, tables_);
   if (obj.table && on_table_) on_table_(obj);
@@ -72,14 +81,14 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
     // The process it was first opened through had exited (its map_files gone): another process
     // mapping the same file tries again, into the same object (contexts may point at it).
     if (!obj->elf && obj->opened_through != pid) analyse(*obj, pid, map);
-    return obj;
+    return used(obj);
   }
   auto obj = std::make_unique<MappedObject>();
   obj->path = map.path;
   analyse(*obj, pid, map);
   MappedObject* raw = obj.get();
   objects_.emplace(std::move(key), std::move(obj));
-  return raw;
+  return used(raw);
 }
 
 bool ObjectCache::links_luajit(uint32_t pid, const MapEntry& map) {
@@ -89,8 +98,58 @@ bool ObjectCache::links_luajit(uint32_t pid, const MapEntry& map) {
   if (!elf.ok()) return false;  // the process is gone, most likely: ask again next time
   const bool links =
       luajit::detect_runtime(**elf, {}, map.path).source == luajit::LuaJITSource::LinkedIn;
+  if (links_luajit_.size() >= kMaxLinksLuajit) links_luajit_.clear();
   links_luajit_.emplace(std::move(key), links);
   return links;
+}
+
+void ObjectCache::for_each(const std::function<void(MappedObject&)>& f) {
+  for (auto& [key, obj] : objects_) f(*obj);
+  for (auto& obj : uncached_) f(*obj);
+}
+
+Status ObjectCache::reload_rows(MappedObject& obj) {
+  if (!obj.elf) return make_error("{}: not open", obj.path);
+  // As analyse_mapped_file and get_vdso built it (a vDSO's bytes are kept in `image`).
+  auto table = obj.image.empty() ? luajit::walker_table(*obj.elf, tables_)
+                                 : cfi::build_vdso_unwind_table(*obj.elf);
+  if (!table.ok()) return make_error("{}: {}", obj.path, table.message());
+  if (table->rows().empty()) return make_error("{}: no unwind rows", obj.path);
+  obj.table = std::move(*table);
+  obj.elf->release_resident_pages();
+  return Ok{};
+}
+
+size_t ObjectCache::prune(size_t max_idle, uint64_t max_idle_bytes) {
+  auto idle = [](const MappedObject& obj) { return obj.contexts == 0 && !obj.uploaded; };
+  // An uncached object (a vDSO whose content hash collided) is found by no one again.
+  size_t dropped = std::erase_if(uncached_, [&](const auto& obj) { return idle(*obj); });
+  struct Idle {
+    uint64_t last_used, bytes;
+    std::map<Key, std::unique_ptr<MappedObject>>::iterator at;
+  };
+  std::vector<Idle> lru;
+  uint64_t bytes = 0;
+  for (auto it = objects_.begin(); it != objects_.end(); ++it) {
+    if (!idle(*it->second)) continue;
+    lru.push_back({it->second->last_used, it->second->held_bytes(), it});
+    bytes += lru.back().bytes;
+  }
+  std::sort(lru.begin(), lru.end(),
+            [](const Idle& a, const Idle& b) { return a.last_used < b.last_used; });
+  for (size_t i = 0; i < lru.size() && (lru.size() - i > max_idle || bytes > max_idle_bytes); ++i) {
+    bytes -= lru[i].bytes;
+    objects_.erase(lru[i].at);
+    ++dropped;
+  }
+  return dropped;
+}
+
+uint64_t ObjectCache::held_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [key, obj] : objects_) bytes += obj->held_bytes();
+  for (const auto& obj : uncached_) bytes += obj->held_bytes();
+  return bytes;
 }
 
 MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& mem) {
@@ -112,7 +171,7 @@ MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& me
                                  obj->image.size());
   auto key = std::make_tuple(map.path, std::hash<std::string_view>{}(content), std::string("vdso"));
   auto it = objects_.find(key);
-  if (it != objects_.end() && it->second->image == obj->image) return it->second.get();
+  if (it != objects_.end() && it->second->image == obj->image) return used(it->second.get());
   if (obj->error.empty()) {
     auto elf = elf::ElfFile::from_memory(obj->image, map.path);
     if (!elf.ok()) {
@@ -133,7 +192,11 @@ MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& me
   } else {
     uncached_.push_back(std::move(obj));  // a hash collision: never replace a live object
   }
-  return raw;
+  return used(raw);
+}
+
+ProcessContext::~ProcessContext() {
+  for (const ModuleView& m : modules) --m.object->contexts;
 }
 
 const ModuleView* ProcessContext::module_at(uint64_t pc) const {
@@ -228,6 +291,7 @@ Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, Obje
       continue;
     }
     ctx->modules.push_back(ModuleView{m.start, m.end, *bias, obj});
+    ++obj->contexts;
   }
   std::sort(ctx->modules.begin(), ctx->modules.end(),
             [](const ModuleView& a, const ModuleView& b) { return a.start < b.start; });

@@ -41,11 +41,22 @@ struct MappedObject {
   std::optional<luajit::LuaJITProcInfo> luajit;  // set when this file carries the LuaJIT VM
   std::string luajit_error;
   lj_luajit_info info{};
-  // Where the recorder put this file's rows in the kernel's row table (once per file).
+  // Where the recorder put this file's rows in the kernel's row table (record/unwind_rows.h):
+  // while a followed process maps the file, and freed (uploaded false again) once none has for a
+  // while; a later mapping uploads them again.
   bool uploaded = false;
-  bool upload_failed = false;
+  bool upload_failed = false;  // writing them failed: not tried again
+  bool no_room = false;        // they did not fit: tried again at each publish, counted once
   uint32_t row_first = 0;
   uint32_t row_count = 0;
+  uint64_t unmapped_since_ns = 0;  // UnwindRows: when it first saw no context map it (0: mapped)
+  // Live ProcessContexts whose modules map this file (build_process_context counts them,
+  // ~ProcessContext uncounts them). Rows and cache entry are only given back at 0.
+  uint32_t contexts = 0;
+  uint64_t last_used = 0;  // ObjectCache's use count when a context last took it (LRU pruning)
+
+  // What the agent holds for it on its heap (symbols, function ranges, rows, layout, image).
+  uint64_t held_bytes() const;
 };
 
 class ObjectCache {
@@ -64,21 +75,47 @@ class ObjectCache {
   // further: `record -a` and the agent ask this of every executable mapping on the host, and
   // only a file that says yes is worth its unwind table and layout (get). Remembered per file.
   bool links_luajit(uint32_t pid, const MapEntry& map);
-  size_t size() const { return objects_.size(); }
+  size_t size() const { return objects_.size() + uncached_.size(); }
+  // Every object held (the recorder's row sweep).
+  void for_each(const std::function<void(MappedObject&)>& f);
   // Unwind tables of files analysed from now on come from `tables` and go into it (null: none).
   void use_table_cache(cfi::TableCache* tables) { tables_ = tables; }
   // Called with each file whose unwind table get() has just built or read (the recorder uploads
   // the rows at once and frees them, instead of holding every file's until the process is done).
   void on_table(std::function<void(MappedObject&)> f) { on_table_ = std::move(f); }
+  // The rows of `obj`'s unwind table again after release_rows (its rows were freed in the kernel
+  // and a process maps it again): from the table cache, else built as get() built them.
+  Status reload_rows(MappedObject& obj);
+
+  // Drops objects no live context maps and whose rows are not in the kernel ("idle"), least
+  // recently used first, while more than `max_idle` of them or more than `max_idle_bytes`
+  // (held_bytes) are held. Each holds its file open and mapped (a deleted file's blocks stay
+  // allocated while it does) and its symbols: an agent living across upgrades would otherwise
+  // keep every binary it ever saw. The idle ones kept spare a re-analysis when the same file is
+  // mapped again (a periodic job, a restarted service). Returns how many were dropped.
+  size_t prune(size_t max_idle = kMaxIdleObjects, uint64_t max_idle_bytes = kMaxIdleBytes);
+  static constexpr size_t kMaxIdleObjects = 32;
+  static constexpr uint64_t kMaxIdleBytes = 16u << 20;
+  uint64_t held_bytes() const;
 
  private:
+  using Key = std::tuple<std::string, uint64_t, std::string>;
   // analyse_mapped_file into `obj` with tables_, then on_table_.
   void analyse(MappedObject& obj, uint32_t pid, const MapEntry& map);
+  MappedObject* used(MappedObject* obj) {
+    obj->last_used = ++uses_;
+    return obj;
+  }
   std::function<void(MappedObject&)> on_table_;
   cfi::TableCache* tables_ = nullptr;
-  std::map<std::tuple<std::string, uint64_t, std::string>, std::unique_ptr<MappedObject>> objects_;
+  std::map<Key, std::unique_ptr<MappedObject>> objects_;
   std::vector<std::unique_ptr<MappedObject>> uncached_;
-  std::map<std::tuple<std::string, uint64_t, std::string>, bool> links_luajit_;
+  uint64_t uses_ = 0;
+  // Whether a file links LuaJIT: asked of every executable file any process on the host maps
+  // (-a), so it is bounded too: past kMaxLinksLuajit answers it starts over (an answer costs
+  // one ELF open to find again).
+  std::map<Key, bool> links_luajit_;
+  static constexpr size_t kMaxLinksLuajit = 8192;
 };
 
 struct ModuleView {
@@ -100,6 +137,13 @@ struct ProcessContext {
   // raw stacks) never outlive an exec or a remap of the same pid.
   uint64_t generation = 0;
   std::vector<std::string> warnings;
+
+  ProcessContext() = default;
+  ProcessContext(const ProcessContext&) = delete;
+  ProcessContext& operator=(const ProcessContext&) = delete;
+  // Uncounts its modules' objects (MappedObject::contexts): the ObjectCache they are in must
+  // outlive it.
+  ~ProcessContext();
 
   const ModuleView* module_at(uint64_t pc) const;
 };

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -41,9 +42,12 @@
 #include "record/sample_frames.h"
 #include "record/stack_memo.h"
 #include "record/stack_table.h"
+#include "record/unwind_rows.h"
 #include "symbolize/symbolize.h"
 
 namespace ljprof::record {
+
+static_assert(RecordOptions::kDefaultUnwindRows == LJ_REC_MAX_ROWS);
 
 namespace {
 
@@ -85,13 +89,6 @@ int keep_load_warning(libbpf_print_level level, const char* format, va_list args
     g_load_log.erase(g_load_log.begin(), g_load_log.end() - kLoadLogLines);
   }
   return 0;
-}
-
-// bpf_ktime_get_ns's clock, to compare sample times with publication times.
-uint64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 // The summary's text of a counter (LJ_REC_COUNTERS).
@@ -167,7 +164,11 @@ class Recorder {
  public:
   explicit Recorder(const RecordOptions& o) : opt_(o), tables_(o.table_cache_dir) {
     cache_.use_table_cache(&tables_);
-    cache_.on_table([this](MappedObject& obj) { upload(obj); });
+    // A file's rows go into the kernel as soon as its table is built, and the agent's copy is
+    // freed (UnwindRows::upload): only one file's rows are held at a time while a process with
+    // many libraries is analysed.
+    cache_.on_table([this](MappedObject& obj) { rows_.upload(obj); });
+    rows_.on_retire([this](uint32_t first, uint32_t count) { forget_rows(first, count); });
   }
   ~Recorder() { teardown(); }
 
@@ -181,7 +182,6 @@ class Recorder {
   void setup(uint32_t pid);
   struct Proc;
   void publish(uint32_t pid, Proc& p);
-  void upload(MappedObject& obj);
   uint64_t proven_g(const Proc& p, const ProcessContext& next) const;
   void drop(uint32_t pid);
   void housekeeping();
@@ -192,6 +192,8 @@ class Recorder {
   void recheck_exec_candidates();
   void cut_interval(bool last);
   void release_gone();
+  bool release_exited();
+  void reclaim();
   enum class StatsFor { Summary, Metrics };
   RecordStats stats(StatsFor use);
   RecordCost cost(double elapsed);
@@ -202,9 +204,9 @@ class Recorder {
   bool walked_before_its_rows(const lj_rec_sample& s, const Proc& p,
                               const ProcessContext& ctx) const;
   void publish_exec_template(uint32_t pid, const ProcessContext& ctx);
+  void forget_rows(uint32_t row_first, uint32_t row_count);
   void handle_capture(const void* data, size_t size);
   void drop_old_copies();
-  Status upload_rows(std::span<const lj_cfi_row> rows);
   std::vector<uint64_t> read_counters();
   std::string status_line(double elapsed);
   void teardown();
@@ -230,7 +232,6 @@ class Recorder {
   ring_buffer* rb_ = nullptr;
   std::vector<bpf_link*> links_;
   std::vector<int> perf_fds_;
-  uint32_t rows_next_ = 0;  // the first free slot of the kernel's `rows` array
   cfi::TableCache tables_;
   ObjectCache cache_;
   struct Proc {
@@ -250,13 +251,17 @@ class Recorder {
   std::vector<uint32_t> free_slots_;
   // Executables whose exec template the kernel has (record_types.h lj_rec_exec_template), and
   // the objects those templates name rows of.
-  std::set<std::pair<uint64_t, uint32_t>> exec_templates_;
-  std::set<const MappedObject*> template_objects_;
-  // Uploaded files by their first row: what a kernel-built context's modules are.
-  std::map<uint32_t, MappedObject*> objects_by_row_;
+  std::map<std::pair<uint64_t, uint32_t>, lj_rec_exec_template> exec_templates_;
   // The contexts the kernel built at a fork or exec, as read back from their slot, by generation
   // (at most LJ_REC_EXEC_SLOTS: the kernel reuses its slots in turn).
-  std::map<uint32_t, std::unique_ptr<ProcessContext>> kernel_contexts_;
+  struct KernelContext {
+    Clock::time_point read;
+    std::unique_ptr<ProcessContext> ctx;
+  };
+  std::map<uint32_t, KernelContext> kernel_contexts_;
+  // Kept this long after being read (their files' rows with them): samples are drained within
+  // kDrainMs, and the process's own context replaces the kernel's within milliseconds.
+  static constexpr double kKeepKernelContextS = 2.0;
   std::set<uint32_t> rescan_;
   // -a: selected processes that exec'd without LuaJIT yet -> loop rounds left to look again.
   std::map<uint32_t, int> exec_candidates_;
@@ -274,6 +279,8 @@ class Recorder {
   // A sample's raw record -> its entry in stacks_ (record/stack_memo.h).
   StackMemo memo_{symbolizer_, stacks_};
   AgentCounts agent_counts_{};
+  // The kernel's row map: which file's rows are where, given back once unmapped.
+  UnwindRows rows_{cache_, agent_counts_, [this](const std::string& m) { warn(m); }};
   uint64_t delivered_ = 0, reached_root_ = 0;
   Clock::time_point last_setup_{};  // when a process's context was last built (kYoungS)
   bool table_cache_warned_ = false;
@@ -322,6 +329,7 @@ Status Recorder::open_bpf() {
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
   skel_->rodata->capture_young_ns = static_cast<uint64_t>(kCopyYoungS * 1e9);
+  bpf_map__set_max_entries(skel_->maps.rows, opt_.unwind_rows);
   const double load_cpu0 = thread_cpu_seconds();
   const int load_err = record_bpf__load(skel_);
   cost_.program_load_cpu_ms = (thread_cpu_seconds() - load_cpu0) * 1e3;
@@ -340,6 +348,7 @@ Status Recorder::open_bpf() {
                       std::strerror(-load_err), log.empty() ? " none" : log);
   }
   g_load_log.clear();
+  rows_.attach(bpf_map__fd(skel_->maps.rows), bpf_map__max_entries(skel_->maps.rows));
   if (int err = record_bpf__attach(skel_); err != 0) {
     return make_error("attaching the fork/exec/mmap tracepoints failed: {}", std::strerror(-err));
   }
@@ -404,31 +413,6 @@ void Recorder::setup(uint32_t pid) {
   }
 }
 
-// Puts a file's rows into the kernel's row table, once per file. Called as soon as its table is
-// built (ObjectCache::on_table), so only one file's rows are held at a time while a process with
-// many libraries is analysed; only the LuaJIT file's rows are read again here (the FFI
-// trampoline's return address, sample_frames.cc), every other file's live on in the kernel alone.
-void Recorder::upload(MappedObject& obj) {
-  if (!obj.table || obj.uploaded || obj.upload_failed) return;
-  auto rows = obj.table->rows();
-  if (rows.size() > LJ_REC_MAX_ROWS - rows_next_) {
-    obj.upload_failed = true;
-    ++agent_counts_[LJ_REC_CTR_ROWS_FULL];
-    warn(fmt::format("{}: {} CFI rows do not fit the kernel's row table ({} of {} used)", obj.path,
-                     rows.size(), rows_next_, LJ_REC_MAX_ROWS));
-  } else if (Status up = upload_rows(rows); !up.ok()) {
-    obj.upload_failed = true;
-    warn(fmt::format("{}: {}", obj.path, up.message()));
-  } else {
-    obj.row_first = rows_next_;
-    obj.row_count = static_cast<uint32_t>(rows.size());
-    objects_by_row_[obj.row_first] = &obj;
-    rows_next_ += obj.row_count;
-    obj.uploaded = true;
-    if (!obj.luajit) obj.table->release_rows();
-  }
-}
-
 void Recorder::publish(uint32_t pid, Proc& p) {
   auto ctx = build_process_context(pid, cache_);
   if (!ctx.ok()) {
@@ -462,7 +446,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   lj_rec_proc rec{};
   for (const ModuleView& m : (*ctx)->modules) {
     MappedObject* obj = m.object;
-    upload(*obj);  // done already for a file analysed just now (ObjectCache::on_table)
+    rows_.upload(*obj);  // done already for a file analysed just now (ObjectCache::on_table)
     if (!obj->uploaded) continue;
     if (rec.nmodules >= LJ_REC_MAX_MODULES) {
       ++agent_counts_[LJ_REC_CTR_MODULES_FULL];
@@ -513,7 +497,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
 // execs later; samples are drained within 100 ms).
 const ProcessContext* Recorder::kernel_context(uint32_t pid, uint32_t generation) {
   if (auto it = kernel_contexts_.find(generation); it != kernel_contexts_.end()) {
-    return it->second->pid == pid ? it->second.get() : nullptr;
+    return it->second.ctx->pid == pid ? it->second.ctx.get() : nullptr;
   }
   for (uint32_t slot = LJ_REC_MAX_PROCS; slot < LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS; ++slot) {
     lj_rec_proc rec{};
@@ -526,9 +510,13 @@ const ProcessContext* Recorder::kernel_context(uint32_t pid, uint32_t generation
     ctx->generation = (uint64_t{1} << 40) | generation;  // apart from the recorder's own
     for (uint32_t i = 0; i < std::min<uint32_t>(rec.nmodules, LJ_REC_MAX_MODULES); ++i) {
       const lj_rec_module& m = rec.modules[i];
-      auto obj = objects_by_row_.find(m.row_first);
-      if (obj == objects_by_row_.end() || obj->second->row_count != m.row_count) continue;
-      ctx->modules.push_back({m.start, m.end, m.bias, obj->second});
+      MappedObject* obj = nullptr;
+      cache_.for_each([&](MappedObject& o) {
+        if (o.uploaded && o.row_first == m.row_first && o.row_count == m.row_count) obj = &o;
+      });
+      if (obj == nullptr) continue;
+      ++obj->contexts;  // uncounted by ~ProcessContext: its rows stay while this is kept
+      ctx->modules.push_back({m.start, m.end, m.bias, obj});
     }
     std::sort(ctx->modules.begin(), ctx->modules.end(),
               [](const ModuleView& a, const ModuleView& b) { return a.start < b.start; });
@@ -538,7 +526,8 @@ const ProcessContext* Recorder::kernel_context(uint32_t pid, uint32_t generation
     if (auto mem = ProcessMemory::open(pid); mem.ok()) ctx->mem = std::move(*mem);
     if (kernel_contexts_.size() >= LJ_REC_EXEC_SLOTS)
       kernel_contexts_.erase(kernel_contexts_.begin());
-    return kernel_contexts_.emplace(generation, std::move(ctx)).first->second.get();
+    return kernel_contexts_.emplace(generation, KernelContext{Clock::now(), std::move(ctx)})
+        .first->second.ctx.get();
   }
   return nullptr;
 }
@@ -555,8 +544,44 @@ void Recorder::publish_exec_template(uint32_t pid, const ProcessContext& ctx) {
   if (bpf_map_update_elem(bpf_map__fd(skel_->maps.exec_templates), &*key, &*t, BPF_ANY) != 0) {
     return;  // the map is full: later executables are set up by the recorder alone
   }
-  exec_templates_.insert({key->ino, key->dev});
-  for (const ModuleView& m : ctx.modules) template_objects_.insert(m.object);
+  exec_templates_.emplace(std::make_pair(key->ino, key->dev), *t);
+}
+
+// A file's rows are being given back (UnwindRows::retire): the exec templates and the kernel's
+// own contexts that name them go first, so no exec builds, and no sample walks, a context with
+// rows another file may get. (An exec that read a template just before it went still builds
+// one; the rows are freed only after every program running then has returned, and that
+// process's own context replaces it within milliseconds.)
+void Recorder::forget_rows(uint32_t row_first, uint32_t row_count) {
+  auto names = [&](const auto& modules, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      if (modules[i].row_count != 0 && modules[i].row_first < row_first + row_count &&
+          row_first < modules[i].row_first + modules[i].row_count) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (auto it = exec_templates_.begin(); it != exec_templates_.end();) {
+    if (names(it->second.modules, std::min<uint32_t>(it->second.nmodules, LJ_REC_EXEC_MODULES))) {
+      lj_rec_exec_key key{it->first.first, it->first.second, 0};
+      bpf_map_delete_elem(bpf_map__fd(skel_->maps.exec_templates), &key);
+      it = exec_templates_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (uint32_t slot = LJ_REC_MAX_PROCS; slot < LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS; ++slot) {
+    lj_rec_proc rec{};
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec) != 0 ||
+        rec.owner_pid == 0 ||
+        !names(rec.modules, std::min<uint32_t>(rec.nmodules, LJ_REC_MAX_MODULES))) {
+      continue;
+    }
+    rec.owner_pid = 0;  // on_sample walks with it no more
+    bpf_map_update_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec, BPF_ANY);
+  }
+});
 }
 
 // The global_State a walk proved for this process in its current slot (record.bpf.c keeps it in
@@ -623,6 +648,58 @@ void Recorder::housekeeping() {
     if (!p.gone && !process_alive(pid)) rescan_.insert(pid);
   }
   drop_old_copies();
+  reclaim();
+}
+
+// Gives back what exited processes and replaced contexts held: their contexts, the kernel rows
+// of files no process maps any more, idle files of the object cache beyond its bound, and the
+// symbolizer's entries of contexts and processes gone. A process published without some rows
+// for want of room is published again once rows were freed.
+void Recorder::reclaim() {
+  bool released = release_exited();
+  std::erase_if(kernel_contexts_,
+                [](const auto& e) { return seconds_since(e.second.read) > kKeepKernelContextS; });
+  if (rows_.sweep(monotonic_ns())) {
+    released = true;
+    for (auto& [pid, p] : procs_) {
+      if (!p.gone && p.ctx && waiting_for_rows(*p.ctx)) setup(pid);
+    }
+  }
+  const size_t pruned = cache_.prune();
+  agent_counts_[LJ_REC_CTR_OBJECTS_PRUNED] += pruned;
+  // The symbolizer forgets contexts released here and those publish replaced (a process that
+  // exec'd or mapped more code).
+  std::set<uint64_t> generations;
+  std::set<uint32_t> pids;
+  for (auto& [pid, p] : procs_) {
+    if (!p.ctx) continue;
+    generations.insert(p.ctx->generation);
+    pids.insert(pid);
+  }
+  symbolizer_.forget_all_but(generations, pids);
+  if (!released && pruned == 0) return;
+  // What was freed goes back to the system: glibc keeps freed heap memory for reuse, and each
+  // new binary's analysis leaves it scattered. A churn of new binaries under `agent` measured
+  // 8.9 -> 13.6 MiB of anonymous RSS after the second wave without this, 5.4 -> 5.5 with it
+  // (tests/export/agent_test.cc ChurnOfNewBinariesKeepsRowsAndMemoryFlat).
+  ::malloc_trim(0);
+}
+
+// An exited process's context (and through it its files' rows and cache entries) is released
+// once the ring holds none of its samples; its Proc, whose identity labels the interval's
+// profile, at the interval's cut (release_gone), or here when there are no intervals. True when
+// a context was released.
+bool Recorder::release_exited() {
+  if (std::none_of(procs_.begin(), procs_.end(),
+                   [](const auto& e) { return e.second.gone && e.second.ctx; })) {
+    return false;
+  }
+  ring_buffer__consume(rb_);
+  for (auto& [pid, p] : procs_) {
+    if (p.gone) p.ctx.reset();
+  }
+  if (opt_.interval_s <= 0) release_gone();
+  return true;
 }
 
 void Recorder::handle_record(const void* data, size_t size) {
@@ -736,28 +813,6 @@ void Recorder::symbolize_sample(const lj_rec_sample& s, Proc& p, const ProcessCo
   raw.stack->second += 1;
 }
 
-// Writes `rows` to the kernel's `rows` array from slot rows_next_ on, with batched updates:
-// the array is not mapped into the agent (a mapping of it counts all 48 MiB in the agent's RSS
-// from the start, whatever is used).
-Status Recorder::upload_rows(std::span<const lj_cfi_row> rows) {
-  constexpr size_t kBatch = 1 << 14;
-  std::vector<uint32_t> keys;
-  for (size_t done = 0; done < rows.size(); done += kBatch) {
-    const size_t n = std::min(kBatch, rows.size() - done);
-    keys.resize(n);
-    for (size_t i = 0; i < n; ++i) keys[i] = rows_next_ + static_cast<uint32_t>(done + i);
-    uint32_t count = static_cast<uint32_t>(n);
-    LIBBPF_OPTS(bpf_map_batch_opts, opts);
-    if (bpf_map_update_batch(bpf_map__fd(skel_->maps.rows), keys.data(), rows.data() + done, &count,
-                             &opts) != 0 ||
-        count != n) {
-      return make_error("writing {} CFI rows to the kernel's row table at slot {} failed: {}", n,
-                        rows_next_ + done, std::strerror(errno));
-    }
-  }
-  return Ok{};
-}
-
 void Recorder::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {
   if (s.end >= end_sites_.size()) return;
   std::string where;
@@ -855,6 +910,15 @@ RecordStats Recorder::stats(StatsFor use) {
   agent_counts_[LJ_REC_CTR_BEFORE_CONTEXT] = before_context;
   r.without_context = c[LJ_REC_CTR_NO_CONTEXT] + before_context;
   r.without_user_stack = c[LJ_REC_CTR_EXITING] + c[LJ_REC_CTR_IN_EXEC];
+  std::array<uint64_t, LJ_REC_NGAUGES> levels{};
+  levels[LJ_REC_GAUGE_ROWS_IN_USE] = rows_.in_use();
+  levels[LJ_REC_GAUGE_ROWS_CAPACITY] = rows_.capacity();
+  levels[LJ_REC_GAUGE_OBJECT_CACHE_ENTRIES] = cache_.size();
+  levels[LJ_REC_GAUGE_OBJECT_CACHE_BYTES] = cache_.held_bytes();
+  for (uint32_t g = 0; g < LJ_REC_NGAUGES; ++g) {
+    r.gauges.push_back(
+        {std::string(kGaugeSpecs[g].metric), std::string(kGaugeSpecs[g].text), levels[g]});
+  }
   // Every other counter of the registry, in its order (the sample total is the summary's
   // first line, not a reason).
   for (const CounterSpec& spec : kCounterSpecs) {
@@ -993,6 +1057,9 @@ Result<RecordResult> Recorder::run() {
   }
   if (opt_.frequency_hz == 0 || opt_.frequency_hz > 100000) {
     return make_error("--freq {} is outside 1..100000 Hz", opt_.frequency_hz);
+  }
+  if (opt_.unwind_rows == 0 || opt_.unwind_rows > LJ_REC_MAX_ROWS_LIMIT) {
+    return make_error("--unwind-rows {} is outside 1..{}", opt_.unwind_rows, LJ_REC_MAX_ROWS_LIMIT);
   }
   for (uint32_t pid : opt_.pids) {
     if (!process_alive(pid)) return make_error("-p {}: no such process", pid);

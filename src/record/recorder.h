@@ -25,6 +25,10 @@ struct RecordOptions {
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
   bool keep_running = false;  // with -p: until stopped, also once every process is gone
   uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (recorder.cc ring_bytes)
+  // The kernel's row map: CFI rows of the files followed processes map, 24 bytes each of kernel
+  // memory allocated up front (at most record_types.h LJ_REC_MAX_ROWS_LIMIT).
+  static constexpr uint32_t kDefaultUnwindRows = 1u << 21;  // LJ_REC_MAX_ROWS
+  uint32_t unwind_rows = kDefaultUnwindRows;
   // Where built unwind tables are kept between runs (cfi/table_cache.h); "": not kept.
   std::string table_cache_dir;
   // Called about once a second with a one-line status; empty: no progress output.
@@ -94,6 +98,14 @@ struct RecordStats {
   };
   // The summary's: nonzero only; on_stats's: every reason (a metric exists from the start).
   std::vector<Reason> reasons;
+  // Levels now, every one in LJ_REC_GAUGES order: unwind rows in use and the row map's
+  // capacity, the object cache's files and bytes.
+  struct Gauge {
+    std::string metric;  // stable snake_case name (LJ_REC_GAUGES)
+    std::string text;    // what people read
+    uint64_t value = 0;
+  };
+  std::vector<Gauge> gauges;
 };
 
 // What a recording cost (`ljprof record --stats`, bench/record_overhead): the agent's CPU and

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "report/frames.h"
 #include "symbolize/symbolize.h"
 #include "symbolize/walk_frames.h"
@@ -228,6 +230,50 @@ std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
                                      : symbolize::WalkEnd{LJ_END_ROOT, 0};
   SampleFrameSource source(*this, sample, first, ctx, counts);
   return report::profile_frames(symbolize::frames_of_walk(walk, end, source, first == 0));
+}
+
+namespace {
+
+// Erases the entries of `map` whose key leads with a value (lead(key)) not in `keep`. The map
+// is ordered by that value first, so each value's entries are one run, skipped or erased whole;
+// first_key(v) is the smallest key leading with v.
+template <typename Map, typename Lead, typename LeadOf, typename FirstKey>
+void erase_runs_not_in(Map& map, const std::set<Lead>& keep, LeadOf lead, FirstKey first_key) {
+  for (auto it = map.begin(); it != map.end();) {
+    const Lead v = lead(it->first);
+    const auto run_end =
+        v == std::numeric_limits<Lead>::max() ? map.end() : map.lower_bound(first_key(v + 1));
+    it = keep.count(v) ? run_end : map.erase(it, run_end);
+  }
+}
+
+// The same for maps keyed by a tuple that leads with the context's generation.
+template <typename Map>
+void erase_generations_not_in(Map& map, const std::set<uint64_t>& keep) {
+  using Key = typename Map::key_type;
+  erase_runs_not_in(
+      map, keep, [](const Key& k) { return std::get<0>(k); },
+      [](uint64_t generation) {
+        Key k{};
+        std::get<0>(k) = generation;
+        return k;
+      });
+}
+
+}  // namespace
+
+void SampleSymbolizer::forget_all_but(const std::set<uint64_t>& generations,
+                                      const std::set<uint32_t>& pids) {
+  erase_generations_not_in(natives_, generations);
+  erase_generations_not_in(trace_infos_, generations);
+  erase_generations_not_in(trace_snapshots_, generations);
+  erase_generations_not_in(jit_frames_, generations);
+  auto pid_of = [](const ProtoKey& k) { return k.pid; };
+  auto first_of = [](uint32_t pid) {
+    return ProtoKey{pid, 0, 0, std::numeric_limits<int32_t>::min(), 0};
+  };
+  erase_runs_not_in(locations_, pids, pid_of, first_of);
+  erase_runs_not_in(call_names_, pids, pid_of, first_of);
 }
 
 }  // namespace ljprof::record

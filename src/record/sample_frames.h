@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -45,6 +46,10 @@ class SampleSymbolizer {
   std::vector<report::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
                                     AgentCounts& counts, uint32_t first, uint32_t count,
                                     bool with_end);
+  // Forgets what was kept for process contexts (ProcessContext::generation) not in
+  // `generations` and for processes not in `pids`: the recorder's contexts released since. An
+  // agent following processes for months would otherwise keep every past process's names.
+  void forget_all_but(const std::set<uint64_t>& generations, const std::set<uint32_t>& pids);
 
  private:
   friend class SampleFrameSource;

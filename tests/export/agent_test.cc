@@ -3,14 +3,19 @@
 // (support/pyroscope_receiver.h). What arrives is decoded by the real `go tool pprof`; the
 // sample totals are compared with a `ljprof record` of the same processes over the same time;
 // the metrics page is checked with Prometheus's own `promtool`.
+#include <elf.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -19,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "record/process_context.h"
 #include "support/nginx_lua.h"
 #include "support/pyroscope_receiver.h"
 #include "support/test_support.h"
@@ -82,11 +88,11 @@ double on_cpu_ns(pid_t pid) {
 }
 
 // Resident memory of a process in KiB (/proc/PID/status VmRSS); 0 if gone.
-long rss_kib(pid_t pid) {
+long rss_kib(pid_t pid, const std::string& field = "VmRSS") {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
   }
   return 0;
 }
@@ -218,6 +224,16 @@ Page wait_until_settled(int port, double timeout_s) {
   if (!settled)
     ADD_FAILURE() << "the agent's page did not settle in " << timeout_s << " s\n" << last.text;
   return last;
+}
+
+// Polls the metrics page every 50 ms until `done(page)` or `timeout_s`; the last page.
+Page scrape_until(int port, double timeout_s, const std::function<bool(Page&)>& done) {
+  Page page = scrape(port);
+  for (double waited = 0; waited < timeout_s && !done(page); waited += 0.05) {
+    sleep_s(0.05);
+    page = scrape(port);
+  }
+  return page;
 }
 
 // (1) Two tarantools (one naming its service in OTEL_SERVICE_NAME) and an nginx-lua worker under
@@ -509,8 +525,11 @@ TEST(AgentLive, ShortLivedProcessesAreReleasedAndMetricsEqualTheSummary) {
     sleep_s(0.02);
   }
   for (auto& p : running) EXPECT_EQ(p->wait(10000), 0);
-  // Every exit seen, every state released, the last profiles cut.
-  Page after = wait_until_settled(port, 60);
+  // Every exit seen, every state released, the last profiles cut; then the rows of their files
+  // freed too (a second after the last of them is released): from then on no counter moves.
+  wait_until_settled(port, 60);
+  Page after =
+      scrape_until(port, 10, [](Page& p) { return p.value["ljprof_unwind_rows_in_use"] == 0; });
   const long rss_end = rss_kib(agent.pid());
   EXPECT_EQ(after.value["ljprof_processes_followed"], 0) << after.text;
   std::cout << "agent RSS: " << rss_start << " KiB before the churn, " << rss_end << " after; "
@@ -554,6 +573,371 @@ TEST(AgentLive, ShortLivedProcessesAreReleasedAndMetricsEqualTheSummary) {
     EXPECT_EQ(std::stod((*it)[1]), after.value[metric]) << text;
   }
   std::cout << reasons << " summary reasons compared with the page\n";
+}
+
+// Samples and samples whose walk reached a proven root, per pid, of the profiles in `files`
+// (merged), read from `go tool pprof -traces`: a block per stack, its labels, then its frames
+// leaf first with the sample count on the first; a walk that stopped ends in "[unknown: ...]".
+struct Rooted {
+  int64_t samples = 0, rooted = 0;
+  double share() const { return samples ? static_cast<double>(rooted) / samples : 0; }
+};
+std::map<uint32_t, Rooted> rooted_by_pid(const std::string& dir,
+                                         const std::vector<std::string>& files) {
+  std::vector<std::string> args = {"-traces", "-sample_index=samples"};
+  args.insert(args.end(), files.begin(), files.end());
+  test::CommandResult traces = test::go_tool_pprof(dir, args);
+  EXPECT_EQ(traces.exit_code, 0) << traces.err;
+  std::map<uint32_t, Rooted> out;
+  static const std::regex kPid(R"(^\s+pid:\s+(\d+)\s*$)"), kFirst(R"(^\s+(\d+)\s+(\S.*)$)");
+  bool in_block = false;
+  uint32_t pid = 0;
+  int64_t count = -1;
+  std::string outermost;
+  auto finish = [&] {
+    if (count > 0) {
+      out[pid].samples += count;
+      if (outermost.rfind("[unknown:", 0) != 0) out[pid].rooted += count;
+    }
+    pid = 0, count = -1, outermost.clear();
+  };
+  std::istringstream in(traces.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (line.rfind("-----------+", 0) == 0) {
+      finish();
+      in_block = true;
+    } else if (!in_block || line.find_first_not_of(' ') == std::string::npos) {
+      continue;
+    } else if (count < 0 && std::regex_match(line, m, kPid)) {
+      pid = static_cast<uint32_t>(std::stoul(m[1]));
+    } else if (count < 0 && std::regex_match(line, m, kFirst)) {
+      count = std::stoll(m[1]);
+      outermost = m[2];
+    } else if (count >= 0) {
+      outermost = line.substr(line.find_first_not_of(' '));
+    }
+  }
+  finish();
+  return out;
+}
+
+// The out-dir profiles of `pid` (TIME-APP-PID.pb.gz, TIME the interval's start, UTC) whose
+// interval started in [from, until) (unix seconds).
+std::vector<std::string> profiles_of(const std::string& dir, pid_t pid, time_t from, time_t until) {
+  std::vector<std::string> out;
+  const std::string suffix = fmt::format("-{}.pb.gz", pid);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 16 + suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    std::tm tm{};
+    if (strptime(name.substr(0, 16).c_str(), "%Y%m%dT%H%M%SZ", &tm) == nullptr) continue;
+    const time_t start = timegm(&tm);
+    if (start >= from && start < until) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A Lua workload for luajit and tarantool alike: writes the file arg[2] once it runs, then is
+// busy in a Lua loop until the file arg[1] exists (at most 60 s by its own clock).
+std::string write_busy_until_stopped(const std::string& dir) {
+  const std::string path = dir + "/busy_until_stopped.lua";
+  std::ofstream(path) << "local stop, started = arg[1], os.time()\n"
+                      << "io.open(arg[2], 'w'):close()\n"
+                      << "local function busy_until_stopped()\n"
+                      << "  local x = 0\n"
+                      << "  while os.time() - started < 60 do\n"
+                      << "    for i = 1, 1e5 do x = x + i % 7 end\n"
+                      << "    local f = io.open(stop)\n"
+                      << "    if f then f:close() return x end\n"
+                      << "  end\n"
+                      << "end\n"
+                      << "busy_until_stopped()\n";
+  return path;
+}
+
+// The unwind rows the recorder puts in the kernel for each file `pid` maps: its process context
+// (record/process_context.h) built through `cache`. (Without a table cache: ljprof's cache keys
+// its tables by the program that built them, and this one would only add its own.)
+std::map<std::string, uint64_t> unwind_rows_of(pid_t pid, record::ObjectCache& cache) {
+  auto ctx = record::build_process_context(static_cast<uint32_t>(pid), cache);
+  EXPECT_TRUE(ctx.ok()) << ctx.message();
+  std::map<std::string, uint64_t> rows;
+  if (!ctx.ok()) return rows;
+  for (const record::ModuleView& m : (*ctx)->modules) {
+    if (m.object->table) rows[m.object->path] = m.object->table->rows().size();
+  }
+  return rows;
+}
+
+// (4) A row map too small for both a tarantool and a luajit (--unwind-rows: the rows of
+// tarantool's files, and half of those of luajit's own executable; every library luajit maps,
+// tarantool maps too): tarantool, attached first, is
+// sampled as usual; luajit's executable does not fit, which is counted, and luajit is sampled
+// without its rows (its walks stop there: no proven root). Once tarantool exits, its files'
+// rows are freed and luajit is published again with its rows: its later samples reach a root.
+TEST(AgentLive, AProcessWhoseRowsDoNotFitIsSampledWithoutThemUntilRoomFrees) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
+  test::TempDir tmp;
+  const std::string dir = tmp.path(), profiles = dir + "/profiles";
+  const std::string busy = write_busy_until_stopped(dir);
+  test::Background tarantool(
+      {"/usr/bin/tarantool", busy, dir + "/stop-tarantool", dir + "/tarantool-runs"},
+      dir + "/tarantool.out");
+  test::Background luajit({"/usr/bin/luajit", busy, dir + "/stop-luajit", dir + "/luajit-runs"},
+                          dir + "/luajit.out");
+  for (int i = 0; i < 200 && !(test::file_exists(dir + "/tarantool-runs") &&
+                               test::file_exists(dir + "/luajit-runs"));
+       ++i) {
+    sleep_s(0.05);
+  }
+  ASSERT_TRUE(test::file_exists(dir + "/tarantool-runs") && test::file_exists(dir + "/luajit-runs"))
+      << test::read_text(dir + "/tarantool.out") << test::read_text(dir + "/luajit.out");
+
+  record::ObjectCache cache;  // the files both map are analysed once
+  const std::map<std::string, uint64_t> tarantool_files = unwind_rows_of(tarantool.pid(), cache);
+  const std::map<std::string, uint64_t> luajit_files = unwind_rows_of(luajit.pid(), cache);
+  uint64_t tarantool_rows = 0, luajit_own_rows = 0;
+  for (const auto& [path, rows] : tarantool_files) tarantool_rows += rows;
+  std::vector<std::string> luajit_own;  // its files tarantool does not map: its executable
+  for (const auto& [path, rows] : luajit_files) {
+    if (tarantool_files.count(path)) continue;
+    luajit_own.push_back(path);
+    luajit_own_rows += rows;
+  }
+  ASSERT_EQ(luajit_own.size(), 1u) << (luajit_own.empty() ? "none" : luajit_own.back());
+  const uint64_t capacity = tarantool_rows + luajit_own_rows / 2;
+
+  Agent agent(dir, {"-p", fmt::format("{},{}", tarantool.pid(), luajit.pid()), "-F", "199",
+                    "--interval", "1", "--out-dir", profiles, "--metrics-addr", "127.0.0.1:0",
+                    "--unwind-rows", std::to_string(capacity)});
+  const int port = agent.metrics_port(10);
+  ASSERT_GT(port, 0) << agent.log();
+  Page page = scrape_until(port, 15, [](Page& p) {
+    return p.value["ljprof_processes_followed"] == 2 && p.value["ljprof_rows_map_full_total"] >= 1;
+  });
+  ASSERT_EQ(page.value["ljprof_processes_followed"], 2) << page.text << agent.log();
+  EXPECT_EQ(page.value["ljprof_rows_map_full_total"], 1) << page.text;
+  EXPECT_EQ(page.value["ljprof_unwind_rows_in_use"], static_cast<double>(tarantool_rows))
+      << page.text;
+  EXPECT_EQ(page.value["ljprof_unwind_rows_capacity"], static_cast<double>(capacity));
+  // Both sampled until luajit has a whole interval's profile (stamped two seconds ago or more:
+  // its interval has ended), then tarantool exits.
+  for (int i = 0; i < 200 && profiles_of(profiles, luajit.pid(), 0, time(nullptr) - 1).empty();
+       ++i) {
+    sleep_s(0.05);
+  }
+  std::ofstream(dir + "/stop-tarantool") << "stop\n";
+  const time_t tarantool_stopped = time(nullptr);
+  EXPECT_EQ(tarantool.wait(10000), 0);
+
+  // Tarantool's files freed, and luajit published again with its executable's rows at once.
+  // Its samples from the page after that one on (the page is a snapshot a second old at most,
+  // and samples still in the ring then were taken before): nearly all reach a root.
+  page = scrape_until(port, 15, [&](Page& p) {
+    return p.value["ljprof_unwind_rows_in_use"] < static_cast<double>(tarantool_rows) / 2;
+  });
+  EXPECT_GT(page.value["ljprof_unwind_tables_freed_total"], 0) << page.text;
+  ASSERT_LT(page.value["ljprof_unwind_rows_in_use"], static_cast<double>(tarantool_rows) / 2)
+      << page.text << agent.log();
+  auto delivered = [](Page& p) { return p.value["ljprof_samples_delivered_total"]; };
+  auto rooted = [](Page& p) { return p.value["ljprof_samples_unwound_to_root_total"]; };
+  Page from = scrape_until(port, 5, [&](Page& p) { return delivered(p) > delivered(page); });
+  sleep_s(1.5);
+  Page until = scrape_until(port, 5, [&](Page& p) { return delivered(p) > delivered(from) + 50; });
+  EXPECT_EQ(until.value["ljprof_rows_map_full_total"], 1) << until.text;
+  std::ofstream(dir + "/stop-luajit") << "stop\n";
+  EXPECT_EQ(luajit.wait(10000), 0);
+  ASSERT_EQ(agent.terminate(), 0) << agent.log();
+
+  std::vector<std::string> files = profiles_of(profiles, tarantool.pid(), 0, tarantool_stopped + 2);
+  const std::vector<std::string> luajit_rowless =
+      profiles_of(profiles, luajit.pid(), 0, tarantool_stopped - 1);
+  ASSERT_GE(luajit_rowless.size(), 1u) << agent.log();
+  files.insert(files.end(), luajit_rowless.begin(), luajit_rowless.end());
+  const auto during = rooted_by_pid(dir, files);
+  const Rooted t = during.count(tarantool.pid()) ? during.at(tarantool.pid()) : Rooted{};
+  const Rooted l = during.count(luajit.pid()) ? during.at(luajit.pid()) : Rooted{};
+  const double alone = delivered(until) - delivered(from),
+               alone_rooted = rooted(until) - rooted(from);
+  std::cout << "tarantool " << t.rooted << " of " << t.samples << " samples rooted; luajit "
+            << l.rooted << " of " << l.samples << " without its rows, " << alone_rooted << " of "
+            << alone << " with them\n";
+  EXPECT_GT(t.samples, 0);
+  EXPECT_GE(t.share(), 0.95) << "tarantool is unaffected";
+  EXPECT_GT(l.samples, 0) << "luajit is sampled without its rows";
+  EXPECT_LE(l.share(), 0.05) << "its walks stop in its executable";
+  ASSERT_GT(alone, 0);
+  EXPECT_GE(alone_rooted / alone, 0.95) << "luajit has its rows once tarantool's are freed";
+}
+
+// Copies the ELF file `from` to `to` (mode 0755) with the descriptor of its GNU build-id note
+// (NT_GNU_BUILD_ID: the table cache's key) rewritten from `seed`: the same code, a file no cache
+// has seen. False if it has no such note.
+bool copy_with_new_build_id(const std::string& from, const std::string& to, uint32_t seed) {
+  std::vector<uint8_t> bytes = test::read_file(from);
+  Elf64_Ehdr eh{};
+  if (bytes.size() < sizeof(eh)) return false;
+  std::memcpy(&eh, bytes.data(), sizeof(eh));
+  bool rewritten = false;
+  for (uint16_t i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh{};
+    const uint64_t at = eh.e_shoff + uint64_t{i} * eh.e_shentsize;
+    if (at + sizeof(sh) > bytes.size()) return false;
+    std::memcpy(&sh, bytes.data() + at, sizeof(sh));
+    if (sh.sh_type != SHT_NOTE || sh.sh_offset + sh.sh_size > bytes.size()) continue;
+    for (uint64_t n = sh.sh_offset; n + sizeof(Elf64_Nhdr) <= sh.sh_offset + sh.sh_size;) {
+      Elf64_Nhdr nh{};
+      std::memcpy(&nh, bytes.data() + n, sizeof(nh));
+      const uint64_t name = n + sizeof(nh), desc = name + ((nh.n_namesz + 3) & ~3u);
+      if (desc + nh.n_descsz > sh.sh_offset + sh.sh_size) break;
+      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+          std::memcmp(bytes.data() + name, "GNU", 4) == 0) {
+        for (uint32_t k = 0; k < nh.n_descsz; ++k)
+          bytes[desc + k] ^= static_cast<uint8_t>(seed * 37 + k + 1);
+        rewritten = true;
+      }
+      n = desc + ((nh.n_descsz + 3) & ~3u);
+    }
+  }
+  std::ofstream(to, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  ::chmod(to.c_str(), 0755);
+  return rewritten;
+}
+
+// Least-squares slope of y over x.
+double slope(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
+  }
+  const double d = n * sxx - sx * sx;
+  return d == 0 ? 0 : (n * sxy - sx * sy) / d;
+}
+
+// (5) Churn: `ljprof agent -a` follows waves of binaries it has never seen — each wave a copy
+// of Debian's luajit and of its libluajit-5.1.so.2 (loaded by a python3 through ctypes, via
+// LD_LIBRARY_PATH), their build-ids rewritten so that every wave's files are analysed afresh —
+// whose processes, once all followed, run Lua for a second of their own CPU clock and exit.
+// While each wave runs, the rows in use are what the first wave's took (its files, and the
+// libraries all share), within 5%: the rows of the waves before were freed; after each wave
+// they return to what they were after the first, and the agent's RSS stays within 10% of it.
+// Waves run for LJPROF_CHURN_SECONDS (default 16; bench/reclaim_churn runs it for longer and
+// reports the slopes per hour).
+TEST(AgentLive, ChurnOfNewBinariesKeepsRowsAndMemoryFlat) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
+  const char* env_seconds = std::getenv("LJPROF_CHURN_SECONDS");
+  const double churn_s = env_seconds ? std::stod(env_seconds) : 16;
+  test::TempDir tmp;
+  const std::string dir = tmp.path();
+  const std::string lib = "/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2";
+  const std::string embed = dir + "/embed_luajit.py";
+  std::ofstream(embed)
+      << "import ctypes, sys\n"
+      << "ctypes.CDLL(None).prctl(15, b'luajit-ljw-lib', 0, 0, 0)  # PR_SET_NAME: --comm\n"
+      << "lj = ctypes.CDLL('libluajit-5.1.so.2')\n"
+      << "lj.luaL_newstate.restype = ctypes.c_void_p\n"
+      << "L = ctypes.c_void_p(lj.luaL_newstate())\n"
+      << "lj.luaL_openlibs(L)\n"
+      << "if lj.luaL_loadstring(L, sys.argv[1].encode()) != 0 or lj.lua_pcall(L, 0, 0, 0) != 0:\n"
+      << "    sys.exit('embed_luajit.py: the Lua chunk failed')\n";
+  // Each wave's processes wait for the wave's `go` file (so all three are followed at once
+  // whatever the machine's speed; a pid reused while the agent still holds its exited
+  // predecessor is only adopted at the next /proc scan), then run Lua for a second of their own
+  // CPU clock.
+  auto work = [](const std::string& go) {
+    return "local ffi = require('ffi') ffi.cdef('int usleep(unsigned int)') "
+           "while true do local f = io.open('" +
+           go +
+           "') if f then f:close() break end ffi.C.usleep(20000) end "
+           "local function wave_work(t) local x, s = 0, os.clock() "
+           "while os.clock() - s < t do for i = 1, 1e4 do x = x + i % 7 end end return x end "
+           "wave_work(1.0)";
+  };
+  Agent agent(dir, {"--comm", "luajit-ljw", "--comm", "luajit-ljw-lib", "-F", "99", "--interval",
+                    "1", "--out-dir", dir + "/profiles", "--keep-files", "50", "--metrics-addr",
+                    "127.0.0.1:0", "--table-cache", dir + "/tables"});
+  const int port = agent.metrics_port(10);
+  ASSERT_GT(port, 0) << agent.log();
+
+  std::vector<double> ends, peaks, settled, rss;
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (uint32_t wave = 1; elapsed() < churn_s || wave <= 3; ++wave) {
+    const std::string wdir = fmt::format("{}/wave{}", dir, wave);
+    std::filesystem::create_directories(wdir + "/lib");
+    ASSERT_TRUE(copy_with_new_build_id("/usr/bin/luajit", wdir + "/luajit-ljw", wave));
+    ASSERT_TRUE(copy_with_new_build_id(lib, wdir + "/lib/libluajit-5.1.so.2", wave));
+    const std::string go = wdir + "/go";
+    std::vector<std::unique_ptr<test::Background>> procs;
+    procs.push_back(std::make_unique<test::Background>(std::vector<std::string>{
+        "env", "LD_LIBRARY_PATH=" + wdir + "/lib", "python3", embed, work(go)}));
+    for (int i = 0; i < 2; ++i) {
+      procs.push_back(std::make_unique<test::Background>(
+          std::vector<std::string>{wdir + "/luajit-ljw", "-e", work(go)}));
+    }
+    // The rows in use while all three are followed, from then until they exit.
+    Page all =
+        scrape_until(port, 15, [](Page& p) { return p.value["ljprof_processes_followed"] == 3; });
+    ASSERT_EQ(all.value["ljprof_processes_followed"], 3) << "wave " << wave << "\n" << agent.log();
+    std::ofstream(go) << "go\n";
+    double peak = all.value["ljprof_unwind_rows_in_use"];
+    for (bool running = true; running; sleep_s(0.1)) {
+      peak = std::max(peak, scrape(port).value["ljprof_unwind_rows_in_use"]);
+      running = false;
+      for (auto& proc : procs) running = running || proc->running();
+    }
+    for (auto& proc : procs) EXPECT_EQ(proc->wait(1000), 0) << "wave " << wave;
+    // Released: nothing followed, the rows back where the first wave left them.
+    const double floor = settled.empty() ? 0 : settled[0];
+    Page after = scrape_until(port, 10, [&](Page& p) {
+      return p.value["ljprof_processes_followed"] == 0 &&
+             p.value["ljprof_unwind_rows_in_use"] <= floor;
+    });
+    ends.push_back(elapsed());
+    peaks.push_back(peak);
+    settled.push_back(after.value["ljprof_unwind_rows_in_use"]);
+    rss.push_back(static_cast<double>(rss_kib(agent.pid())));
+    std::cout << fmt::format(
+        "wave {}: {:.0f} rows in use while it ran, {:.0f} after; RSS {:.0f} KiB (anonymous {}, "
+        "file {}); object cache {:.0f} files, {:.0f} bytes\n",
+        wave, peak, settled.back(), rss.back(), rss_kib(agent.pid(), "RssAnon"),
+        rss_kib(agent.pid(), "RssFile"), after.value["ljprof_object_cache_entries"],
+        after.value["ljprof_object_cache_bytes"]);
+  }
+  Page last = scrape(port);
+  ASSERT_EQ(agent.terminate(), 0) << agent.log();
+  // Per hour of churn, over every wave and over the later half (the object cache fills up to
+  // its bound with the copies first).
+  auto per_hour = [&](const std::vector<double>& y, size_t from) {
+    return slope(std::vector<double>(ends.begin() + from, ends.end()),
+                 std::vector<double>(y.begin() + from, y.end())) *
+           3600;
+  };
+  const size_t half = peaks.size() / 2;
+  std::cout << fmt::format(
+      "churn: {} waves in {:.1f} s; per hour: {:+.0f} rows in use while a wave runs ({:+.0f} "
+      "over the later half), {:+.0f} after ({:+.0f}), {:+.0f} KiB of RSS ({:+.0f}); {:.0f} "
+      "files' rows freed, {:.0f} files pruned, {:.0f} refused for fragmentation\n",
+      peaks.size(), ends.back(), per_hour(peaks, 0), per_hour(peaks, half), per_hour(settled, 0),
+      per_hour(settled, half), per_hour(rss, 0), per_hour(rss, half),
+      last.value["ljprof_unwind_tables_freed_total"],
+      last.value["ljprof_object_cache_pruned_total"],
+      last.value["ljprof_rows_map_fragmented_total"]);
+  for (size_t w = 1; w < peaks.size(); ++w) {
+    EXPECT_NEAR(peaks[w] / peaks[0], 1.0, 0.05) << "wave " << w + 1;
+    EXPECT_LE(std::abs(settled[w] - settled[0]), 0.05 * peaks[0]) << "wave " << w + 1;
+    EXPECT_LE(rss[w], rss[0] * 1.10) << "wave " << w + 1;
+  }
 }
 
 }  // namespace
