@@ -63,8 +63,9 @@ void add_unwind_rows_option(Command& cmd, uint32_t& rows) {
          "--unwind-rows", rows,
          fmt::format(
              "Capacity of the kernel's unwind-row map: the CFI rows of every file a sampled "
-             "process maps, 24 bytes of kernel memory each, allocated (and locked) whole when "
-             "recording starts (default {} = {} MiB, at most {} = {} MiB). A file takes its rows "
+             "process maps, 24 bytes of kernel memory each (never swapped out), allocated whole "
+             "when recording starts (default {} = {} MiB, at most {} = {} MiB). A file takes its "
+             "rows "
              "once however many processes map it (Debian 12: libc ~28k, luajit ~12k, a "
              "tarantool with its libraries ~490k) and gives them back when none does any more; "
              "a file that does not fit is sampled without them (walks stop in it, counted as "
