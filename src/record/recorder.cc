@@ -581,7 +581,6 @@ void Recorder::forget_rows(uint32_t row_first, uint32_t row_count) {
     rec.owner_pid = 0;  // on_sample walks with it no more
     bpf_map_update_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec, BPF_ANY);
   }
-});
 }
 
 // The global_State a walk proved for this process in its current slot (record.bpf.c keeps it in
