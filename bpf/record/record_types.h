@@ -264,7 +264,7 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
     "JIT code shown at its trace's start: between two snapshots, and this LuaJIT records no "    \
     "machine-code offsets to tell which")                                                        \
   X(CAPTURE_DROPPED, 79, AGENT, "young_objects_dropped",                                         \
-    "objects copied at sample time dropped (over the per-process bound)")                                                         \
+    "objects copied at sample time dropped (over the per-process bound)")                        \
   X(ROWS_FRAGMENTED, 90, AGENT, "rows_map_fragmented",                                           \
     "map full: CFI rows refused though as many rows were free (in no one range: no compaction)") \
   X(ROWS_FREED, 91, AGENT, "unwind_tables_freed",                                                \
