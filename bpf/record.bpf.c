@@ -779,16 +779,19 @@ int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm*
   struct lj_rec_exec_key key;
   struct exec_auxv* a;
   struct mm_struct* mm;
+  uint32_t slot;
   (void)old_pid;
   (void)bprm;
-  if (!slotp) {
-    if (notify_all) notify_rescan(tgid);
+  if (slotp) {
+    /* The old image's context is void from here: no sample may use it. */
+    *slotp = LJ_REC_PID_PENDING;
+    count(LJ_REC_CTR_EXECS);
+    notify_rescan(tgid);
+  } else if (notify_all) {
+    notify_rescan(tgid);
+  } else {
     return 0;
   }
-  /* The old image's context is void from here: no sample may use it. */
-  *slotp = LJ_REC_PID_PENDING;
-  count(LJ_REC_CTR_EXECS);
-  notify_rescan(tgid);
   /* An executable seen before gets its context now, from the new image's auxv. */
   mm = p->mm;
   if (!mm) return 0;
@@ -797,13 +800,19 @@ int BPF_PROG(on_exec, struct task_struct* p, pid_t old_pid, struct linux_binprm*
   key.pad = 0;
   t = bpf_map_lookup_elem(&exec_templates, &key);
   a = bpf_map_lookup_elem(&auxv_scratch, &zero);
-  if (!t || !a) return 0;
+  if (!t || !a || (!slotp && !t->follow_on_exec)) return 0;
   __builtin_memset(a->v, 0, sizeof(a->v));
   if (bpf_core_field_size(mm->saved_auxv) > sizeof(a->v) ||
       bpf_probe_read_kernel(a->v, bpf_core_field_size(mm->saved_auxv), &mm->saved_auxv) != 0) {
     return 0;
   }
-  *slotp = build_exec_context(tgid, t, a);
+  slot = build_exec_context(tgid, t, a);
+  if (slotp) {
+    *slotp = slot;
+  } else if (slot != LJ_REC_PID_PENDING &&
+             bpf_map_update_elem(&pids, &tgid, &slot, BPF_NOEXIST) != 0) {
+    count(LJ_REC_CTR_PIDS_FULL);
+  }
   return 0;
 }
 

@@ -120,11 +120,16 @@ struct lj_rec_exec_template {
   struct lj_luajit_info lj; /* version 0: the VM is in none of these modules */
   uint32_t nmodules;
   uint32_t vm_module; /* with lj: the module holding the VM (its bias is vm_bias) */
+  /* 1: an exec of this executable by a process nobody follows starts following it (`-a` with
+   * no filter, for an executable that runs LuaJIT: the loader would follow it a millisecond
+   * later anyway, its first samples lost). */
+  uint32_t follow_on_exec;
+  uint32_t pad;
   struct lj_rec_exec_module modules[LJ_REC_EXEC_MODULES];
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_exec_template) ==
-                     sizeof(struct lj_luajit_info) + 8 + 40 * LJ_REC_EXEC_MODULES,
-                 "lj_rec_exec_template: layout record, 8 bytes, modules");
+                     sizeof(struct lj_luajit_info) + 16 + 40 * LJ_REC_EXEC_MODULES,
+                 "lj_rec_exec_template: layout record, 16 bytes, modules");
 
 /* A frame as the ring buffer carries it: the walker's frame plus, for Lua frames, what the
  * prototype said at sample time (lj_obj.h GCproto), so the loader never attributes a frame to

@@ -541,6 +541,10 @@ void Recorder::publish_exec_template(uint32_t pid, const ProcessContext& ctx) {
   if (!auxv.ok()) return;
   auto t = exec_template(ctx, *auxv);
   if (!t.ok()) return;
+  // `-a` without filters follows every process that runs LuaJIT: one that execs this executable
+  // is followed from its exec (a filter on comm or cgroup is the recorder's to apply).
+  t->follow_on_exec =
+      opt_.all && opt_.comms.empty() && opt_.cgroup.empty() && ctx.luajit != nullptr;
   if (bpf_map_update_elem(bpf_map__fd(skel_->maps.exec_templates), &*key, &*t, BPF_ANY) != 0) {
     return;  // the map is full: later executables are set up by the recorder alone
   }

@@ -995,6 +995,53 @@ TEST(RecordAll, AProcessThatLoadsLuajitLaterIsFollowedFromItsMmap) {
   EXPECT_GT(late_samples, 0u) << traces.out.substr(0, 4000);
 }
 
+// Short-lived runs under `record -a` (as `ljprof agent` sees `resty` runs and cron scripts): 40
+// luajit runs of 15 ms of CPU each (workloads/short_lived.lua) started once ljprof samples. The
+// first run's exec is followed from its notification; later ones from the exec itself (the
+// kernel builds their context from the executable's template), and their Lua frames are named
+// from the kernel's copies: at least 95% of the stacks with a Lua frame have all named, at the
+// loop's line as the VM reports it. The floor is a fifth of the CPU time the runs take at 999 Hz.
+TEST(RecordAll, ShortLivedRunsAreNamedFromTheirExec) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir tmp;
+  const std::string dir = tmp.path(), folded = dir + "/stacks.folded", report = dir + "/vm.txt";
+  const std::string script = test::record_workloads_dir() + "/short_lived.lua";
+  ASSERT_EQ(test::run({"luajit", script, "0", report}).exit_code, 0);
+  std::istringstream vm(test::read_text(report));
+  std::string name;
+  int linedefined = 0, loop_line = 0;
+  ASSERT_TRUE(vm >> name >> linedefined >> loop_line) << test::read_text(report);
+  const std::string loop_frame = fmt::format("{} (short_lived.lua:{})", name, loop_line);
+  test::Background rec({test::ljprof_bin(), "record", "-a", "-F", "999", "-d", "60", "-q", "-o",
+                        dir + "/cpu.pb.gz", "--folded", folded},
+                       dir + "/record.log");
+  ASSERT_TRUE(test::wait_until_sampling(rec.pid(), 60)) << test::read_text(dir + "/record.log");
+  const int runs = 40, ms = 15;
+  test::CommandResult storm = test::run(
+      {"bash", "-c", fmt::format("for i in $(seq {}); do luajit {} {}; done", runs, script, ms)});
+  ASSERT_EQ(storm.exit_code, 0) << storm.err;
+  ::kill(rec.pid(), SIGINT);
+  ASSERT_EQ(rec.wait(30000), 0) << test::read_text(dir + "/record.log");
+  double named = 0, unnamed = 0, in_loop = 0;
+  for (const FoldedStack& stack : read_folded(folded)) {
+    const bool unknown_inside =
+        std::any_of(stack.frames.begin() + (stack.frames.empty() ? 0 : 1), stack.frames.end(),
+                    [](const std::string& f) { return f.starts_with("[unknown"); });
+    if (unknown_inside) {
+      unnamed += stack.count;
+    } else if (stack.line.find("short_lived.lua:") != std::string::npos) {
+      named += stack.count;
+    }
+    if (std::find(stack.frames.begin(), stack.frames.end(), loop_frame) != stack.frames.end()) {
+      in_loop += stack.count;
+    }
+  }
+  std::cout << runs << " runs of " << ms << " ms under -a: " << named << " stacks named, "
+            << unnamed << " not, " << in_loop << " at " << loop_frame << "\n";
+  EXPECT_GE(in_loop, 0.2 * runs * ms * 0.999) << test::read_text(dir + "/record.log");
+  EXPECT_GE(named, 0.95 * (named + unnamed)) << test::read_text(folded);
+}
+
 // (b) Line-level shares inside a trace: pprof -lines puts the costly line (9 steps) first and
 // the cheap one (1 step) second.
 class RecordJitLines : public ::testing::TestWithParam<std::string> {};
