@@ -122,7 +122,14 @@ TEST(ProcessIdentity, NamesAndServiceFromProc) {
       {"env", "PYROSCOPE_APPLICATION_NAME=billing", "OTEL_SERVICE_NAME=orders", "sleep", "5"});
   ASSERT_GT(child.pid(), 0);
   const uint32_t pid = static_cast<uint32_t>(child.pid());
-  for (int i = 0; i < 100 && record::executable_name(pid) != "sleep"; ++i) ::usleep(10000);
+  // /proc/PID/exe names the new image as soon as execve switched it, its environment a little
+  // later (fs/exec.c begin_new_exec, then the ELF loader's stack set-up): wait for both.
+  test::wait_until(
+      [&] {
+        return record::executable_name(pid) == "sleep" &&
+               !record::environment_value(pid, {"OTEL_SERVICE_NAME"}).empty();
+      },
+      10);
   EXPECT_EQ(record::executable_name(pid), "sleep");
   EXPECT_EQ(record::read_comm(pid), "sleep");
   EXPECT_EQ(record::environment_value(pid, {"OTEL_SERVICE_NAME", "PYROSCOPE_APPLICATION_NAME"}),
