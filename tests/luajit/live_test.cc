@@ -77,7 +77,7 @@ TEST(VerifyLive, NginxLuaWorker) {
   const std::string tree = test::fixture("nginx-lua");
   const std::string dir = testing::TempDir() + "/ljprof-nginx-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
-  const int port = 20000 + getpid() % 20000;
+  const int port = test::free_loopback_port();  // not a port another test holds
   {
     std::ofstream conf(dir + "/nginx.conf");
     conf << "load_module " << tree << "/usr/lib/nginx/modules/ndk_http_module.so;\n"
