@@ -205,6 +205,7 @@ class Recorder {
                               const ProcessContext& ctx) const;
   void publish_exec_template(uint32_t pid, const ProcessContext& ctx);
   void forget_rows(uint32_t row_first, uint32_t row_count);
+  void for_each_kernel_slot(const std::function<void(uint32_t slot, lj_rec_proc& rec)>& f);
   void handle_capture(const void* data, size_t size);
   void drop_old_copies();
   std::vector<uint64_t> read_counters();
@@ -249,8 +250,8 @@ class Recorder {
   };
   std::map<uint32_t, Proc> procs_;
   std::vector<uint32_t> free_slots_;
-  // Executables whose exec template the kernel has (record_types.h lj_rec_exec_template), and
-  // the objects those templates name rows of.
+  // Executables whose exec template the kernel has (record_types.h lj_rec_exec_template), by
+  // (inode, dev), with the template as uploaded (forget_rows finds the rows it names).
   std::map<std::pair<uint64_t, uint32_t>, lj_rec_exec_template> exec_templates_;
   // The contexts the kernel built at a fork or exec, as read back from their slot, by generation
   // (at most LJ_REC_EXEC_SLOTS: the kernel reuses its slots in turn).
@@ -499,12 +500,9 @@ const ProcessContext* Recorder::kernel_context(uint32_t pid, uint32_t generation
   if (auto it = kernel_contexts_.find(generation); it != kernel_contexts_.end()) {
     return it->second.ctx->pid == pid ? it->second.ctx.get() : nullptr;
   }
-  for (uint32_t slot = LJ_REC_MAX_PROCS; slot < LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS; ++slot) {
-    lj_rec_proc rec{};
-    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec) != 0 ||
-        rec.generation != generation || rec.owner_pid != pid) {
-      continue;
-    }
+  const ProcessContext* found = nullptr;
+  for_each_kernel_slot([&](uint32_t, lj_rec_proc& rec) {
+    if (found != nullptr || rec.generation != generation || rec.owner_pid != pid) return;
     auto ctx = std::make_unique<ProcessContext>();
     ctx->pid = pid;
     ctx->generation = (uint64_t{1} << 40) | generation;  // apart from the recorder's own
@@ -526,10 +524,18 @@ const ProcessContext* Recorder::kernel_context(uint32_t pid, uint32_t generation
     if (auto mem = ProcessMemory::open(pid); mem.ok()) ctx->mem = std::move(*mem);
     if (kernel_contexts_.size() >= LJ_REC_EXEC_SLOTS)
       kernel_contexts_.erase(kernel_contexts_.begin());
-    return kernel_contexts_.emplace(generation, KernelContext{Clock::now(), std::move(ctx)})
-        .first->second.ctx.get();
+    found = kernel_contexts_.emplace(generation, KernelContext{Clock::now(), std::move(ctx)})
+                .first->second.ctx.get();
+  });
+  return found;
+}
+
+// Each of the kernel's own slots of `procs` (record.bpf.c next_kernel_slot) as read now.
+void Recorder::for_each_kernel_slot(const std::function<void(uint32_t slot, lj_rec_proc& rec)>& f) {
+  for (uint32_t slot = LJ_REC_MAX_PROCS; slot < LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS; ++slot) {
+    lj_rec_proc rec{};
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec) == 0) f(slot, rec);
   }
-  return nullptr;
 }
 
 // Gives the kernel the template of pid's executable, once per executable: its next exec gets a
@@ -575,16 +581,14 @@ void Recorder::forget_rows(uint32_t row_first, uint32_t row_count) {
       ++it;
     }
   }
-  for (uint32_t slot = LJ_REC_MAX_PROCS; slot < LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS; ++slot) {
-    lj_rec_proc rec{};
-    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec) != 0 ||
-        rec.owner_pid == 0 ||
+  for_each_kernel_slot([&](uint32_t slot, lj_rec_proc& rec) {
+    if (rec.owner_pid == 0 ||
         !names(rec.modules, std::min<uint32_t>(rec.nmodules, LJ_REC_MAX_MODULES))) {
-      continue;
+      return;
     }
     rec.owner_pid = 0;  // on_sample walks with it no more
     bpf_map_update_elem(bpf_map__fd(skel_->maps.procs), &slot, &rec, BPF_ANY);
-  }
+  });
 }
 
 // The global_State a walk proved for this process in its current slot (record.bpf.c keeps it in

@@ -664,67 +664,88 @@ struct ShortLivedGroup {
   int processes;
 };
 
+// workloads/short_lived.lua's loop function as the VM reports it (debug.getinfo, written to a
+// file in `dir` by one run of its own), and the folded label of its loop's line.
+struct ShortLivedLoop {
+  std::string name;
+  std::string frame;  // "NAME (short_lived.lua:LINE)"
+};
+ShortLivedLoop short_lived_loop(const std::string& script, const std::string& dir) {
+  const std::string report = dir + "/vm.txt";
+  EXPECT_EQ(test::run({"luajit", script, "0", report}).exit_code, 0);
+  std::istringstream vm(test::read_text(report));
+  ShortLivedLoop loop;
+  int linedefined = 0, loop_line = 0;
+  EXPECT_TRUE(vm >> loop.name >> linedefined >> loop_line) << test::read_text(report);
+  loop.frame = fmt::format("{} (short_lived.lua:{})", loop.name, loop_line);
+  return loop;
+}
+
+// The samples of a recording of short_lived.lua runs, by stack: with every Lua frame named or
+// with an "[unknown: ...]" frame inside (the first frame is where the walk ended); at the loop's
+// line or elsewhere in its function; walked with a context, and of those reaching a root.
+struct ShortLivedTally {
+  double named = 0, unnamed = 0, in_loop = 0, loop_elsewhere = 0, walked = 0, rooted = 0;
+};
+ShortLivedTally tally_short_lived(const std::string& folded, const ShortLivedLoop& loop) {
+  ShortLivedTally t;
+  for (const FoldedStack& stack : read_folded(folded)) {
+    if (stack.had_context()) {
+      t.walked += stack.count;
+      t.rooted += stack.rooted() ? stack.count : 0;
+    }
+    const bool unknown_inside =
+        std::any_of(stack.frames.begin() + (stack.frames.empty() ? 0 : 1), stack.frames.end(),
+                    [](const std::string& f) { return f.starts_with("[unknown"); });
+    if (unknown_inside) {
+      t.unnamed += stack.count;
+    } else if (stack.line.find("short_lived.lua:") != std::string::npos) {
+      t.named += stack.count;
+    }
+    for (const std::string& f : stack.frames) {
+      if (f == loop.frame) {
+        t.in_loop += stack.count;
+      } else if (f.starts_with(loop.name + " (")) {
+        t.loop_elsewhere += stack.count;
+      }
+    }
+  }
+  return t;
+}
+
 class RecordShortLived : public ::testing::TestWithParam<ShortLivedGroup> {};
 
 TEST_P(RecordShortLived, LuaFramesNamedAndOnTheVmsLines) {
   const ShortLivedGroup g = GetParam();
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   test::TempDir tmp;
-  const std::string folded = tmp.path() + "/stacks.folded", report = tmp.path() + "/vm.txt";
+  const std::string folded = tmp.path() + "/stacks.folded";
   const std::string script = test::record_workloads_dir() + "/short_lived.lua";
-  ASSERT_EQ(test::run({"luajit", script, "0", report}).exit_code, 0);
-  std::istringstream vm(test::read_text(report));
-  std::string name;
-  int linedefined = 0, loop_line = 0;
-  ASSERT_TRUE(vm >> name >> linedefined >> loop_line) << test::read_text(report);
-  const std::string loop_frame =
-      fmt::format("{} (short_lived.lua:{})", name, loop_line);  // folded: NAME (FILE:LINE)
+  const ShortLivedLoop loop = short_lived_loop(script, tmp.path());
+  ASSERT_FALSE(loop.name.empty());
   test::CommandResult r = test::run(
       {test::ljprof_bin(), "record", "-F", "999", "-q", "-o", tmp.path() + "/cpu.pb.gz", "--folded",
        folded, "--", "bash", "-c",
        fmt::format("for i in $(seq {}); do luajit {} {}; done", g.processes, script, g.ms)});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  double named = 0, unnamed = 0, in_loop = 0, loop_elsewhere = 0, walked = 0, rooted = 0;
-  for (const FoldedStack& stack : read_folded(folded)) {
-    if (stack.had_context()) {
-      walked += stack.count;
-      rooted += stack.rooted() ? stack.count : 0;
-    }
-    // The first frame is where the walk ended; an "[unknown: ...]" further in is a frame that
-    // could not be named.
-    const bool lua = stack.line.find("short_lived.lua:") != std::string::npos;
-    const bool unknown_inside =
-        std::any_of(stack.frames.begin() + (stack.frames.empty() ? 0 : 1), stack.frames.end(),
-                    [](const std::string& f) { return f.starts_with("[unknown"); });
-    if (unknown_inside) {
-      unnamed += stack.count;
-    } else if (lua) {
-      named += stack.count;
-    }
-    for (const std::string& f : stack.frames) {
-      if (f == loop_frame) {
-        in_loop += stack.count;
-      } else if (f.starts_with(name + " (")) {
-        loop_elsewhere += stack.count;
-      }
-    }
-  }
-  std::cout << g.processes << " processes of " << g.ms << " ms: " << named << " stacks named, "
-            << unnamed << " not; " << rooted << " of " << walked << " walks reached a root\n";
+  const ShortLivedTally t = tally_short_lived(folded, loop);
+  std::cout << g.processes << " processes of " << g.ms << " ms: " << t.named << " stacks named, "
+            << t.unnamed << " not; " << t.rooted << " of " << t.walked << " walks reached a root\n";
   const double floor = 0.2 * g.processes * g.ms * 0.999;
-  EXPECT_GE(named + unnamed, floor) << r.err;
-  EXPECT_GE(named, 0.95 * (named + unnamed))
-      << named << " stacks with every Lua frame named, " << unnamed << " not\n"
+  EXPECT_GE(t.named + t.unnamed, floor) << r.err;
+  EXPECT_GE(t.named, 0.95 * (t.named + t.unnamed))
+      << t.named << " stacks with every Lua frame named, " << t.unnamed << " not\n"
       << test::read_text(folded);
   // The storm's walks reach a root: forks and execs of a known executable are walked from their
   // first instruction (kernel-built contexts). Measured 93.6-97.5% on a loaded 2-core host, the
   // rest mostly traces entered before a walk proved the global_State and _init/_fini of
   // libraries (no CFI); the goal is 98%.
-  EXPECT_GE(rooted, 0.90 * walked) << rooted << " of " << walked << " walks reached a root\n"
-                                   << r.err;
+  EXPECT_GE(t.rooted, 0.90 * t.walked)
+      << t.rooted << " of " << t.walked << " walks reached a root\n"
+      << r.err;
   // The loop is one line: the function's samples are on it (its other lines run once).
-  EXPECT_GE(in_loop, 0.95 * (in_loop + loop_elsewhere))
-      << in_loop << " at " << loop_frame << ", " << loop_elsewhere << " elsewhere\n"
+  EXPECT_GE(t.in_loop, 0.95 * (t.in_loop + t.loop_elsewhere))
+      << t.in_loop << " at " << loop.frame << ", " << t.loop_elsewhere << " elsewhere\n"
       << test::read_text(folded);
 }
 
@@ -1004,14 +1025,10 @@ TEST(RecordAll, AProcessThatLoadsLuajitLaterIsFollowedFromItsMmap) {
 TEST(RecordAll, ShortLivedRunsAreNamedFromTheirExec) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   test::TempDir tmp;
-  const std::string dir = tmp.path(), folded = dir + "/stacks.folded", report = dir + "/vm.txt";
+  const std::string dir = tmp.path(), folded = dir + "/stacks.folded";
   const std::string script = test::record_workloads_dir() + "/short_lived.lua";
-  ASSERT_EQ(test::run({"luajit", script, "0", report}).exit_code, 0);
-  std::istringstream vm(test::read_text(report));
-  std::string name;
-  int linedefined = 0, loop_line = 0;
-  ASSERT_TRUE(vm >> name >> linedefined >> loop_line) << test::read_text(report);
-  const std::string loop_frame = fmt::format("{} (short_lived.lua:{})", name, loop_line);
+  const ShortLivedLoop loop = short_lived_loop(script, dir);
+  ASSERT_FALSE(loop.name.empty());
   test::Background rec({test::ljprof_bin(), "record", "-a", "-F", "999", "-d", "60", "-q", "-o",
                         dir + "/cpu.pb.gz", "--folded", folded},
                        dir + "/record.log");
@@ -1022,24 +1039,11 @@ TEST(RecordAll, ShortLivedRunsAreNamedFromTheirExec) {
   ASSERT_EQ(storm.exit_code, 0) << storm.err;
   ::kill(rec.pid(), SIGINT);
   ASSERT_EQ(rec.wait(30000), 0) << test::read_text(dir + "/record.log");
-  double named = 0, unnamed = 0, in_loop = 0;
-  for (const FoldedStack& stack : read_folded(folded)) {
-    const bool unknown_inside =
-        std::any_of(stack.frames.begin() + (stack.frames.empty() ? 0 : 1), stack.frames.end(),
-                    [](const std::string& f) { return f.starts_with("[unknown"); });
-    if (unknown_inside) {
-      unnamed += stack.count;
-    } else if (stack.line.find("short_lived.lua:") != std::string::npos) {
-      named += stack.count;
-    }
-    if (std::find(stack.frames.begin(), stack.frames.end(), loop_frame) != stack.frames.end()) {
-      in_loop += stack.count;
-    }
-  }
-  std::cout << runs << " runs of " << ms << " ms under -a: " << named << " stacks named, "
-            << unnamed << " not, " << in_loop << " at " << loop_frame << "\n";
-  EXPECT_GE(in_loop, 0.2 * runs * ms * 0.999) << test::read_text(dir + "/record.log");
-  EXPECT_GE(named, 0.95 * (named + unnamed)) << test::read_text(folded);
+  const ShortLivedTally t = tally_short_lived(folded, loop);
+  std::cout << runs << " runs of " << ms << " ms under -a: " << t.named << " stacks named, "
+            << t.unnamed << " not, " << t.in_loop << " at " << loop.frame << "\n";
+  EXPECT_GE(t.in_loop, 0.2 * runs * ms * 0.999) << test::read_text(dir + "/record.log");
+  EXPECT_GE(t.named, 0.95 * (t.named + t.unnamed)) << test::read_text(folded);
 }
 
 // (b) Line-level shares inside a trace: pprof -lines puts the costly line (9 steps) first and
