@@ -15,8 +15,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
-#include "record/record_types.h"
-#include "walker/inline.h"
+#include "abi/inline.h"
+#include "abi/record_types.h"
 
 /* The walker's environment: the context of the sampled process. */
 struct lj_walk_env {

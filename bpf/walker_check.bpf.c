@@ -15,9 +15,9 @@ typedef __u64 uint64_t;
 typedef __s32 int32_t;
 typedef __s64 int64_t;
 
-#include "walker/cfi_row.h"
-#include "walker/inline.h"
-#include "walker/walk_types.h"
+#include "abi/cfi_row.h"
+#include "abi/inline.h"
+#include "abi/walk_types.h"
 
 struct lj_walk_env {
   uint64_t bias;

@@ -1,6 +1,6 @@
 // libFuzzer target for the core reader and what `ljprof core` writes of a core: any input must
 // give an error or a core whose threads, mappings and memory reads stay inside the input, and
-// whose report (core/core_report.h: every thread walked and symbolized, the text and the JSON
+// whose report (report/core_report.h: every thread walked and symbolized, the text and the JSON
 // document) serializes and holds printable text only — the input's NT_FILE paths, vDSO symbol
 // names and messages quoting them included. Mapped files are not opened (the input's NT_FILE
 // paths are attacker-controlled and the fuzzer must not touch the filesystem); the report then
@@ -11,8 +11,8 @@
 
 #include "common/printable.h"
 #include "core/core_file.h"
-#include "core/core_report.h"
 #include "core/core_walk.h"
+#include "report/core_report.h"
 #include "report/json_text.h"
 
 namespace {
@@ -60,8 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t sum = exercise_reads(*core);
   auto walker = ljprof::core::CoreWalker::create(*core);
   if (walker.ok()) {
-    ljprof::core::CoreReport report =
-        ljprof::core::core_report(*core, **walker, {.core_name = "fuzz-core", .all_fibers = true});
+    ljprof::report::CoreReport report = ljprof::report::core_report(
+        *core, **walker, {.core_name = "fuzz-core", .all_fibers = true});
     require(printable_lines(report.text));
     nlohmann::ordered_json printable = report.json;
     ljprof::report::make_json_printable(printable);

@@ -8,9 +8,9 @@
 #ifndef LJPROF_BPF_WALKER_NATIVE_STEP_H
 #define LJPROF_BPF_WALKER_NATIVE_STEP_H
 
-#include "walker/cfi_row.h"
-#include "walker/inline.h"
-#include "walker/walk_types.h"
+#include "abi/cfi_row.h"
+#include "abi/inline.h"
+#include "abi/walk_types.h"
 
 struct lj_walk_env;
 static int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr);

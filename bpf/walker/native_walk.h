@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "core/read_mem.h"
-#include "walker/cfi_row.h"
-#include "walker/luajit_info.h"
+#include "abi/cfi_row.h"
+#include "abi/luajit_info.h"
+#include "abi/read_mem.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -35,10 +35,10 @@
 #ifndef LJPROF_BPF_WALKER_WALKER_H
 #define LJPROF_BPF_WALKER_WALKER_H
 
-#include "walker/cfi_row.h"
-#include "walker/luajit_info.h"
+#include "abi/cfi_row.h"
+#include "abi/luajit_info.h"
+#include "abi/walk_types.h"
 #include "walker/native_step.h"
-#include "walker/walk_types.h"
 
 static int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row);
 

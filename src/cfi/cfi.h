@@ -3,7 +3,7 @@
 // Two layers, and nothing about any particular runtime:
 //  - list_fdes / fde_rows: every FDE of a file with its full-fidelity rows (what readelf's
 //    --debug-dump=frames-interp shows: CFA rule, return-address and frame-pointer rules).
-//  - build_unwind_table: one sorted table of `lj_cfi_row` (bpf/walker/cfi_row.h) for the
+//  - build_unwind_table: one sorted table of `lj_cfi_row` (bpf/abi/cfi_row.h) for the
 //    walker, with Invalid gaps, Stop roots, caller-computed overlays (luajit/ computes the
 //    LuaJIT VM's) and delta compaction.
 #pragma once
@@ -20,7 +20,7 @@
 #include "elf/elf_file.h"
 
 extern "C" {
-#include "walker/cfi_row.h"
+#include "abi/cfi_row.h"
 }
 
 namespace ljprof::cfi {

@@ -8,8 +8,8 @@
 #include "cli/recording.h"
 #include "common/printable.h"
 #include "core/core_file.h"
-#include "core/core_report.h"
 #include "core/core_walk.h"
+#include "report/core_report.h"
 #include "report/json_text.h"
 
 namespace ljprof::cli {
@@ -55,7 +55,7 @@ void add_core_command(CommandLine& cli) {
       std::cerr << "ljprof core: " << printable_text(walker.message()) << "\n";
       return 2;
     }
-    core::CoreReport printed = core::core_report(
+    report::CoreReport printed = report::core_report(
         *core, **walker, {.core_name = opts->core, .all_fibers = opts->all_fibers});
     if (opts->json) {
       std::cout << report::json_text(std::move(printed.json)) << "\n";

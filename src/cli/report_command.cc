@@ -16,8 +16,8 @@ namespace ljprof::cli {
 namespace {
 
 // Leaves the samples of process `pid` only; false when it had none.
-bool keep_process(report::Profile& profile, uint32_t pid) {
-  std::erase_if(profile.samples, [pid](const report::Sample& s) { return s.pid != pid; });
+bool keep_process(profile::Profile& profile, uint32_t pid) {
+  std::erase_if(profile.samples, [pid](const profile::Sample& s) { return s.pid != pid; });
   return !profile.samples.empty();
 }
 
@@ -66,7 +66,7 @@ void add_report_command(CommandLine& cli) {
     }
     if (opts->pid != 0) {
       std::set<uint32_t> pids;  // for the error: the processes the profile has
-      for (const report::Sample& s : profile->samples) pids.insert(s.pid);
+      for (const profile::Sample& s : profile->samples) pids.insert(s.pid);
       if (!keep_process(*profile, opts->pid)) {
         std::cerr << fmt::format(
             "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n",

@@ -24,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "abi/read_mem.h"
 #include "common/result.h"
-#include "core/read_mem.h"
 #include "elf/elf_file.h"
 
 namespace ljprof::core {

@@ -8,8 +8,8 @@
 #include "symbolize/walk_frames.h"
 
 extern "C" {
+#include "abi/walk_types.h"
 #include "walker/native_walk.h"
-#include "walker/walk_types.h"
 }
 
 namespace ljprof::core {

@@ -69,7 +69,7 @@ double cpu_seconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-// The recorder's counters: one family per counter of the registry (bpf/record/record_types.h
+// The recorder's counters: one family per counter of the registry (bpf/abi/record_types.h
 // LJ_REC_COUNTERS, walk ends LJ_WALK_ENDS), named ljprof_<metric>_total, help = the summary's
 // text, so the page and the summary `ljprof agent` prints at exit say the same; and one gauge
 // per level (LJ_REC_GAUGES), ljprof_<metric>.
@@ -152,7 +152,7 @@ void deliver_interval(const AgentOptions& o, const std::string& host,
     ip.from_unix_s = cut.start_unix_ns / 1000000000;
     ip.until_unix_s = (cut.end_unix_ns + 999999999) / 1000000000;
     ip.sample_rate_hz = o.record.frequency_hz;
-    for (const report::Sample& s : pp.profile.samples) samples += static_cast<uint64_t>(s.count);
+    for (const profile::Sample& s : pp.profile.samples) samples += static_cast<uint64_t>(s.count);
     auto bytes = report::pprof_gzip_bytes(pp.profile);
     if (!bytes.ok()) {
       if (o.log) o.log(fmt::format("pid {}: profile not written: {}", ip.pid, bytes.message()));

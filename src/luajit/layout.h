@@ -1,4 +1,4 @@
-// The LuaJIT layout fields, generated from the one declaration in bpf/walker/luajit_info.h
+// The LuaJIT layout fields, generated from the one declaration in bpf/abi/luajit_info.h
 // (LJ_LAYOUT_FIELDS): their ids, stable names, inspect's order (the declaration order), the
 // walker record's member for each and the layout rules. A field is added by adding one X(...)
 // line there; extract_proc_info fills the CODE fields, everything else follows.
@@ -12,7 +12,7 @@
 #include "elf/elf_file.h"
 
 extern "C" {
-#include "walker/luajit_info.h"
+#include "abi/luajit_info.h"
 }
 
 namespace ljprof::luajit {

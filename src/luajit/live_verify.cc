@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/ptrace.h>
-#include <sys/uio.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,8 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "proc/proc_maps.h"
 
 namespace ljprof::luajit {
 
@@ -22,10 +21,15 @@ namespace {
 constexpr uint64_t kGcMask47 = (uint64_t{1} << 47) - 1;  // lj_obj.h LJ_GCVMASK (GC64)
 constexpr uint32_t kMaxChunkName = 4096;
 
-bool read_ref(MemoryReader& mem, uint64_t addr, uint8_t size, uint64_t* out) {
-  if (size == 8) return mem.read(addr, out, 8);
+// abi/read_mem.h's contract: 0 when every byte was read.
+bool read_bytes(const ljprof_mem_reader& mem, uint64_t addr, void* out, uint32_t len) {
+  return mem.read_mem(mem.ctx, addr, out, len) == 0;
+}
+
+bool read_ref(const ljprof_mem_reader& mem, uint64_t addr, uint8_t size, uint64_t* out) {
+  if (size == 8) return read_bytes(mem, addr, out, 8);
   uint32_t v = 0;
-  if (!mem.read(addr, &v, 4)) return false;
+  if (!read_bytes(mem, addr, &v, 4)) return false;
   *out = v;
   return true;
 }
@@ -39,21 +43,21 @@ struct LuaFrame {
 
 // The Lua function whose frame starts at `base` (lj_frame.h: the function slot is base-1,
 // or base-2 with LJ_FR2), and its chunk name read at the extracted GCstr layout.
-std::optional<LuaFrame> lua_frame_at(const LuaJITProcInfo& info, uint64_t base, MemoryReader& mem,
-                                     std::string* why) {
+std::optional<LuaFrame> lua_frame_at(const LuaJITProcInfo& info, uint64_t base,
+                                     const ljprof_mem_reader& mem, std::string* why) {
   LuaFrame f;
   f.base = base;
   if (info.gc64) {
     uint64_t tv = 0;
-    if (!mem.read(base - 16, &tv, 8)) return *why = "frame slot unreadable", std::nullopt;
+    if (!read_bytes(mem, base - 16, &tv, 8)) return *why = "frame slot unreadable", std::nullopt;
     f.fn = tv & kGcMask47;
   } else {
     uint32_t ref = 0;
-    if (!mem.read(base - 8, &ref, 4)) return *why = "frame slot unreadable", std::nullopt;
+    if (!read_bytes(mem, base - 8, &ref, 4)) return *why = "frame slot unreadable", std::nullopt;
     f.fn = ref;
   }
   uint8_t ffid = 0xff;
-  if (f.fn == 0 || !mem.read(f.fn + info.value(field::kFnFfid), &ffid, 1)) {
+  if (f.fn == 0 || !read_bytes(mem, f.fn + info.value(field::kFnFfid), &ffid, 1)) {
     return *why = fmt::format("no function object at {:#x}", f.fn), std::nullopt;
   }
   if (ffid != 0)
@@ -69,11 +73,12 @@ std::optional<LuaFrame> lua_frame_at(const LuaJITProcInfo& info, uint64_t base, 
     return *why = "GCproto.chunkname unreadable", std::nullopt;
   }
   uint32_t len = 0;
-  if (!mem.read(name + info.value(field::kStrLen), &len, 4) || len == 0 || len > kMaxChunkName) {
+  if (!read_bytes(mem, name + info.value(field::kStrLen), &len, 4) || len == 0 ||
+      len > kMaxChunkName) {
     return *why = fmt::format("GCstr {:#x} has an implausible length {}", name, len), std::nullopt;
   }
   std::string bytes(len + 1, '\0');
-  if (!mem.read(name + info.value(field::kStrData), bytes.data(), len + 1)) {
+  if (!read_bytes(mem, name + info.value(field::kStrData), bytes.data(), len + 1)) {
     return *why = "GCstr data unreadable", std::nullopt;
   }
   if (bytes[len] != '\0') {
@@ -96,7 +101,8 @@ std::optional<LuaFrame> lua_frame_at(const LuaJITProcInfo& info, uint64_t base, 
 // FRAME_LUA link: base - (1 + LJ_FR2 + bc_a(pc[-1])) slots; frame_prevd otherwise:
 // base - (ftsz & ~7) bytes).
 std::optional<LuaFrame> lua_frame_at_or_below(const LuaJITProcInfo& info, uint64_t base,
-                                              uint64_t stack, MemoryReader& mem, std::string* why) {
+                                              uint64_t stack, const ljprof_mem_reader& mem,
+                                              std::string* why) {
   constexpr int kMaxSteps = 16;
   const uint64_t fr2 = info.gc64 ? 1 : 0;
   std::string first_why;
@@ -109,7 +115,7 @@ std::optional<LuaFrame> lua_frame_at_or_below(const LuaJITProcInfo& info, uint64
     uint64_t next = 0;
     if ((ftsz & 3) == 0) {  // FRAME_LUA: ftsz is the return PC
       uint8_t a = 0;
-      if (ftsz < 4 || !mem.read(ftsz - 4 + 1, &a, 1)) break;
+      if (ftsz < 4 || !read_bytes(mem, ftsz - 4 + 1, &a, 1)) break;
       next = base - 8 * (1 + fr2 + a);
     } else {
       next = base - (ftsz & ~uint64_t{7});
@@ -119,46 +125,6 @@ std::optional<LuaFrame> lua_frame_at_or_below(const LuaJITProcInfo& info, uint64
   }
   *why = first_why.empty() ? "no Lua frame on the stack" : first_why + ", and no Lua frame below";
   return std::nullopt;
-}
-
-class ProcessMemory : public MemoryReader {
- public:
-  explicit ProcessMemory(pid_t pid) : pid_(pid) {}
-  bool read(uint64_t addr, void* out, size_t len) override {
-    iovec local{out, len};
-    iovec remote{reinterpret_cast<void*>(addr), len};
-    ssize_t n = process_vm_readv(pid_, &local, 1, &remote, 1, 0);
-    return n == static_cast<ssize_t>(len);
-  }
-
- private:
-  pid_t pid_;
-};
-
-struct Mapping {
-  uint64_t start = 0, end = 0, offset = 0;
-  std::string path;
-};
-
-std::vector<Mapping> read_maps(pid_t pid) {
-  std::vector<Mapping> out;
-  std::ifstream in(fmt::format("/proc/{}/maps", pid));
-  std::string line;
-  while (std::getline(in, line) && out.size() < 65536) {
-    std::istringstream ls(line);
-    std::string range, perms, off, dev, inode, path;
-    ls >> range >> perms >> off >> dev >> inode;
-    std::getline(ls >> std::ws, path);
-    Mapping m;
-    size_t dash = range.find('-');
-    if (dash == std::string::npos) continue;
-    m.start = std::stoull(range.substr(0, dash), nullptr, 16);
-    m.end = std::stoull(range.substr(dash + 1), nullptr, 16);
-    m.offset = std::stoull(off, nullptr, 16);
-    m.path = path;
-    out.push_back(m);
-  }
-  return out;
 }
 
 struct Regs {
@@ -230,7 +196,7 @@ bool LiveReport::all_pass() const {
 }
 
 std::vector<VmCheck> check_vm_state(const LuaJITProcInfo& info, uint64_t bias,
-                                    const VmSnapshot& snap, MemoryReader& mem) {
+                                    const VmSnapshot& snap, const ljprof_mem_reader& mem) {
   std::vector<VmCheck> out;
   auto add = [&](std::string name, bool pass, std::string detail) {
     out.push_back(VmCheck{std::move(name), pass, std::move(detail)});
@@ -246,8 +212,8 @@ std::vector<VmCheck> check_vm_state(const LuaJITProcInfo& info, uint64_t bias,
 
   uint64_t stack = 0, base = 0, top = 0, maxstack = 0;
   const bool s_ok = l_ok && read_ref(mem, L + info.value(field::kLStack), rs, &stack) &&
-                    mem.read(L + info.value(field::kLBase), &base, 8) &&
-                    mem.read(L + info.value(field::kLTop), &top, 8) &&
+                    read_bytes(mem, L + info.value(field::kLBase), &base, 8) &&
+                    read_bytes(mem, L + info.value(field::kLTop), &top, 8) &&
                     read_ref(mem, L + info.value(field::kLMaxstack), rs, &maxstack);
   add("L->stack <= L->base <= L->top <= L->maxstack",
       s_ok && stack != 0 && stack <= base && base <= top && top <= maxstack,
@@ -260,7 +226,7 @@ std::vector<VmCheck> check_vm_state(const LuaJITProcInfo& info, uint64_t bias,
       fmt::format("jit_base={:#x}", jit_base));
 
   int32_t vmstate = 0;
-  const bool v_read = mem.read(g + info.value(field::kGVmstate), &vmstate, 4);
+  const bool v_read = read_bytes(mem, g + info.value(field::kGVmstate), &vmstate, 4);
   // ~ASM is the lowest state: three after EXIT (RECORD, OPT, ASM) in both numberings.
   const int64_t lowest = info.value(field::kVmstExit) - 3;
   add("vmstate is a VM state or a trace number",
@@ -268,7 +234,7 @@ std::vector<VmCheck> check_vm_state(const LuaJITProcInfo& info, uint64_t bias,
       fmt::format("vmstate={} (states {}..-1, traces >= 0)", vmstate, lowest));
 
   uint64_t handler = 0;
-  const bool d_read = mem.read(g + info.value(field::kGDispatch), &handler, 8);
+  const bool d_read = read_bytes(mem, g + info.value(field::kGDispatch), &handler, 8);
   add("dispatch[0] (G + G->dispatch distance) is a VM handler",
       d_read && handler >= info.vm.begin + bias && handler < info.vm.end + bias,
       fmt::format("dispatch[0]={:#x}, VM [{:#x}, {:#x})", handler, info.vm.begin + bias,
@@ -300,9 +266,10 @@ Result<LiveReport> verify_live(pid_t pid, unsigned max_attempts) {
   std::error_code ec;
   const std::string exe = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), ec);
   if (ec) return make_error("pid {}: cannot read /proc/{}/exe: {}", pid, pid, ec.message());
-  const std::vector<Mapping> maps = read_maps(pid);
+  LJ_ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps,
+                      proc::read_proc_maps(static_cast<uint32_t>(pid)));
   std::vector<std::string> candidates = {exe};
-  for (const Mapping& m : maps) {
+  for (const proc::MapEntry& m : maps) {
     const std::string base = std::filesystem::path(m.path).filename().string();
     if (base.rfind("libluajit", 0) == 0 &&
         std::find(candidates.begin(), candidates.end(), m.path) == candidates.end()) {
@@ -325,7 +292,7 @@ Result<LiveReport> verify_live(pid_t pid, unsigned max_attempts) {
   if (!info.ok()) return info.error();
   LJ_ASSIGN_OR_RETURN(uint64_t vm_file_off, module->file_offset(info->vm.begin));
   bool mapped = false;
-  for (const Mapping& m : maps) {
+  for (const proc::MapEntry& m : maps) {
     if (m.path == report.module && m.offset <= vm_file_off &&
         vm_file_off < m.offset + (m.end - m.start)) {
       report.bias = m.start + (vm_file_off - m.offset) - info->vm.begin;
@@ -337,7 +304,9 @@ Result<LiveReport> verify_live(pid_t pid, unsigned max_attempts) {
     return make_error("pid {}: no mapping of {} covers the VM at file offset {:#x}", pid,
                       report.module, vm_file_off);
   }
-  ProcessMemory mem(pid);
+  LJ_ASSIGN_OR_RETURN(std::unique_ptr<proc::ProcessMemory> process,
+                      proc::ProcessMemory::open(static_cast<uint32_t>(pid)));
+  const ljprof_mem_reader mem = process->reader();
   const int base_reg = info->arch == elf::Arch::X86_64 ? 2 : 19;  // vm_*.dasc BASE: rdx / x19
   bool in_vm_seen = false;
   for (unsigned attempt = 1; attempt <= max_attempts; ++attempt) {

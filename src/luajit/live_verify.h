@@ -13,17 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "abi/read_mem.h"
 #include "common/result.h"
 #include "luajit/proc_info.h"
 
 namespace ljprof::luajit {
-
-class MemoryReader {
- public:
-  virtual ~MemoryReader() = default;
-  // Reads exactly `len` bytes at `addr`; false when any byte is unreadable.
-  virtual bool read(uint64_t addr, void* out, size_t len) = 0;
-};
 
 struct VmCheck {
   std::string name;
@@ -45,7 +39,7 @@ struct VmSnapshot {
 // a VM handler; the running Lua function's chunk name reads as a NUL-terminated GCstr at the
 // extracted header size.
 std::vector<VmCheck> check_vm_state(const LuaJITProcInfo& info, uint64_t bias,
-                                    const VmSnapshot& snap, MemoryReader& mem);
+                                    const VmSnapshot& snap, const ljprof_mem_reader& mem);
 
 struct LiveReport {
   pid_t pid = 0;

@@ -1,4 +1,4 @@
-// record/counters.h: the recorder's counters (bpf/record/record_types.h LJ_REC_COUNTERS, and
+// record/counters.h: the recorder's counters (bpf/abi/record_types.h LJ_REC_COUNTERS, and
 // the walk ends of walk_types.h LJ_WALK_ENDS) as a table for the summary and metric names.
 #pragma once
 
@@ -9,7 +9,7 @@
 extern "C" {
 #include <stdint.h>
 
-#include "record/record_types.h"
+#include "abi/record_types.h"
 }
 
 namespace ljprof::record {

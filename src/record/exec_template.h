@@ -1,5 +1,5 @@
 // record/exec_template.h: what the kernel program needs to build a process's unwind context at
-// its exec, before the recorder has read its mappings (bpf/record/record_types.h
+// its exec, before the recorder has read its mappings (bpf/abi/record_types.h
 // lj_rec_exec_template): the modules of an executable that the ELF loader places relative to an
 // auxiliary-vector value — the executable itself (AT_ENTRY), its program interpreter (AT_BASE)
 // and the vDSO (AT_SYSINFO_EHDR) — measured on a process of that executable.
@@ -13,7 +13,7 @@
 #include "record/process_context.h"
 
 extern "C" {
-#include "record/record_types.h"
+#include "abi/record_types.h"
 }
 
 namespace ljprof::record {

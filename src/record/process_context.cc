@@ -16,18 +16,12 @@ namespace ljprof::record {
 
 namespace {
 
-// A mapping's file as the process sees it: in another mount namespace, or deleted since it was
-// mapped, this is still the right file.
-std::string map_files_path(uint32_t pid, const MapEntry& map) {
-  return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, map.start, map.end);
-}
-
 // Opens the mapping's file through `pid` and analyses it into `obj`: ELF, LuaJIT layout, unwind
 // table. A file that cannot be opened leaves `obj` without an ELF and says why in `error`.
-void analyse_mapped_file(MappedObject& obj, uint32_t pid, const MapEntry& map,
+void analyse_mapped_file(MappedObject& obj, uint32_t pid, const proc::MapEntry& map,
                          cfi::TableCache* tables) {
   obj.opened_through = pid;
-  auto elf = elf::ElfFile::open(map_files_path(pid, map));
+  auto elf = elf::ElfFile::open(proc::map_files_path(pid, map));
   if (!elf.ok()) {
     obj.error = elf.message();
     return;
@@ -65,7 +59,7 @@ uint64_t MappedObject::held_bytes() const {
   return bytes;
 }
 
-void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const MapEntry& map) {
+void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const proc::MapEntry& map) {
   analyse_mapped_file(obj, pid, map, tables_);
   if (obj.table && on_table_) on_table_(obj);
   // Analysed: from here on the file is read only for the names of the symbols samples hit. The
@@ -74,7 +68,7 @@ void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const MapEntry& map) 
   if (obj.elf) obj.elf->release_resident_pages();
 }
 
-MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
+MappedObject* ObjectCache::get(uint32_t pid, const proc::MapEntry& map) {
   auto key = std::make_tuple(map.dev, map.inode, map.path);
   if (auto it = objects_.find(key); it != objects_.end()) {
     MappedObject* obj = it->second.get();
@@ -91,10 +85,10 @@ MappedObject* ObjectCache::get(uint32_t pid, const MapEntry& map) {
   return used(raw);
 }
 
-bool ObjectCache::links_luajit(uint32_t pid, const MapEntry& map) {
+bool ObjectCache::links_luajit(uint32_t pid, const proc::MapEntry& map) {
   auto key = std::make_tuple(map.dev, map.inode, map.path);
   if (auto it = links_luajit_.find(key); it != links_luajit_.end()) return it->second;
-  auto elf = elf::ElfFile::open(map_files_path(pid, map));
+  auto elf = elf::ElfFile::open(proc::map_files_path(pid, map));
   if (!elf.ok()) return false;  // the process is gone, most likely: ask again next time
   const bool links =
       luajit::detect_runtime(**elf, {}, map.path).source == luajit::LuaJITSource::LinkedIn;
@@ -152,7 +146,7 @@ uint64_t ObjectCache::held_bytes() const {
   return bytes;
 }
 
-MappedObject* ObjectCache::get_vdso(const MapEntry& map, const ProcessMemory& mem) {
+MappedObject* ObjectCache::get_vdso(const proc::MapEntry& map, const proc::ProcessMemory& mem) {
   auto obj = std::make_unique<MappedObject>();
   obj->path = map.path;
   const uint64_t size = map.end - map.start;
@@ -210,22 +204,22 @@ const ModuleView* ProcessContext::module_at(uint64_t pc) const {
 namespace {
 
 // One executable file mapping of a signature ("" for any other mapping).
-std::string signature_entry(const MapEntry& m) {
+std::string signature_entry(const proc::MapEntry& m) {
   if (!m.executable || !m.file_backed()) return {};
   return fmt::format("{:x}-{:x}:{}:{};", m.start, m.end, m.inode, m.offset);
 }
 
 }  // namespace
 
-std::string executable_signature(const std::vector<MapEntry>& maps) {
+std::string executable_signature(const std::vector<proc::MapEntry>& maps) {
   std::string sig;
-  for (const MapEntry& m : maps) sig += signature_entry(m);
+  for (const proc::MapEntry& m : maps) sig += signature_entry(m);
   return sig;
 }
 
-bool still_mapped(std::string_view signature, const std::vector<MapEntry>& maps) {
+bool still_mapped(std::string_view signature, const std::vector<proc::MapEntry>& maps) {
   std::set<std::string> now;
-  for (const MapEntry& m : maps) now.insert(signature_entry(m));
+  for (const proc::MapEntry& m : maps) now.insert(signature_entry(m));
   for (size_t at = 0, end; (end = signature.find(';', at)) != std::string_view::npos;
        at = end + 1) {
     if (!now.count(std::string(signature.substr(at, end - at + 1)))) return false;
@@ -233,7 +227,7 @@ bool still_mapped(std::string_view signature, const std::vector<MapEntry>& maps)
   return true;
 }
 
-Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const MapEntry& map) {
+Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const proc::MapEntry& map) {
   for (const elf::Segment& seg : elf.segments()) {
     if (seg.type != PT_LOAD || seg.offset < map.offset ||
         seg.offset - map.offset >= map.end - map.start) {
@@ -264,20 +258,20 @@ uint64_t tarantool_g(const ProcessContext& ctx) {
 }  // namespace
 
 Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, ObjectCache& cache) {
-  LJ_ASSIGN_OR_RETURN(std::vector<MapEntry> maps, read_proc_maps(pid));
+  LJ_ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::read_proc_maps(pid));
   static std::atomic<uint64_t> generations{0};
   auto ctx = std::make_unique<ProcessContext>();
   ctx->generation = ++generations;
   ctx->pid = pid;
-  ctx->comm = read_comm(pid);
+  ctx->comm = proc::read_comm(pid);
   ctx->signature = executable_signature(maps);
-  auto mem = ProcessMemory::open(pid);
+  auto mem = proc::ProcessMemory::open(pid);
   if (mem.ok()) {
     ctx->mem = std::move(*mem);
   } else {
     ctx->warnings.push_back(mem.message());
   }
-  for (const MapEntry& m : maps) {
+  for (const proc::MapEntry& m : maps) {
     const bool vdso = m.executable && m.path == "[vdso]" && ctx->mem;
     if (!vdso && (!m.executable || !m.file_backed())) continue;
     MappedObject* obj = vdso ? cache.get_vdso(m, *ctx->mem) : cache.get(pid, m);
@@ -306,9 +300,9 @@ Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, Obje
 }
 
 bool maps_luajit(uint32_t pid, ObjectCache& cache) {
-  auto maps = read_proc_maps(pid);
+  auto maps = proc::read_proc_maps(pid);
   if (!maps.ok()) return false;
-  for (const MapEntry& m : *maps) {
+  for (const proc::MapEntry& m : *maps) {
     if (!m.executable || !m.file_backed()) continue;
     if (cache.links_luajit(pid, m) && cache.get(pid, m)->luajit) return true;
   }

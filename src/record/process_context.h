@@ -20,10 +20,10 @@
 #include "common/result.h"
 #include "elf/elf_file.h"
 #include "luajit/proc_info.h"
-#include "record/proc_maps.h"
+#include "proc/proc_maps.h"
 
 extern "C" {
-#include "walker/luajit_info.h"
+#include "abi/luajit_info.h"
 }
 
 namespace ljprof::record {
@@ -65,16 +65,16 @@ class ObjectCache {
   // in another mount namespace or deleted since it was mapped is still the right one) and
   // analysed once: ELF, LuaJIT detection and layout, unwind table (VM hints for the LuaJIT
   // file). Never null; a failure is recorded in `error`.
-  MappedObject* get(uint32_t pid, const MapEntry& map);
+  MappedObject* get(uint32_t pid, const proc::MapEntry& map);
   // The kernel's vDSO mapped at `map` (an ELF image with .eh_frame and .dynsym: samples in
   // clock_gettime / gettimeofday, or in the syscall fallback of a CPU-time clock, unwind
   // through it). Read from the process's memory, at most kMaxVdsoBytes; keyed by content.
-  MappedObject* get_vdso(const MapEntry& map, const ProcessMemory& mem);
+  MappedObject* get_vdso(const proc::MapEntry& map, const proc::ProcessMemory& mem);
   static constexpr uint64_t kMaxVdsoBytes = 1u << 20;
   // Whether the file of a mapping links LuaJIT in (it defines lua_close), without analysing it
   // further: `record -a` and the agent ask this of every executable mapping on the host, and
   // only a file that says yes is worth its unwind table and layout (get). Remembered per file.
-  bool links_luajit(uint32_t pid, const MapEntry& map);
+  bool links_luajit(uint32_t pid, const proc::MapEntry& map);
   size_t size() const { return objects_.size() + uncached_.size(); }
   // Every object held (the recorder's row sweep).
   void for_each(const std::function<void(MappedObject&)>& f);
@@ -101,7 +101,7 @@ class ObjectCache {
  private:
   using Key = std::tuple<std::string, uint64_t, std::string>;
   // analyse_mapped_file into `obj` with tables_, then on_table_.
-  void analyse(MappedObject& obj, uint32_t pid, const MapEntry& map);
+  void analyse(MappedObject& obj, uint32_t pid, const proc::MapEntry& map);
   MappedObject* used(MappedObject* obj) {
     obj->last_used = ++uses_;
     return obj;
@@ -131,7 +131,7 @@ struct ProcessContext {
   std::vector<ModuleView> modules;     // executable file mappings, sorted by start
   const ModuleView* luajit = nullptr;  // the module carrying the VM, if any
   uint64_t g_hint = 0;
-  std::unique_ptr<ProcessMemory> mem;
+  std::unique_ptr<proc::ProcessMemory> mem;
   std::string signature;  // the executable mappings, to notice when they change
   // Unique per build of a context in this run: caches keyed by it (native symbols by pc, whole
   // raw stacks) never outlive an exec or a remap of the same pid.
@@ -149,14 +149,14 @@ struct ProcessContext {
 };
 
 // A key describing the executable file mappings of `maps` (changes on dlopen/exec).
-std::string executable_signature(const std::vector<MapEntry>& maps);
+std::string executable_signature(const std::vector<proc::MapEntry>& maps);
 // Whether every executable file mapping of `signature` (executable_signature) is still in
 // `maps`: false after an exec or an munmap, true when code was only mapped in addition.
-bool still_mapped(std::string_view signature, const std::vector<MapEntry>& maps);
+bool still_mapped(std::string_view signature, const std::vector<proc::MapEntry>& maps);
 
 // The load bias of `map` (an executable mapping of `elf`): the PT_LOAD that starts inside the
 // mapping gives it (same rule as core/core_file.cc CoreFile::load_bias).
-Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const MapEntry& map);
+Result<uint64_t> mapping_bias(const elf::ElfFile& elf, const proc::MapEntry& map);
 
 Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, ObjectCache& cache);
 

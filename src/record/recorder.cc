@@ -245,7 +245,7 @@ class Recorder {
     // process still starting up (ld.so maps libraries after the exec), not an unwinding failure.
     std::map<std::pair<uint64_t, const MappedObject*>, uint64_t> published_ns;
     // What the kernel copied of it while it was young (kCopyYoungS), read before its memory.
-    std::shared_ptr<CapturedMemory> copies = std::make_shared<CapturedMemory>();
+    std::shared_ptr<proc::CapturedMemory> copies = std::make_shared<proc::CapturedMemory>();
     Clock::time_point first_copy{};
   };
   std::map<uint32_t, Proc> procs_;
@@ -427,7 +427,7 @@ void Recorder::publish(uint32_t pid, Proc& p) {
   // meanwhile (ld.so loading libraries) is published as analysed: its first samples, in the
   // interpreter, prove the global_State its JIT traces are found by, and its mmap notifications
   // bring the rest.
-  auto now_maps = read_proc_maps(pid);
+  auto now_maps = proc::read_proc_maps(pid);
   if (now_maps.ok() && !still_mapped((*ctx)->signature, *now_maps)) return;
   // After an exec the old image's copies describe addresses that mean nothing any more.
   if (p.ctx && now_maps.ok() && !still_mapped(p.ctx->signature, *now_maps)) p.copies->clear();
@@ -521,7 +521,7 @@ const ProcessContext* Recorder::kernel_context(uint32_t pid, uint32_t generation
     for (const ModuleView& m : ctx->modules) {
       if (rec.lj.version != 0 && m.object->luajit && m.bias == rec.vm_bias) ctx->luajit = &m;
     }
-    if (auto mem = ProcessMemory::open(pid); mem.ok()) ctx->mem = std::move(*mem);
+    if (auto mem = proc::ProcessMemory::open(pid); mem.ok()) ctx->mem = std::move(*mem);
     if (kernel_contexts_.size() >= LJ_REC_EXEC_SLOTS)
       kernel_contexts_.erase(kernel_contexts_.begin());
     found = kernel_contexts_.emplace(generation, KernelContext{Clock::now(), std::move(ctx)})
@@ -811,7 +811,7 @@ void Recorder::symbolize_sample(const lj_rec_sample& s, Proc& p, const ProcessCo
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
       !raw.stack->first.frames.empty() && walked_before_its_rows(s, p, ctx)) {
     ++before_context_[s.end];
-    std::vector<report::Frame> late = stacks_.frames(*raw.stack);
+    std::vector<profile::Frame> late = stacks_.frames(*raw.stack);
     late.back().function = fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
     stacks_.entry(s.pid, std::move(late)).second += 1;
     return;
@@ -967,14 +967,14 @@ RecordCost Recorder::cost(double elapsed) {
 
 bool Recorder::selected(uint32_t pid) {
   if (!opt_.comms.empty()) {
-    const std::string comm = read_comm(pid), exe = executable_name(pid);
+    const std::string comm = proc::read_comm(pid), exe = proc::executable_name(pid);
     if (std::find_if(opt_.comms.begin(), opt_.comms.end(), [&](const std::string& name) {
           return name == comm || name == exe;
         }) == opt_.comms.end()) {
       return false;
     }
   }
-  return in_cgroup(pid, opt_.cgroup);
+  return proc::in_cgroup(pid, opt_.cgroup);
 }
 
 // With -a: follows a process the filters select once it maps a LuaJIT runtime (found by the
@@ -1020,7 +1020,7 @@ void Recorder::cut_interval(bool last) {
   cut.end_unix_ns = unix_ns(now);
   cut.last = last;
   std::map<uint32_t, size_t> index;  // pid -> its entry in cut.processes
-  stacks_.for_each([&](uint32_t pid, std::vector<report::Frame> frames, int64_t count) {
+  stacks_.for_each([&](uint32_t pid, std::vector<profile::Frame> frames, int64_t count) {
     auto [at, added] = index.try_emplace(pid, cut.processes.size());
     if (added) {
       ProcessProfile pp;
@@ -1032,7 +1032,7 @@ void Recorder::cut_interval(bool last) {
       pp.profile.duration_ns = cut.end_unix_ns - cut.start_unix_ns;
       cut.processes.push_back(std::move(pp));
     }
-    report::Sample sample;
+    profile::Sample sample;
     sample.pid = pid;
     sample.frames = std::move(frames);
     sample.count = count;
@@ -1135,7 +1135,7 @@ Result<RecordResult> Recorder::run() {
       const bool pending = bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &pid, &value) == 0 &&
                            needs_context(value);
       if (!pending && p->second.ctx) {
-        auto maps = read_proc_maps(pid);
+        auto maps = proc::read_proc_maps(pid);
         if (maps.ok() && executable_signature(*maps) == p->second.ctx->signature) continue;
       }
       setup(pid);
@@ -1204,14 +1204,14 @@ Result<RecordResult> Recorder::run() {
     cut_interval(true);
     return r;
   }
-  report::Profile& prof = r.profile;
+  profile::Profile& prof = r.profile;
   prof.period_ns = 1000000000LL / opt_.frequency_hz;
   prof.start_time_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
   prof.duration_ns = static_cast<int64_t>(elapsed * 1e9);
   // (stacks symbolized but only seen as before-context samples have count 0 and are left out)
-  stacks_.for_each([&](uint32_t pid, std::vector<report::Frame> frames, int64_t count) {
-    report::Sample s;
+  stacks_.for_each([&](uint32_t pid, std::vector<profile::Frame> frames, int64_t count) {
+    profile::Sample s;
     s.pid = pid;
     s.frames = std::move(frames);
     s.count = count;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::record {
 
@@ -63,7 +63,7 @@ struct ProcessIdentity {
 
 struct ProcessProfile {
   ProcessIdentity process;
-  report::Profile profile;
+  profile::Profile profile;
 };
 
 // One interval of continuous recording: a profile per process sampled in it.
@@ -154,7 +154,7 @@ struct RecordCost {
 };
 
 struct RecordResult : RecordStats {
-  report::Profile profile;
+  profile::Profile profile;
   RecordCost cost;
   int command_exit_status = -1;  // `--` mode: the command's exit status (128+N for signal N)
 };

@@ -1,4 +1,4 @@
-// record/row_allocator.h: which rows of the kernel's `rows` map (bpf/record/record_types.h) hold
+// record/row_allocator.h: which rows of the kernel's `rows` map (bpf/abi/record_types.h) hold
 // which file's unwind table. A file's rows are one contiguous range (a module names them by
 // first row and count, and the kernel searches them as one sorted array), so the map is handed
 // out as ranges from a free list; a range given back is first retired and becomes free only once

@@ -6,7 +6,7 @@
 
 #include <limits>
 
-#include "report/frames.h"
+#include "profile/profile_frames.h"
 #include "symbolize/symbolize.h"
 #include "symbolize/walk_frames.h"
 
@@ -207,15 +207,16 @@ class SampleFrameSource final : public symbolize::FrameSource {
   AgentCounts& counts_;
 };
 
-std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
-                                                    const ProcessContext& ctx,
-                                                    AgentCounts& counts) {
+std::vector<profile::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
+                                                     const ProcessContext& ctx,
+                                                     AgentCounts& counts) {
   return frames(sample, ctx, counts, 0, LJ_WALK_MAX_FRAMES, true);
 }
 
-std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
-                                                    const ProcessContext& ctx, AgentCounts& counts,
-                                                    uint32_t first, uint32_t count, bool with_end) {
+std::vector<profile::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
+                                                     const ProcessContext& ctx, AgentCounts& counts,
+                                                     uint32_t first, uint32_t count,
+                                                     bool with_end) {
   const uint32_t all = std::min<uint32_t>(sample.nframes, LJ_WALK_MAX_FRAMES);
   first = std::min(first, all);
   const uint32_t last = all - first < count ? all : first + count;
@@ -229,7 +230,7 @@ std::vector<report::Frame> SampleSymbolizer::frames(const lj_rec_sample& sample,
                                      ? symbolize::WalkEnd{sample.end, sample.end_pc}
                                      : symbolize::WalkEnd{LJ_END_ROOT, 0};
   SampleFrameSource source(*this, sample, first, ctx, counts);
-  return report::profile_frames(symbolize::frames_of_walk(walk, end, source, first == 0));
+  return profile::profile_frames(symbolize::frames_of_walk(walk, end, source, first == 0));
 }
 
 namespace {

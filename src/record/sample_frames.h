@@ -1,4 +1,4 @@
-// record/sample_frames.h: turns one ring-buffer sample (bpf/record/record_types.h) into the
+// record/sample_frames.h: turns one ring-buffer sample (bpf/abi/record_types.h) into the
 // report's frames, leaf first, through the same walk-to-frames converter as `ljprof core`
 // (symbolize/walk_frames.h), reading names from the live process after the sample.
 //  - A live process moves on after the sample: a Lua frame is named only if its prototype
@@ -22,14 +22,14 @@
 #include <tuple>
 #include <vector>
 
+#include "profile/profile.h"
 #include "record/counters.h"
 #include "record/process_context.h"
-#include "report/profile.h"
 #include "symbolize/frame.h"
 #include "symbolize/snapshot.h"
 
 extern "C" {
-#include "record/record_types.h"
+#include "abi/record_types.h"
 }
 
 namespace ljprof::record {
@@ -38,14 +38,14 @@ class SampleSymbolizer {
  public:
   // Frames of `sample` of process `ctx`, leaf first. `counts` gets per-reason counts of frames
   // that could not be named (LJ_REC_COUNTERS).
-  std::vector<report::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
-                                    AgentCounts& counts);
+  std::vector<profile::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
+                                     AgentCounts& counts);
   // The frames of walked frames [first, first + count) alone: the first one is the leaf only
   // when first is 0, and the walk's end adds its "[unknown: ...]" frame only with `with_end`
   // (for a range that reaches the walk's last frame).
-  std::vector<report::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
-                                    AgentCounts& counts, uint32_t first, uint32_t count,
-                                    bool with_end);
+  std::vector<profile::Frame> frames(const lj_rec_sample& sample, const ProcessContext& ctx,
+                                     AgentCounts& counts, uint32_t first, uint32_t count,
+                                     bool with_end);
   // Forgets what was kept for process contexts (ProcessContext::generation) not in
   // `generations` and for processes not in `pids`: the recorder's contexts released since. An
   // agent following processes for months would otherwise keep every past process's names.

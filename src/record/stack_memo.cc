@@ -162,7 +162,7 @@ uint32_t StackMemo::symbolize(const lj_rec_sample& s, const ProcessContext& ctx,
   // The unit with the next frame out as context; that frame's one result is dropped.
   const bool outermost = key.end != 0;
   AgentCounts counted{};
-  std::vector<report::Frame> frames =
+  std::vector<profile::Frame> frames =
       symbolizer_.frames(s, ctx, counted, start, key.nraw, outermost);
   ++stats_.units_symbolized;
   if (!counted_nothing(counted) || (!outermost && frames.empty())) return kNone;
@@ -172,7 +172,7 @@ uint32_t StackMemo::symbolize(const lj_rec_sample& s, const ProcessContext& ctx,
   unit.hash = hash;
   unit.first_id = static_cast<uint32_t>(ids_.size());
   unit.nids = static_cast<uint32_t>(frames.size());
-  for (report::Frame& f : frames) ids_.push_back(stacks_.intern(std::move(f)));
+  for (profile::Frame& f : frames) ids_.push_back(stacks_.intern(std::move(f)));
   const auto id = static_cast<uint32_t>(units_.size());
   slots_[probe(slots_, hash, [](uint64_t slot) { return slot == 0; })] =
       (hash >> 32 << 32) | (id + 1);

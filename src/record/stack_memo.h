@@ -9,7 +9,7 @@
 // are its function, bytecode pc and prototype, not its stack slot.
 // Why that key is enough: symbolize/walk_frames.cc gives frame i a result that depends on raw
 // frames i and i+1 only (its caller names it, an FFI trampoline marks it), except that a trace
-// rewrites and extends the frame after it (kept in one unit), and report::profile_frames merges
+// rewrites and extends the frame after it (kept in one unit), and profile::profile_frames merges
 // a trace with the next frame only. So a unit is symbolized on its own with the next frame out
 // as context (whose frame is dropped), as the leaf only when it is the sample's first, and with
 // the walk's end only when it is the outermost.
@@ -30,7 +30,7 @@
 #include "record/stack_table.h"
 
 extern "C" {
-#include "record/record_types.h"
+#include "abi/record_types.h"
 }
 
 namespace ljprof::record {

@@ -13,7 +13,7 @@ size_t StackTable::KeyHash::operator()(const Key& k) const {
 // Every field operator== compares but the strings that follow from others (file from the
 // function's chunk, build_id from module): equal frames hash equal, and near-equal ones rarely
 // collide.
-size_t StackTable::FrameHash::operator()(const report::Frame& f) const {
+size_t StackTable::FrameHash::operator()(const profile::Frame& f) const {
   size_t h = std::hash<std::string>{}(f.function);
   h = hash_combine(h, std::hash<std::string>{}(f.module));
   h = hash_combine(h, static_cast<size_t>(f.kind));
@@ -24,16 +24,16 @@ size_t StackTable::FrameHash::operator()(const report::Frame& f) const {
   return h;
 }
 
-uint32_t StackTable::intern(report::Frame&& f) {
+uint32_t StackTable::intern(profile::Frame&& f) {
   auto [it, added] = ids_.try_emplace(std::move(f), static_cast<uint32_t>(by_id_.size()));
   if (added) by_id_.push_back(&it->first);
   return it->second;
 }
 
-StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<report::Frame>&& frames) {
+StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<profile::Frame>&& frames) {
   Key key{pid, {}};
   key.frames.reserve(frames.size());
-  for (report::Frame& f : frames) key.frames.push_back(intern(std::move(f)));
+  for (profile::Frame& f : frames) key.frames.push_back(intern(std::move(f)));
   return *stacks_.try_emplace(std::move(key), 0).first;
 }
 
@@ -41,15 +41,15 @@ StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<uint32_t>&& ids) 
   return *stacks_.try_emplace(Key{pid, std::move(ids)}, 0).first;
 }
 
-std::vector<report::Frame> StackTable::frames(const Entry& e) const {
-  std::vector<report::Frame> out;
+std::vector<profile::Frame> StackTable::frames(const Entry& e) const {
+  std::vector<profile::Frame> out;
   out.reserve(e.first.frames.size());
   for (uint32_t id : e.first.frames) out.push_back(*by_id_[id]);
   return out;
 }
 
 void StackTable::for_each(
-    const std::function<void(uint32_t, std::vector<report::Frame>, int64_t)>& f) const {
+    const std::function<void(uint32_t, std::vector<profile::Frame>, int64_t)>& f) const {
   for (const Entry& e : stacks_) {
     if (e.second > 0) f(e.first.pid, frames(e), e.second);
   }

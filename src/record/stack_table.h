@@ -1,7 +1,7 @@
 // record/stack_table.h: the symbolized stacks of a recording and their sample counts, every
 // distinct frame stored once. A profile of varied stacks (recursion, many call sites) holds
 // thousands of stacks that share a few hundred frames; keeping a stack as a list of frame ids
-// makes it a few bytes per frame instead of a report::Frame with four strings, and its hash and
+// makes it a few bytes per frame instead of a profile::Frame with four strings, and its hash and
 // comparison integer work.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::record {
 
@@ -29,25 +29,25 @@ class StackTable {
 
   // The entry of (pid, frames), added with count 0 when new. Entries stay where they are until
   // clear(), whatever is added meanwhile.
-  Entry& entry(uint32_t pid, std::vector<report::Frame>&& frames);
+  Entry& entry(uint32_t pid, std::vector<profile::Frame>&& frames);
   // The same by frame ids (intern's, or an entry's), leaf first.
   Entry& entry(uint32_t pid, std::vector<uint32_t>&& ids);
   // The id of a frame, added when new; ids stay valid until clear().
-  uint32_t intern(report::Frame&& f);
+  uint32_t intern(profile::Frame&& f);
   // The frames of an entry's stack, leaf first.
-  std::vector<report::Frame> frames(const Entry& e) const;
+  std::vector<profile::Frame> frames(const Entry& e) const;
   // Every entry with a count above 0, as (pid, frames, count).
-  void for_each(const std::function<void(uint32_t, std::vector<report::Frame>, int64_t)>& f) const;
+  void for_each(const std::function<void(uint32_t, std::vector<profile::Frame>, int64_t)>& f) const;
   size_t stack_count() const { return stacks_.size(); }
   size_t frame_count() const { return by_id_.size(); }
   void clear();
 
  private:
   struct FrameHash {
-    size_t operator()(const report::Frame& f) const;
+    size_t operator()(const profile::Frame& f) const;
   };
-  std::unordered_map<report::Frame, uint32_t, FrameHash> ids_;
-  std::vector<const report::Frame*> by_id_;  // keys of ids_ (nodes do not move)
+  std::unordered_map<profile::Frame, uint32_t, FrameHash> ids_;
+  std::vector<const profile::Frame*> by_id_;  // keys of ids_ (nodes do not move)
   std::unordered_map<Key, int64_t, KeyHash> stacks_;
 };
 

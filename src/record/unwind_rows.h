@@ -36,7 +36,7 @@
 #include "record/row_allocator.h"
 
 extern "C" {
-#include "walker/cfi_row.h"
+#include "abi/cfi_row.h"
 }
 
 namespace ljprof::record {

@@ -35,9 +35,9 @@ std::string native_text(const symbolize::Frame& f) {
 
 Json backtrace_frame_json(const symbolize::Frame& f) {
   Json j;
-  j["kind"] = frame_kind_name(f.kind);
+  j["kind"] = profile::frame_kind_name(f.kind);
   switch (f.kind) {
-    case FrameKind::Lua:
+    case profile::FrameKind::Lua:
       j["function"] = hex(f.gcfunc);
       j["bcpc"] = f.bcpc ? Json(hex(f.bcpc)) : Json(nullptr);
       if (f.lua) {
@@ -53,11 +53,11 @@ Json backtrace_frame_json(const symbolize::Frame& f) {
       if (f.jit_trace != 0) j["jit_trace"] = f.jit_trace;
       j["lua_state"] = f.lua_state;
       break;
-    case FrameKind::Unknown:
+    case profile::FrameKind::Unknown:
       j["pc"] = hex(f.pc);
       j["reason"] = f.reason;
       break;
-    case FrameKind::Trace:
+    case profile::FrameKind::Trace:
       j["pc"] = hex(f.pc);
       j["gctrace"] = hex(f.gctrace);
       if (f.trace) {
@@ -76,7 +76,7 @@ Json backtrace_frame_json(const symbolize::Frame& f) {
       j["lua_state"] = f.lua_state;
       break;
     default:
-      if (f.kind == FrameKind::CFunc) {
+      if (f.kind == profile::FrameKind::CFunc) {
         j["function"] = hex(f.gcfunc);
         j["lua_state"] = f.lua_state;
         add_call_name(j, f);
@@ -95,7 +95,7 @@ Json backtrace_frame_json(const symbolize::Frame& f) {
 
 std::string backtrace_frame_text(const symbolize::Frame& f) {
   switch (f.kind) {
-    case FrameKind::Lua: {
+    case profile::FrameKind::Lua: {
       if (!f.lua) return fmt::format("lua     [unknown: {}]", f.reason);
       std::string line = f.lua->line >= 0 ? std::to_string(f.lua->line) : "?";
       // As luaL_traceback words it: a call-site name first, then the main chunk.
@@ -104,18 +104,18 @@ std::string backtrace_frame_text(const symbolize::Frame& f) {
       const std::string jit = f.jit_trace != 0 ? fmt::format(" [JIT trace {}]", f.jit_trace) : "";
       return fmt::format("lua     {}:{} in {}{}", f.lua->short_src, line, what, jit);
     }
-    case FrameKind::CFunc:
+    case profile::FrameKind::CFunc:
       if (f.call_name) {
         return fmt::format("cfunc   {} as '{}'", native_text(f), f.call_name->name);
       }
       return "cfunc   " + native_text(f);
-    case FrameKind::Root:
+    case profile::FrameKind::Root:
       return "root    " + native_text(f);
-    case FrameKind::Ffi:
+    case profile::FrameKind::Ffi:
       return "ffi     " + native_text(f);
-    case FrameKind::Unknown:
+    case profile::FrameKind::Unknown:
       return fmt::format("[unknown: {}]", f.reason);
-    case FrameKind::Trace:
+    case profile::FrameKind::Trace:
       if (!f.trace) return fmt::format("trace   {:#018x} [unknown: {}]", f.pc, f.reason);
       if (f.trace->snapshot) {
         return fmt::format("trace   {:#018x} in trace {} snapshot {} (starts at {}:{})", f.pc,
@@ -125,7 +125,7 @@ std::string backtrace_frame_text(const symbolize::Frame& f) {
       return fmt::format(
           "trace   {:#018x} in trace {} (starts at {}:{}; Lua frames unresolved: {})", f.pc,
           f.trace->traceno, f.trace->start.short_src, f.trace->start.line, f.trace->snapshot_error);
-    case FrameKind::Native:
+    case profile::FrameKind::Native:
       break;
   }
   return "native  " + native_text(f);

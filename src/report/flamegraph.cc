@@ -19,9 +19,9 @@ namespace {
 // Builder with map children (for merging); converted to the sorted vector form at the end.
 struct BuildNode {
   std::string name;
-  FrameKind kind = FrameKind::Root;
+  profile::FrameKind kind = profile::FrameKind::Root;
   int64_t total = 0;
-  std::map<std::pair<std::string, FrameKind>, BuildNode> children;
+  std::map<std::pair<std::string, profile::FrameKind>, BuildNode> children;
 };
 
 FlameNode freeze(BuildNode&& b) {
@@ -31,9 +31,9 @@ FlameNode freeze(BuildNode&& b) {
   return n;
 }
 
-int64_t total_samples(const Profile& profile) {
+int64_t total_samples(const profile::Profile& profile) {
   int64_t total = 0;
-  for (const Sample& s : profile.samples) {
+  for (const profile::Sample& s : profile.samples) {
     if (!s.frames.empty() && s.count > 0) total += s.count;
   }
   return total;
@@ -70,21 +70,21 @@ std::string xml_escape(const std::string& raw) {
 }
 
 // Fill colours by kind (same palette as the HTML page's CSS).
-const char* svg_colour(FrameKind kind) {
+const char* svg_colour(profile::FrameKind kind) {
   switch (kind) {
-    case FrameKind::Lua:
+    case profile::FrameKind::Lua:
       return "#7fcf7f";
-    case FrameKind::Native:
+    case profile::FrameKind::Native:
       return "#f0a05a";
-    case FrameKind::CFunc:
+    case profile::FrameKind::CFunc:
       return "#e6d45c";
-    case FrameKind::Ffi:
+    case profile::FrameKind::Ffi:
       return "#c49be8";
-    case FrameKind::Trace:
+    case profile::FrameKind::Trace:
       return "#6fb6e8";
-    case FrameKind::Root:
+    case profile::FrameKind::Root:
       return "#c8c8c8";
-    case FrameKind::Unknown:
+    case profile::FrameKind::Unknown:
       return "#e07070";
   }
   return "#c8c8c8";
@@ -290,7 +290,7 @@ void replace_all(std::string* s, const std::string& from, const std::string& to)
   }
 }
 
-std::string title_of(const Profile& profile) {
+std::string title_of(const profile::Profile& profile) {
   std::string t = fmt::format("ljprof flame graph — {} samples", total_samples(profile));
   if (profile.period_ns > 0) t += fmt::format(", period {:.3g} ms", profile.period_ns / 1e6);
   return t;
@@ -305,18 +305,18 @@ bool ends_with_svg(const std::string& path) {
 
 }  // namespace
 
-FlameNode flame_tree(const Profile& profile) {
-  BuildNode root{"all", FrameKind::Root, 0, {}};
-  for (const Sample& s : profile.samples) {
+FlameNode flame_tree(const profile::Profile& profile) {
+  BuildNode root{"all", profile::FrameKind::Root, 0, {}};
+  for (const profile::Sample& s : profile.samples) {
     if (s.frames.empty() || s.count <= 0) continue;
     root.total += s.count;
     BuildNode* node = &root;
     size_t depth = 0;
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it, ++depth) {
-      std::pair<std::string, FrameKind> key{frame_label(*it), it->kind};
+      std::pair<std::string, profile::FrameKind> key{frame_label(*it), it->kind};
       if (depth == kMaxFlameDepth) {
         key = {fmt::format("[{} deeper frames not shown]", s.frames.size() - depth),
-               FrameKind::Unknown};
+               profile::FrameKind::Unknown};
         it = std::prev(s.frames.rend());  // this marker is the last node of the stack
       }
       BuildNode& child = node->children[key];
@@ -331,7 +331,7 @@ FlameNode flame_tree(const Profile& profile) {
   return freeze(std::move(root));
 }
 
-std::string flamegraph_svg(const Profile& profile) {
+std::string flamegraph_svg(const profile::Profile& profile) {
   FlameNode root = flame_tree(profile);
   int depth = depth_of(root);
   double height = depth * kRow + 3 * kSvgPad + kRow;
@@ -351,12 +351,12 @@ std::string flamegraph_svg(const Profile& profile) {
   return out;
 }
 
-std::string flamegraph_html(const Profile& profile) {
+std::string flamegraph_html(const profile::Profile& profile) {
   nlohmann::json data;
   data["title"] = title_of(profile);
   nlohmann::json kinds = nlohmann::json::array();
-  for (int k = 0; k <= static_cast<int>(FrameKind::Unknown); ++k) {
-    kinds.push_back(frame_kind_name(static_cast<FrameKind>(k)));
+  for (int k = 0; k <= static_cast<int>(profile::FrameKind::Unknown); ++k) {
+    kinds.push_back(profile::frame_kind_name(static_cast<profile::FrameKind>(k)));
   }
   data["kinds"] = std::move(kinds);
   // The tree is spliced in as text (tree_json); "@TREE@" cannot occur elsewhere in the dump.
@@ -380,7 +380,7 @@ std::string flamegraph_html(const Profile& profile) {
   return html;
 }
 
-Status write_flamegraph(const Profile& profile, const std::string& path) {
+Status write_flamegraph(const profile::Profile& profile, const std::string& path) {
   std::string text;
   try {
     text = ends_with_svg(path) ? flamegraph_svg(profile) : flamegraph_html(profile);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::report {
 
@@ -15,13 +15,13 @@ namespace ljprof::report {
 // called from it, sorted by label (flamegraph.pl's order, so the picture is deterministic).
 struct FlameNode {
   std::string name;
-  FrameKind kind = FrameKind::Root;
+  profile::FrameKind kind = profile::FrameKind::Root;
   int64_t total = 0;  // samples in this subtree
   std::vector<FlameNode> children;
 };
 // Root is "all". Stacks deeper than 2048 frames end in one "[N deeper frames not shown]"
 // node (kind Unknown) so nothing recursing over the tree can exhaust the stack.
-FlameNode flame_tree(const Profile& profile);
+FlameNode flame_tree(const profile::Profile& profile);
 
 // `path` ending in ".svg" (any case): SVG, root at the bottom, one <g> per frame holding a
 // <rect>, a <text> and a <title> tooltip "label (N samples, P%)".
@@ -33,9 +33,9 @@ FlameNode flame_tree(const Profile& profile);
 // and reports the share of samples they cover ("FILE.html#search=TERM" opens with TERM
 // searched); colour is by frame kind. Frames narrower than
 // 1/2000 of the zoomed width are not drawn (they would be sub-pixel).
-Status write_flamegraph(const Profile& profile, const std::string& path);
+Status write_flamegraph(const profile::Profile& profile, const std::string& path);
 
-std::string flamegraph_svg(const Profile& profile);
-std::string flamegraph_html(const Profile& profile);
+std::string flamegraph_svg(const profile::Profile& profile);
+std::string flamegraph_html(const profile::Profile& profile);
 
 }  // namespace ljprof::report

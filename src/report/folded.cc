@@ -12,7 +12,7 @@
 
 namespace ljprof::report {
 
-std::string folded_frame(const Frame& frame) {
+std::string folded_frame(const profile::Frame& frame) {
   std::string s = frame_label(frame);  // printable: no line break can split a stack's line
   for (char& c : s) {
     if (c == ';') c = ':';
@@ -20,9 +20,9 @@ std::string folded_frame(const Frame& frame) {
   return s;
 }
 
-std::string folded_text(const Profile& profile) {
+std::string folded_text(const profile::Profile& profile) {
   std::map<std::string, int64_t> stacks;
-  for (const Sample& s : profile.samples) {
+  for (const profile::Sample& s : profile.samples) {
     if (s.frames.empty() || s.count <= 0) continue;
     std::string line;
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {  // leaf first -> root first
@@ -36,11 +36,11 @@ std::string folded_text(const Profile& profile) {
   return out;
 }
 
-void write_folded(const Profile& profile, std::ostream& out) {
+void write_folded(const profile::Profile& profile, std::ostream& out) {
   out << folded_text(profile);
 }
 
-Status write_folded(const Profile& profile, const std::string& path) {
+Status write_folded(const profile::Profile& profile, const std::string& path) {
   if (path == "-") {
     write_folded(profile, std::cout);
     std::cout.flush();

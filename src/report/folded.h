@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::report {
 
@@ -18,11 +18,11 @@ namespace ljprof::report {
 // as \xNN). Tools split lines on '\n' and take the count after the last space, so spaces in
 // labels are fine. Stacks whose text is equal merge; lines are sorted bytewise so
 // the output is deterministic. Samples with no frames or count <= 0 are left out.
-std::string folded_text(const Profile& profile);
-void write_folded(const Profile& profile, std::ostream& out);
-Status write_folded(const Profile& profile, const std::string& path);  // "-" = stdout
+std::string folded_text(const profile::Profile& profile);
+void write_folded(const profile::Profile& profile, std::ostream& out);
+Status write_folded(const profile::Profile& profile, const std::string& path);  // "-" = stdout
 
 // frame_label() with the escaping above applied.
-std::string folded_frame(const Frame& frame);
+std::string folded_frame(const profile::Frame& frame);
 
 }  // namespace ljprof::report

@@ -6,16 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::report {
-
-// A walk's frames (leaf first) as profiles show them: Lua functions by the name their caller
-// used (else as the traceback words an unnamed function), the file a chunk was loaded from in
-// `file` and only its last component in labels; a JIT trace's machine code as the Lua
-// function the trace starts in (kind Trace), folded into that function's frame when it is the
-// next one out; an unreadable frame as "[unknown: reason]".
-std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk);
 
 // The text a person reads for one frame (the folded-stack / flame-graph node format):
 //   lua      "name (file:line)"   ("name (file)" when the line is unknown, "name" without file;
@@ -28,17 +21,17 @@ std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk);
 // (common/printable.h) whatever the frame holds: the folded, top and flame graph writers all
 // show labels, and a Profile may come from anywhere (a test, another producer), not only from
 // the walk and read_pprof(), which make their strings printable already.
-std::string frame_label(const Frame& frame);
+std::string frame_label(const profile::Frame& frame);
 
 // Like frame_label() but for the function rather than the current line: Lua shows the
 // function's first line ("name (file:start_line)"). Used by the top table, whose rows are
 // functions, so every line of one Lua function lands in one row.
-std::string function_label(const Frame& frame);
+std::string function_label(const profile::Frame& frame);
 
 // A sample's identical twins (same frames, pid and tid) merged into one with the summed
 // count; samples with count <= 0 are dropped. Sorted, so equal profiles compare equal.
-std::vector<Sample> aggregate_samples(const std::vector<Sample>& samples);
+std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample>& samples);
 
-bool same_sample(const Sample& a, const Sample& b);  // frames, count, pid and tid
+bool same_sample(const profile::Sample& a, const profile::Sample& b);  // frames, count, pid and tid
 
 }  // namespace ljprof::report

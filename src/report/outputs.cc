@@ -9,7 +9,7 @@
 
 namespace ljprof::report {
 
-Status write_outputs(const Profile& profile, const OutputOptions& options) {
+Status write_outputs(const profile::Profile& profile, const OutputOptions& options) {
   if (!options.pprof_path.empty()) LJ_TRY(write_pprof(profile, options.pprof_path));
   if (!options.folded_path.empty()) LJ_TRY(write_folded(profile, options.folded_path));
   if (!options.flamegraph_path.empty()) LJ_TRY(write_flamegraph(profile, options.flamegraph_path));

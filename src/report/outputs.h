@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::report {
 
@@ -25,6 +25,6 @@ struct OutputOptions {
 };
 
 // Writes each requested output; stops at, and returns, the first failure.
-Status write_outputs(const Profile& profile, const OutputOptions& options);
+Status write_outputs(const profile::Profile& profile, const OutputOptions& options);
 
 }  // namespace ljprof::report

@@ -148,27 +148,27 @@ class StringTable {
   std::unordered_map<std::string, int64_t> ids_;
 };
 
-bool has_mapping(const Frame& f) {
+bool has_mapping(const profile::Frame& f) {
   return !f.module.empty() || !f.build_id.empty();
 }
 
-bool is_bare_pc(const Frame& f) {
-  return f.kind == FrameKind::Native && f.function.empty() && f.file.empty() && f.line == 0 &&
-         f.start_line == 0;
+bool is_bare_pc(const profile::Frame& f) {
+  return f.kind == profile::FrameKind::Native && f.function.empty() && f.file.empty() &&
+         f.line == 0 && f.start_line == 0;
 }
 
 // module, build_id, load bias (address - module_offset, modulo 2^64)
 using MappingKey = std::tuple<std::string, std::string, uint64_t>;
-MappingKey mapping_key(const Frame& f) {
+MappingKey mapping_key(const profile::Frame& f) {
   return {f.module, f.build_id, f.address - f.module_offset};
 }
 
-using FunctionKey = std::tuple<FrameKind, std::string, std::string, int64_t>;
+using FunctionKey = std::tuple<profile::FrameKind, std::string, std::string, int64_t>;
 
-Result<std::string> serialize(const Profile& profile, const std::string& path) {
+Result<std::string> serialize(const profile::Profile& profile, const std::string& path) {
   pp::Profile out;
   StringTable strings(&out);
-  std::vector<Sample> samples = aggregate_samples(profile.samples);
+  std::vector<profile::Sample> samples = aggregate_samples(profile.samples);
 
   auto add_type = [&](pp::ValueType* vt, const char* type, const char* unit) {
     vt->set_type(strings.index(type));
@@ -186,8 +186,8 @@ Result<std::string> serialize(const Profile& profile, const std::string& path) {
     uint64_t lo = UINT64_MAX, hi = 0;
   };
   std::map<MappingKey, Range> ranges;
-  for (const Sample& s : samples) {
-    for (const Frame& f : s.frames) {
+  for (const profile::Sample& s : samples) {
+    for (const profile::Frame& f : s.frames) {
       if (!has_mapping(f)) continue;
       Range& r = ranges[mapping_key(f)];
       r.lo = std::min(r.lo, f.address);
@@ -211,7 +211,7 @@ Result<std::string> serialize(const Profile& profile, const std::string& path) {
   }
 
   std::map<FunctionKey, uint64_t> function_ids;
-  auto function_id = [&](const Frame& f) {
+  auto function_id = [&](const profile::Frame& f) {
     FunctionKey key{f.kind, f.function, f.file, f.start_line};
     auto it = function_ids.find(key);
     if (it != function_ids.end()) return it->second;
@@ -219,15 +219,16 @@ Result<std::string> serialize(const Profile& profile, const std::string& path) {
     uint64_t id = static_cast<uint64_t>(out.function_size());
     fn->set_id(id);
     fn->set_name(strings.index(f.function));
-    fn->set_system_name(strings.index(fmt::format("{}:{}", frame_kind_name(f.kind), f.function)));
+    fn->set_system_name(
+        strings.index(fmt::format("{}:{}", profile::frame_kind_name(f.kind), f.function)));
     fn->set_filename(strings.index(f.file));
     fn->set_start_line(f.start_line);
     function_ids.emplace(key, id);
     return id;
   };
 
-  std::map<Frame, uint64_t> location_ids;
-  auto location_id = [&](const Frame& f) {
+  std::map<profile::Frame, uint64_t> location_ids;
+  auto location_id = [&](const profile::Frame& f) {
     auto it = location_ids.find(f);
     if (it != location_ids.end()) return it->second;
     pp::Location* loc = out.add_location();
@@ -249,9 +250,9 @@ Result<std::string> serialize(const Profile& profile, const std::string& path) {
     return id;
   };
 
-  for (const Sample& s : samples) {
+  for (const profile::Sample& s : samples) {
     pp::Sample* ps = out.add_sample();
-    for (const Frame& f : s.frames) ps->add_location_id(location_id(f));
+    for (const profile::Frame& f : s.frames) ps->add_location_id(location_id(f));
     ps->add_value(s.count);
     ps->add_value(saturating_mul(s.count, profile.period_ns));
     auto add_label = [&](const char* key, uint32_t value) {
@@ -263,8 +264,8 @@ Result<std::string> serialize(const Profile& profile, const std::string& path) {
     add_label("pid", s.pid);
     add_label("tid", s.tid);
     // One "trace" label per JIT-compiled frame, leaf first: which trace ran it.
-    for (const Frame& f : s.frames) {
-      if (f.kind != FrameKind::Trace) continue;
+    for (const profile::Frame& f : s.frames) {
+      if (f.kind != profile::FrameKind::Trace) continue;
       pp::Label* l = ps->add_label();
       l->set_key(strings.index("trace"));
       l->set_num(f.trace);
@@ -287,7 +288,7 @@ class Reader {
   Reader(const std::string& path, const pp::Profile& in, const PprofReadLimits& limits)
       : path_(path), in_(in), limits_(limits) {}
 
-  Result<Profile> convert() {
+  Result<profile::Profile> convert() {
     if (in_.string_table_size() == 0 || !in_.string_table(0).empty()) {
       return err("string_table[0] must be the empty string (not a pprof profile?)");
     }
@@ -299,7 +300,7 @@ class Reader {
       return err(fmt::format("{} locations, more than the limit of {}", in_.location_size(),
                              limits_.max_locations));
     }
-    Profile out;
+    profile::Profile out;
     LJ_ASSIGN_OR_RETURN(int value_index, count_index());
     LJ_ASSIGN_OR_RETURN(std::string period_unit, str(in_.period_type().unit(), "period_type.unit"));
     LJ_TRY(str(in_.period_type().type(), "period_type.type"));
@@ -326,7 +327,7 @@ class Reader {
     uint64_t start = 0, file_offset = 0;
   };
   struct FunctionInfo {
-    FrameKind kind = FrameKind::Native;
+    profile::FrameKind kind = profile::FrameKind::Native;
     std::string name, filename;
     int64_t start_line = 0;
   };
@@ -387,7 +388,8 @@ class Reader {
       size_t colon = system_name.find(':');
       if (colon != std::string::npos &&
           system_name.compare(colon + 1, std::string::npos, info.name) == 0) {
-        if (auto kind = frame_kind_from_name(std::string_view(system_name).substr(0, colon))) {
+        if (auto kind =
+                profile::frame_kind_from_name(std::string_view(system_name).substr(0, colon))) {
           info.kind = *kind;
         }
       }
@@ -402,7 +404,7 @@ class Reader {
   Status read_locations() {
     for (const pp::Location& loc : in_.location()) {
       if (loc.id() == 0) return err("location with id 0");
-      Frame base;
+      profile::Frame base;
       base.address = loc.address();
       if (loc.mapping_id() != 0) {
         auto m = mappings_.find(loc.mapping_id());
@@ -414,7 +416,7 @@ class Reader {
         base.build_id = m->second.build_id;
         base.module_offset = loc.address() - m->second.start + m->second.file_offset;
       }
-      std::vector<Frame> frames;
+      std::vector<profile::Frame> frames;
       if (loc.line_size() == 0) frames.push_back(base);  // unsymbolized: module+offset only
       // pprof lists inlined functions innermost first, the caller last: already leaf first.
       for (const pp::Line& line : loc.line()) {
@@ -423,7 +425,7 @@ class Reader {
           return err(fmt::format("location {} references unknown function {}", loc.id(),
                                  line.function_id()));
         }
-        Frame f = base;
+        profile::Frame f = base;
         f.kind = fn->second.kind;
         f.function = fn->second.name;
         f.file = fn->second.filename;
@@ -438,7 +440,7 @@ class Reader {
     return Ok{};
   }
 
-  Status read_samples(int value_index, Profile* out) {
+  Status read_samples(int value_index, profile::Profile* out) {
     uint64_t total_frames = 0;
     out->samples.reserve(static_cast<size_t>(in_.sample_size()));
     for (int i = 0; i < in_.sample_size(); ++i) {
@@ -447,7 +449,7 @@ class Reader {
         return err(fmt::format("sample {} has {} values for {} sample types", i, s.value_size(),
                                in_.sample_type_size()));
       }
-      Sample sample;
+      profile::Sample sample;
       sample.count = s.value(value_index);
       for (uint64_t id : s.location_id()) {
         auto loc = locations_.find(id);
@@ -478,16 +480,16 @@ class Reader {
   }
 
   // The n-th "trace" label names the trace of the n-th JIT-compiled frame (write_pprof).
-  static void assign_trace(std::vector<Frame>& frames, size_t& next, uint32_t trace) {
+  static void assign_trace(std::vector<profile::Frame>& frames, size_t& next, uint32_t trace) {
     for (; next < frames.size(); ++next) {
-      if (frames[next].kind == FrameKind::Trace) {
+      if (frames[next].kind == profile::FrameKind::Trace) {
         frames[next++].trace = trace;
         return;
       }
     }
   }
 
-  static void parse_counter(const std::string& comment, Profile* out) {
+  static void parse_counter(const std::string& comment, profile::Profile* out) {
     static constexpr std::string_view kPrefix = "counter ";
     if (!comment.starts_with(kPrefix)) return;  // someone else's comment: not a counter
     size_t eq = comment.rfind('=');
@@ -505,19 +507,19 @@ class Reader {
   const PprofReadLimits& limits_;
   std::unordered_map<uint64_t, MappingInfo> mappings_;
   std::unordered_map<uint64_t, FunctionInfo> functions_;
-  std::unordered_map<uint64_t, std::vector<Frame>> locations_;
+  std::unordered_map<uint64_t, std::vector<profile::Frame>> locations_;
 };
 
 // The one encoder behind write_pprof() and pprof_gzip_bytes(); `what` starts its error messages
 // (the file's path, or a word saying what is being encoded).
-Result<std::string> encode_gzip(const Profile& profile, const std::string& what) {
+Result<std::string> encode_gzip(const profile::Profile& profile, const std::string& what) {
   LJ_ASSIGN_OR_RETURN(std::string raw, serialize(profile, what));
   return gzip(what, raw);
 }
 
 }  // namespace
 
-Result<std::string> pprof_gzip_bytes(const Profile& profile) {
+Result<std::string> pprof_gzip_bytes(const profile::Profile& profile) {
   // protobuf and the allocator may throw (bad_alloc); nothing may escape this module.
   try {
     return encode_gzip(profile, "pprof profile");
@@ -526,7 +528,7 @@ Result<std::string> pprof_gzip_bytes(const Profile& profile) {
   }
 }
 
-Status write_pprof(const Profile& profile, const std::string& path) {
+Status write_pprof(const profile::Profile& profile, const std::string& path) {
   // protobuf and the allocator may throw (bad_alloc); nothing may escape this module.
   try {
     LJ_ASSIGN_OR_RETURN(std::string compressed, encode_gzip(profile, path));
@@ -536,7 +538,7 @@ Status write_pprof(const Profile& profile, const std::string& path) {
   }
 }
 
-Result<Profile> read_pprof(const std::string& path, const PprofReadLimits& limits) {
+Result<profile::Profile> read_pprof(const std::string& path, const PprofReadLimits& limits) {
   try {
     LJ_ASSIGN_OR_RETURN(std::string bytes, read_capped(path, limits.max_file_bytes));
     if (bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x1f &&

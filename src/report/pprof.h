@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::report {
 
@@ -29,12 +29,12 @@ namespace ljprof::report {
 // - every string is printable text (common/printable.h; protobuf requires UTF-8): a byte that
 //   is not part of a printable UTF-8 character is written as \xNN, the one thing that does not
 //   round-trip byte for byte.
-Status write_pprof(const Profile& profile, const std::string& path);
+Status write_pprof(const profile::Profile& profile, const std::string& path);
 
 // The bytes write_pprof() writes to its file (the gzip-compressed serialized profile.proto), for
 // a consumer that sends them elsewhere (export/: Pyroscope ingest, the rotating output
 // directory).
-Result<std::string> pprof_gzip_bytes(const Profile& profile);
+Result<std::string> pprof_gzip_bytes(const profile::Profile& profile);
 
 // Caps on what read_pprof() accepts, so a hostile file cannot make it allocate without bound.
 struct PprofReadLimits {
@@ -51,6 +51,6 @@ struct PprofReadLimits {
 // inlined Lines become separate frames, the count is the "samples" value (else the last
 // sample type, pprof's default). Malformed input (bad gzip, bad protobuf, string/ID indexes
 // out of range, caps exceeded) is an error naming the file and the reason.
-Result<Profile> read_pprof(const std::string& path, const PprofReadLimits& limits = {});
+Result<profile::Profile> read_pprof(const std::string& path, const PprofReadLimits& limits = {});
 
 }  // namespace ljprof::report

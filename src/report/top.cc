@@ -10,15 +10,15 @@
 
 namespace ljprof::report {
 
-std::vector<TopRow> top_rows(const Profile& profile) {
+std::vector<TopRow> top_rows(const profile::Profile& profile) {
   // Keyed by (label, kind): a native and a cfunc frame with the same symbol are different rows.
-  std::map<std::pair<std::string, FrameKind>, TopRow> rows;
-  for (const Sample& s : profile.samples) {
+  std::map<std::pair<std::string, profile::FrameKind>, TopRow> rows;
+  for (const profile::Sample& s : profile.samples) {
     if (s.frames.empty() || s.count <= 0) continue;
-    std::set<std::pair<std::string, FrameKind>> seen;  // recursion counts once in cum
+    std::set<std::pair<std::string, profile::FrameKind>> seen;  // recursion counts once in cum
     for (size_t i = 0; i < s.frames.size(); ++i) {
       // A printable label (report/frames.h): no line break can tear the table apart.
-      std::pair<std::string, FrameKind> key{function_label(s.frames[i]), s.frames[i].kind};
+      std::pair<std::string, profile::FrameKind> key{function_label(s.frames[i]), s.frames[i].kind};
       TopRow& row = rows[key];
       row.name = key.first;
       row.kind = key.second;
@@ -36,10 +36,10 @@ std::vector<TopRow> top_rows(const Profile& profile) {
   return out;
 }
 
-void write_top(const Profile& profile, std::ostream& out, size_t n) {
+void write_top(const profile::Profile& profile, std::ostream& out, size_t n) {
   std::vector<TopRow> rows = top_rows(profile);
   int64_t total = 0;
-  for (const Sample& s : profile.samples) {
+  for (const profile::Sample& s : profile.samples) {
     if (!s.frames.empty() && s.count > 0) total += s.count;
   }
   auto pct = [total](int64_t v) {
@@ -58,7 +58,8 @@ void write_top(const Profile& profile, std::ostream& out, size_t n) {
     const TopRow& r = rows[i];
     sum += r.flat;
     out << fmt::format("{:>10} {:>6.2f}% {:>6.2f}% {:>10} {:>6.2f}%  {:<8}{}\n", r.flat,
-                       pct(r.flat), pct(sum), r.cum, pct(r.cum), frame_kind_name(r.kind), r.name);
+                       pct(r.flat), pct(sum), r.cum, pct(r.cum), profile::frame_kind_name(r.kind),
+                       r.name);
   }
 }
 

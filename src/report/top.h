@@ -7,21 +7,21 @@
 #include <string>
 #include <vector>
 
-#include "report/profile.h"
+#include "profile/profile.h"
 
 namespace ljprof::report {
 
 struct TopRow {
   std::string name;  // function_label() (report/frames.h)
-  FrameKind kind = FrameKind::Native;
+  profile::FrameKind kind = profile::FrameKind::Native;
   int64_t flat = 0;  // samples whose leaf frame is this function
   int64_t cum = 0;   // samples with this function anywhere in the stack (counted once)
 };
 
 // All functions, by flat descending, then cum descending, then name.
-std::vector<TopRow> top_rows(const Profile& profile);
+std::vector<TopRow> top_rows(const profile::Profile& profile);
 
 // Header line, then `flat flat% sum% cum cum% kind name` for the first `n` rows.
-void write_top(const Profile& profile, std::ostream& out, size_t n);
+void write_top(const profile::Profile& profile, std::ostream& out, size_t n);
 
 }  // namespace ljprof::report

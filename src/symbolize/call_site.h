@@ -10,11 +10,11 @@
 #include <span>
 #include <string>
 
+#include "abi/read_mem.h"
 #include "common/result.h"
-#include "core/read_mem.h"
 
 extern "C" {
-#include "walker/luajit_info.h"
+#include "abi/luajit_info.h"
 }
 
 namespace ljprof::symbolize {

@@ -1,6 +1,6 @@
 // symbolize/frame.h: the one frame model (DESIGN.md "Frame model") that `ljprof core` and
 // `ljprof record` both produce from a walk (walk_frames.h) and that every writer reads: the
-// backtrace text and JSON of core mode and, through report::profile_frames, the profiles.
+// backtrace text and JSON of core mode and, through profile::profile_frames, the profiles.
 // Its strings are printable text (common/printable.h): frames_of_walk, where target bytes
 // enter the model, makes them so.
 #pragma once

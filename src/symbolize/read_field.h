@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
+#include "abi/read_mem.h"
 #include "common/result.h"
-#include "core/read_mem.h"
 
 namespace ljprof::symbolize {
 

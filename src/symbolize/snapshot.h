@@ -20,14 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "abi/read_mem.h"
 #include "common/result.h"
-#include "core/read_mem.h"
 #include "symbolize/call_site.h"
 #include "symbolize/symbolize.h"
 #include "symbolize/trace_exits.h"
 
 extern "C" {
-#include "walker/luajit_info.h"
+#include "abi/luajit_info.h"
 }
 
 namespace ljprof::symbolize {

@@ -10,7 +10,7 @@
 #include "symbolize/read_field.h"
 
 extern "C" {
-#include "walker/walk_types.h"
+#include "abi/walk_types.h"
 }
 
 namespace ljprof::symbolize {

@@ -11,12 +11,12 @@
 #include <optional>
 #include <string>
 
+#include "abi/read_mem.h"
 #include "common/result.h"
-#include "core/read_mem.h"
 #include "elf/elf_file.h"
 
 extern "C" {
-#include "walker/luajit_info.h"
+#include "abi/luajit_info.h"
 }
 
 namespace ljprof::symbolize {

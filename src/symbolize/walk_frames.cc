@@ -7,7 +7,7 @@
 extern "C" {
 #include <stdint.h>
 
-#include "walker/walk_types.h"
+#include "abi/walk_types.h"
 }
 
 namespace ljprof::symbolize {

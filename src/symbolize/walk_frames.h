@@ -16,7 +16,7 @@
 
 namespace ljprof::symbolize {
 
-// One walker frame (bpf/walker/walk_types.h lj_walk_frame, or the ring buffer's lj_rec_frame).
+// One walker frame (bpf/abi/walk_types.h lj_walk_frame, or the ring buffer's lj_rec_frame).
 struct WalkedFrame {
   uint32_t kind = 0;  // LJ_FRAME_*
   uint64_t pc = 0;    // native/root/trace: pc; lua/cfunc: the GCfunc

@@ -21,8 +21,8 @@
 #include "export/out_dir.h"
 #include "export/pyroscope.h"
 #include "export/upload_queue.h"
+#include "profile/profile.h"
 #include "report/pprof.h"
-#include "report/profile.h"
 #include "support/pyroscope_receiver.h"
 #include "support/test_support.h"
 
@@ -49,19 +49,19 @@ bool eventually(const std::function<bool()>& done, double timeout_s = 5) {
   return true;
 }
 
-report::Profile small_profile() {
-  report::Profile p;
+profile::Profile small_profile() {
+  profile::Profile p;
   p.period_ns = 10'000'000;
   p.start_time_ns = kFrom * 1'000'000'000;
   p.duration_ns = 10'000'000'000;
-  report::Frame lua;
-  lua.kind = report::FrameKind::Lua;
+  profile::Frame lua;
+  lua.kind = profile::FrameKind::Lua;
   lua.function = "handle_request";
   lua.file = "app.lua";
   lua.line = 12;
   lua.start_line = 10;
-  report::Frame native;
-  native.kind = report::FrameKind::Native;
+  profile::Frame native;
+  native.kind = profile::FrameKind::Native;
   native.function = "lj_vm_call";
   native.module = "/usr/bin/luajit";
   native.address = 0x401000;
@@ -223,7 +223,7 @@ TEST(PyroscopeSink, SendsTheIngestRequest) {
   test::CommandResult raw = test::go_tool_pprof(dir.path(), {"-raw", file});
   ASSERT_EQ(raw.exit_code, 0) << raw.err;
   EXPECT_NE(raw.out.find("handle_request"), std::string::npos) << raw.out;
-  Result<report::Profile> back = report::read_pprof(file);
+  Result<profile::Profile> back = report::read_pprof(file);
   ASSERT_TRUE(back.ok()) << back.message();
   EXPECT_EQ(back->samples.size(), 2u);
 }
@@ -531,7 +531,8 @@ TEST(OutDir, NamesSortByTimeAndFilesAreProfiles) {
                                "20231114T221330Z-open_resty_1-7.pb.gz",
                                "20231114T221500Z-open_resty_1-7.pb.gz",
                            }));
-  Result<report::Profile> back = report::read_pprof(dir + "/20231114T221330Z-open_resty_1-7.pb.gz");
+  Result<profile::Profile> back =
+      report::read_pprof(dir + "/20231114T221330Z-open_resty_1-7.pb.gz");
   ASSERT_TRUE(back.ok()) << back.message();
   ASSERT_EQ(back->samples.size(), 2u);
   EXPECT_EQ(back->samples[0].frames[0].function, "handle_request");

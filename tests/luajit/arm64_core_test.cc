@@ -19,7 +19,7 @@
 namespace ljprof {
 namespace {
 
-class CoreMemory : public luajit::MemoryReader {
+class CoreMemory {
  public:
   explicit CoreMemory(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {
     if (bytes_.size() < sizeof(Elf64_Ehdr)) return;
@@ -57,7 +57,16 @@ class CoreMemory : public luajit::MemoryReader {
       std::memcpy(&v, prstatus_.data() + 112 + 8 * n, 8);
     return v;
   }
-  bool read(uint64_t addr, void* out, size_t len) override {
+  // abi/read_mem.h's reader over this core's PT_LOAD segments.
+  ljprof_mem_reader reader() const {
+    return {[](void* ctx, uint64_t addr, void* dst, uint32_t len) {
+              if (static_cast<const CoreMemory*>(ctx)->read(addr, dst, len)) return 0;
+              std::memset(dst, 0, len);
+              return -14;  // EFAULT
+            },
+            const_cast<CoreMemory*>(this)};
+  }
+  bool read(uint64_t addr, void* out, size_t len) const {
     for (const Elf64_Phdr& ph : loads_) {
       if (addr >= ph.p_vaddr && addr + len <= ph.p_vaddr + ph.p_filesz && addr + len >= addr) {
         std::memcpy(out, bytes_.data() + ph.p_offset + (addr - ph.p_vaddr), len);
@@ -142,7 +151,7 @@ TEST(Arm64Core, InvariantsOnAQemuGuestCore) {
   luajit::VmSnapshot snap;
   snap.pc = mem.reg(32);
   snap.g = g;
-  auto checks = luajit::check_vm_state(*info, bias, snap, mem);
+  auto checks = luajit::check_vm_state(*info, bias, snap, mem.reader());
   ASSERT_EQ(checks.size(), 6u);
   for (const luajit::VmCheck& c : checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
   // G->cur_L is the coroutine that called raise(); the running function is the script's.

@@ -14,7 +14,7 @@
 #include <regex>
 #include <sstream>
 
-#include "record/proc_maps.h"
+#include "proc/proc_maps.h"
 #include "support/test_support.h"
 
 namespace ljprof::record {
@@ -102,11 +102,11 @@ TEST_F(ExecTemplate, WithoutTheExecutablesRowsThereIsNoTemplate) {
 TEST(ExecKey, NamesTheExecutableAsTheKernelsDevT) {
   auto key = exec_key(static_cast<uint32_t>(getpid()));
   ASSERT_TRUE(key.ok()) << key.message();
-  auto maps = read_proc_maps(static_cast<uint32_t>(getpid()));
+  auto maps = proc::read_proc_maps(static_cast<uint32_t>(getpid()));
   ASSERT_TRUE(maps.ok()) << maps.message();
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe");
   bool found = false;
-  for (const MapEntry& m : *maps) {
+  for (const proc::MapEntry& m : *maps) {
     if (m.path != exe) continue;
     // /proc/PID/maps prints the device as hex major:minor.
     const unsigned major = std::stoul(m.dev.substr(0, m.dev.find(':')), nullptr, 16);

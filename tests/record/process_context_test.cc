@@ -76,21 +76,21 @@ TEST(ProcessContext, VdsoUnwindRowsMatchReadelf) {
 // A context is withheld when a mapping it was built from is gone (an exec, an munmap), not when
 // code was only mapped in addition (ld.so loading libraries): over this process's own maps.
 TEST(ProcessContext, StillMappedIsAboutTheMappingsASignatureNames) {
-  auto maps = read_proc_maps(static_cast<uint32_t>(getpid()));
+  auto maps = proc::read_proc_maps(static_cast<uint32_t>(getpid()));
   ASSERT_TRUE(maps.ok()) << maps.message();
-  std::vector<MapEntry> code;
-  for (const MapEntry& m : *maps) {
+  std::vector<proc::MapEntry> code;
+  for (const proc::MapEntry& m : *maps) {
     if (m.executable && m.file_backed()) code.push_back(m);
   }
   ASSERT_GE(code.size(), 2u) << "this test binary and libc";
   const std::string all = executable_signature(code);
   EXPECT_TRUE(still_mapped(all, *maps));
   // Fewer mappings then (the signature of all but the last): more code mapped since is fine.
-  const std::vector<MapEntry> fewer(code.begin(), code.end() - 1);
+  const std::vector<proc::MapEntry> fewer(code.begin(), code.end() - 1);
   EXPECT_TRUE(still_mapped(executable_signature(fewer), *maps));
   // One of them gone, or moved.
   EXPECT_FALSE(still_mapped(all, fewer));
-  std::vector<MapEntry> moved = code;
+  std::vector<proc::MapEntry> moved = code;
   moved.front().start += 0x1000;
   EXPECT_FALSE(still_mapped(all, moved));
   EXPECT_TRUE(still_mapped("", {}));
@@ -105,14 +105,14 @@ TEST(ProcessIdentity, CgroupPrefixesMatchWholePathComponents) {
     if (colon != std::string::npos && line.size() > colon + 1) path = line.substr(colon + 1);
   }
   ASSERT_FALSE(path.empty()) << "no cgroup path in /proc/self/cgroup";
-  EXPECT_TRUE(record::in_cgroup(self, ""));
-  EXPECT_TRUE(record::in_cgroup(self, path));
-  EXPECT_FALSE(record::in_cgroup(self, path + "-not-this-one"));
-  EXPECT_FALSE(record::in_cgroup(self, "/ljprof-no-such-cgroup"));
+  EXPECT_TRUE(proc::in_cgroup(self, ""));
+  EXPECT_TRUE(proc::in_cgroup(self, path));
+  EXPECT_FALSE(proc::in_cgroup(self, path + "-not-this-one"));
+  EXPECT_FALSE(proc::in_cgroup(self, "/ljprof-no-such-cgroup"));
   if (path != "/") {
     const std::string parent = path.substr(0, path.rfind('/'));
-    EXPECT_TRUE(record::in_cgroup(self, parent.empty() ? "/" : parent)) << path;
-    EXPECT_FALSE(record::in_cgroup(self, path.substr(0, path.size() - 1))) << path;
+    EXPECT_TRUE(proc::in_cgroup(self, parent.empty() ? "/" : parent)) << path;
+    EXPECT_FALSE(proc::in_cgroup(self, path.substr(0, path.size() - 1))) << path;
   }
 }
 
@@ -126,32 +126,32 @@ TEST(ProcessIdentity, NamesAndServiceFromProc) {
   // later (fs/exec.c begin_new_exec, then the ELF loader's stack set-up): wait for both.
   test::wait_until(
       [&] {
-        return record::executable_name(pid) == "sleep" &&
-               !record::environment_value(pid, {"OTEL_SERVICE_NAME"}).empty();
+        return proc::executable_name(pid) == "sleep" &&
+               !proc::environment_value(pid, {"OTEL_SERVICE_NAME"}).empty();
       },
       10);
-  EXPECT_EQ(record::executable_name(pid), "sleep");
-  EXPECT_EQ(record::read_comm(pid), "sleep");
-  EXPECT_EQ(record::environment_value(pid, {"OTEL_SERVICE_NAME", "PYROSCOPE_APPLICATION_NAME"}),
+  EXPECT_EQ(proc::executable_name(pid), "sleep");
+  EXPECT_EQ(proc::read_comm(pid), "sleep");
+  EXPECT_EQ(proc::environment_value(pid, {"OTEL_SERVICE_NAME", "PYROSCOPE_APPLICATION_NAME"}),
             "orders");
-  EXPECT_EQ(record::environment_value(pid, {"PYROSCOPE_APPLICATION_NAME"}), "billing");
-  EXPECT_EQ(record::environment_value(pid, {"LJPROF_NO_SUCH_VARIABLE"}), "");
+  EXPECT_EQ(proc::environment_value(pid, {"PYROSCOPE_APPLICATION_NAME"}), "billing");
+  EXPECT_EQ(proc::environment_value(pid, {"LJPROF_NO_SUCH_VARIABLE"}), "");
 }
 
 // A file first met through a process that exited before its /proc/PID/map_files could be read
 // (the exec storms of short-lived processes): the failure is not handed to every later process
 // that maps the same file; the next one opens it, into the same object.
 TEST(ObjectCache, AFileUnopenedThroughAnExitedProcessIsOpenedThroughTheNext) {
-  auto libc_of = [](pid_t pid) -> std::optional<MapEntry> {
-    auto maps = read_proc_maps(static_cast<uint32_t>(pid));
+  auto libc_of = [](pid_t pid) -> std::optional<proc::MapEntry> {
+    auto maps = proc::read_proc_maps(static_cast<uint32_t>(pid));
     if (!maps.ok()) return std::nullopt;
-    for (const MapEntry& m : *maps) {
+    for (const proc::MapEntry& m : *maps) {
       if (m.executable && m.file_backed() && m.path.find("/libc.so") != std::string::npos) return m;
     }
     return std::nullopt;
   };
   ObjectCache cache;
-  std::optional<MapEntry> first;
+  std::optional<proc::MapEntry> first;
   {
     test::Background gone({"sleep", "5"});
     for (int i = 0; i < 200 && !first; ++i) {
@@ -166,7 +166,7 @@ TEST(ObjectCache, AFileUnopenedThroughAnExitedProcessIsOpenedThroughTheNext) {
     EXPECT_NE(unopened->error, "");
   }
   test::Background next({"sleep", "5"});
-  std::optional<MapEntry> second;
+  std::optional<proc::MapEntry> second;
   for (int i = 0; i < 200 && !second; ++i) {
     second = libc_of(next.pid());
     if (!second) ::usleep(10000);

@@ -49,9 +49,9 @@ lj_rec_sample sample(const std::vector<lj_rec_frame>& frames, uint32_t end) {
 }
 
 // Frames as text, for a readable failure (the comparison itself is of whole frames).
-std::vector<std::string> text(const std::vector<report::Frame>& frames) {
+std::vector<std::string> text(const std::vector<profile::Frame>& frames) {
   std::vector<std::string> out;
-  for (const report::Frame& f : frames) {
+  for (const profile::Frame& f : frames) {
     out.push_back(fmt::format("{} kind={} file={}:{}/{} module={} +{:#x} at {:#x} trace={}",
                               report::frame_label(f), static_cast<int>(f.kind), f.file, f.line,
                               f.start_line, f.module, f.module_offset, f.address, f.trace));
@@ -73,8 +73,8 @@ class StackMemoTest : public ::testing::Test {
     const StackMemo::Stack& got = memo_.stack_of(s, *ctx_);
     AgentCounts want_counts{};
     SampleSymbolizer oracle;
-    const std::vector<report::Frame> want = oracle.frames(s, *ctx_, want_counts);
-    const std::vector<report::Frame> memo = stacks_.frames(*got.stack);
+    const std::vector<profile::Frame> want = oracle.frames(s, *ctx_, want_counts);
+    const std::vector<profile::Frame> memo = stacks_.frames(*got.stack);
     const std::vector<std::string> memo_text = text(memo), want_text = text(want);
     ASSERT_EQ(memo_text.size(), want_text.size())
         << fmt::format("{}\n--\n{}", fmt::join(memo_text, "\n"), fmt::join(want_text, "\n"));

@@ -29,9 +29,9 @@ class Sleeper {
   }
   uint32_t pid() const { return static_cast<uint32_t>(process_.pid()); }
   bool ready() const {
-    auto maps = read_proc_maps(pid());
+    auto maps = proc::read_proc_maps(pid());
     if (!maps.ok()) return false;
-    for (const MapEntry& m : *maps) {
+    for (const proc::MapEntry& m : *maps) {
       if (m.executable && m.path.find("/libc.so") != std::string::npos) return true;
     }
     return false;
@@ -91,10 +91,10 @@ TEST(ObjectCache, ContextsCountTheirFilesAndIdleFilesArePrunedLeastRecentlyUsedF
     if (obj->path.find("/libc.so") != std::string::npos) libc = obj;
   }
   ASSERT_NE(libc, nullptr);
-  auto maps = read_proc_maps(sleeper.pid());
+  auto maps = proc::read_proc_maps(sleeper.pid());
   ASSERT_TRUE(maps.ok());
   b.reset();
-  for (const MapEntry& m : *maps) {
+  for (const proc::MapEntry& m : *maps) {
     if (m.executable && m.path == libc->path) {
       ASSERT_EQ(cache.get(sleeper.pid(), m), libc);
     }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/printable.h"
+#include "profile/profile_frames.h"
 #include "report/backtrace.h"
 #include "report/flamegraph.h"
 #include "report/folded.h"
@@ -27,7 +28,7 @@
 #include "proto/profile.pb.h"
 
 extern "C" {
-#include "walker/walk_types.h"
+#include "abi/walk_types.h"
 }
 
 namespace ljprof::report {
@@ -291,22 +292,22 @@ TEST(HostileNames, BacktraceTextAndJson) {
     EXPECT_NO_THROW(strict = j.dump(2)) << text;  // nlohmann's default: throw on bad UTF-8
     EXPECT_EQ(json_text(j), strict);
     const auto parsed = nlohmann::json::parse(strict);
-    if (f.kind == FrameKind::Native) {
+    if (f.kind == profile::FrameKind::Native) {
       EXPECT_EQ(parsed["symbol"], "sym" + kShown);
       EXPECT_EQ(parsed["module"], "/lib/" + kShown + ".so");
       EXPECT_EQ(parsed["file"], "src/" + kShown + ".c");
       EXPECT_NE(text.find("sym" + kShown + "+0x4"), std::string::npos) << text;
     }
-    if (f.kind == FrameKind::Lua && f.lua) {
+    if (f.kind == profile::FrameKind::Lua && f.lua) {
       EXPECT_EQ(parsed["chunk"], "@" + kShown + ".lua");
     }
   }
 }
 
-Profile profile_of(std::vector<Frame> frames) {
-  Profile p;
+profile::Profile profile_of(std::vector<profile::Frame> frames) {
+  profile::Profile p;
   p.period_ns = 1'000'000;
-  Sample s;
+  profile::Sample s;
   s.frames = std::move(frames);
   s.count = 3;
   s.pid = 11;
@@ -317,7 +318,7 @@ Profile profile_of(std::vector<Frame> frames) {
 
 // The folded, top, flame graph (HTML and SVG) and pprof writers on `p`: every output clean,
 // each parsed by its format's reader; returns the profile read back from the pprof file.
-Profile expect_every_writer_clean(const Profile& p) {
+profile::Profile expect_every_writer_clean(const profile::Profile& p) {
   const std::string folded = folded_text(p);
   EXPECT_EQ(unclean(folded, true), "") << folded;
   EXPECT_EQ(std::count(folded.begin(), folded.end(), '\n'), 1) << folded;  // one stack, one line
@@ -353,12 +354,12 @@ Profile expect_every_writer_clean(const Profile& p) {
   EXPECT_TRUE(written.ok()) << written.message();
   auto back = read_pprof(pb);
   EXPECT_TRUE(back.ok()) << back.message();
-  return back.ok() ? *back : Profile{};
+  return back.ok() ? *back : profile::Profile{};
 }
 
 TEST(HostileNames, FromTheWalkThroughEveryProfileWriter) {
-  const Profile p = profile_of(profile_frames(hostile_walk()));
-  const Profile back = expect_every_writer_clean(p);
+  const profile::Profile p = profile_of(profile::profile_frames(hostile_walk()));
+  const profile::Profile back = expect_every_writer_clean(p);
   // Printable text is written unchanged, so the profile round-trips exactly.
   ASSERT_EQ(back.samples.size(), 1u);
   EXPECT_EQ(back.samples[0].frames, p.samples[0].frames);
@@ -372,10 +373,11 @@ TEST(HostileNames, FromTheWalkThroughEveryProfileWriter) {
 // A Profile assembled elsewhere (a test, a future producer) with raw bytes in every field: the
 // writers' labels and pprof's string table apply the same rule.
 TEST(HostileNames, ProfileBuiltElsewhereStillWritesClean) {
-  std::vector<Frame> frames;
-  for (FrameKind kind : {FrameKind::Native, FrameKind::Lua, FrameKind::CFunc, FrameKind::Trace,
-                         FrameKind::Unknown, FrameKind::Root}) {
-    Frame f;
+  std::vector<profile::Frame> frames;
+  for (profile::FrameKind kind :
+       {profile::FrameKind::Native, profile::FrameKind::Lua, profile::FrameKind::CFunc,
+        profile::FrameKind::Trace, profile::FrameKind::Unknown, profile::FrameKind::Root}) {
+    profile::Frame f;
     f.kind = kind;
     f.function = kHostile;
     f.file = "/srv/" + kHostile;
@@ -385,14 +387,14 @@ TEST(HostileNames, ProfileBuiltElsewhereStillWritesClean) {
     f.address = 0x1000 + frames.size();
     frames.push_back(f);
   }
-  Frame bare;  // no symbol: shown by module
+  profile::Frame bare;  // no symbol: shown by module
   bare.module = kHostile;
   bare.address = 0x2000;
   frames.push_back(bare);
-  const Profile p = profile_of(frames);
+  const profile::Profile p = profile_of(frames);
   EXPECT_EQ(frame_label(frames[1]), kShown + " (" + kShown + ":4)");
   EXPECT_EQ(frame_label(bare), kShown + "+0x0");
-  const Profile back = expect_every_writer_clean(p);
+  const profile::Profile back = expect_every_writer_clean(p);
   ASSERT_EQ(back.samples.size(), 1u);
   ASSERT_EQ(back.samples[0].frames.size(), frames.size());
   EXPECT_EQ(back.samples[0].frames[1].function, kShown);
@@ -434,8 +436,8 @@ TEST(HostileNames, PprofFromAnotherProgramIsReadAsPrintableText) {
   auto r = read_pprof(path);
   ASSERT_TRUE(r.ok()) << r.message();
   ASSERT_EQ(r->samples.size(), 1u);
-  const Frame& f = r->samples[0].frames[0];
-  EXPECT_EQ(f.kind, FrameKind::Lua);  // "lua:NAME" still matches NAME, both escaped alike
+  const profile::Frame& f = r->samples[0].frames[0];
+  EXPECT_EQ(f.kind, profile::FrameKind::Lua);  // "lua:NAME" still matches NAME, both escaped alike
   EXPECT_EQ(f.function, R"(\x1b]0;pwned\x07\xc2\x9b)");
   EXPECT_EQ(f.file, R"(src\x0d\x0a.lua)");
   // (The folded format's ';' -> ':' on top.)

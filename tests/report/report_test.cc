@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 
+#include "profile/profile_frames.h"
 #include "proto/profile.pb.h"
 #include "report/flamegraph.h"
 #include "report/folded.h"
@@ -37,9 +38,9 @@ void spit(const std::string& path, const std::string& bytes) {
 constexpr uint64_t kLuajitBase = 0x555555554000, kLibBase = 0x7f0000000000,
                    kFooBase = 0x7f1000000000;
 
-Frame native(const std::string& name, const std::string& module, uint64_t base, uint64_t off,
-             FrameKind kind = FrameKind::Native) {
-  Frame f;
+profile::Frame native(const std::string& name, const std::string& module, uint64_t base,
+                      uint64_t off, profile::FrameKind kind = profile::FrameKind::Native) {
+  profile::Frame f;
   f.kind = kind;
   f.function = name;
   f.module = module;
@@ -49,9 +50,9 @@ Frame native(const std::string& name, const std::string& module, uint64_t base, 
   return f;
 }
 
-Frame lua(const std::string& name, int64_t line, int64_t start_line) {
-  Frame f;
-  f.kind = FrameKind::Lua;
+profile::Frame lua(const std::string& name, int64_t line, int64_t start_line) {
+  profile::Frame f;
+  f.kind = profile::FrameKind::Lua;
   f.function = name;
   f.file = "app.lua";
   f.line = line;
@@ -60,8 +61,8 @@ Frame lua(const std::string& name, int64_t line, int64_t start_line) {
 }
 
 // Stacks are written root first here for readability and reversed into leaf-first Samples.
-Sample sample(std::vector<Frame> root_first, int64_t count, uint32_t tid = 7) {
-  Sample s;
+profile::Sample sample(std::vector<profile::Frame> root_first, int64_t count, uint32_t tid = 7) {
+  profile::Sample s;
   s.frames.assign(root_first.rbegin(), root_first.rend());
   s.count = count;
   s.pid = 42;
@@ -71,26 +72,26 @@ Sample sample(std::vector<Frame> root_first, int64_t count, uint32_t tid = 7) {
 
 // A mixed profile: Lua -> C (string.gsub) -> Lua nesting, a JIT trace, an FFI call, an
 // unrecovered frame, a native frame without a symbol and a name the folded format must escape.
-Profile make_profile() {
+profile::Profile make_profile() {
   const std::string exe = "/usr/bin/luajit", lib = "/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2";
-  Frame main = native("main", exe, kLuajitBase, 0x1000, FrameKind::Root);
-  Frame pcall = native("lua_pcall", lib, kLibBase, 0x2000);
-  Frame gsub = native("string.gsub", lib, kLibBase, 0x3000, FrameKind::CFunc);
-  Frame crc =
-      native("crc32", "/usr/lib/x86_64-linux-gnu/libz.so.1", 0x7f2000000000, 0x40, FrameKind::Ffi);
-  Frame nosym = native("", "/usr/lib/libfoo.so", kFooBase, 0x500);
-  Frame odd = native("odd;name\nx", lib, kLibBase, 0x4000);
-  Frame trace;
-  trace.kind = FrameKind::Trace;
+  profile::Frame main = native("main", exe, kLuajitBase, 0x1000, profile::FrameKind::Root);
+  profile::Frame pcall = native("lua_pcall", lib, kLibBase, 0x2000);
+  profile::Frame gsub = native("string.gsub", lib, kLibBase, 0x3000, profile::FrameKind::CFunc);
+  profile::Frame crc = native("crc32", "/usr/lib/x86_64-linux-gnu/libz.so.1", 0x7f2000000000, 0x40,
+                              profile::FrameKind::Ffi);
+  profile::Frame nosym = native("", "/usr/lib/libfoo.so", kFooBase, 0x500);
+  profile::Frame odd = native("odd;name\nx", lib, kLibBase, 0x4000);
+  profile::Frame trace;
+  trace.kind = profile::FrameKind::Trace;
   trace.function = "hot_loop";  // JIT-compiled Lua code: named like a Lua frame
   trace.file = "/srv/app.lua";
   trace.line = 40;
   trace.start_line = 38;
-  Frame unknown;
-  unknown.kind = FrameKind::Unknown;
+  profile::Frame unknown;
+  unknown.kind = profile::FrameKind::Unknown;
   unknown.function = "[unknown: read fault]";
 
-  Profile p;
+  profile::Profile p;
   p.period_ns = 10'000'000;
   p.start_time_ns = 1'700'000'000'000'000'000;
   p.duration_ns = 2'000'000'000;
@@ -199,7 +200,7 @@ TEST(Pprof, GoToolPprofTopListsFlatCounts) {
 TEST(Pprof, ReadRoundTripEqualsAggregatedInput) {
   TempDir dir;
   std::string path = dir.file("profile.pb.gz");
-  Profile in = make_profile();
+  profile::Profile in = make_profile();
   ASSERT_TRUE(write_pprof(in, path).ok());
   auto out = read_pprof(path);
   ASSERT_TRUE(out.ok()) << out.message();
@@ -209,12 +210,13 @@ TEST(Pprof, ReadRoundTripEqualsAggregatedInput) {
   EXPECT_EQ(out->counters, in.counters);
   // Names are written as printable text (common/printable.h): the one name with a line break
   // comes back with it as \x0a; everything else exactly.
-  for (Sample& s : in.samples) {
-    for (Frame& f : s.frames) {
+  for (profile::Sample& s : in.samples) {
+    for (profile::Frame& f : s.frames) {
       if (f.function == "odd;name\nx") f.function = R"(odd;name\x0ax)";
     }
   }
-  std::vector<Sample> want = aggregate_samples(in.samples), got = aggregate_samples(out->samples);
+  std::vector<profile::Sample> want = aggregate_samples(in.samples),
+                               got = aggregate_samples(out->samples);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_TRUE(same_sample(got[i], want[i]))
@@ -244,7 +246,7 @@ size_t occurrences(const std::string& haystack, const std::string& needle) {
 TEST(FlameGraph, HtmlRenderedByHeadlessChromium) {
   TempDir dir;
   std::string path = dir.file("flame.html");
-  Profile p = make_profile();
+  profile::Profile p = make_profile();
   // A name that would end the <script> element if the JSON were embedded naively.
   p.samples.push_back(sample({native("evil</script><b>x", "", 0, 0x10)}, 1));
   ASSERT_TRUE(write_flamegraph(p, path).ok());
@@ -361,7 +363,7 @@ pp::Profile minimal_proto() {
   return p;
 }
 
-Result<Profile> read_proto(const TempDir& dir, const pp::Profile& p) {
+Result<profile::Profile> read_proto(const TempDir& dir, const pp::Profile& p) {
   std::string path = dir.file("crafted.pb.gz");
   spit(path, gzip_bytes(p.SerializeAsString()));
   return read_pprof(path);
@@ -373,7 +375,7 @@ TEST(Malformed, MinimalProtoIsAccepted) {
   ASSERT_TRUE(r.ok()) << r.message();
   ASSERT_EQ(r->samples.size(), 1u);
   EXPECT_EQ(r->samples[0].count, 9);
-  EXPECT_EQ(r->samples[0].frames[0].kind, FrameKind::Lua);
+  EXPECT_EQ(r->samples[0].frames[0].kind, profile::FrameKind::Lua);
   EXPECT_EQ(folded_text(*r), "f (app.lua:3) 9\n");
 }
 
@@ -428,11 +430,11 @@ TEST(Pprof, ForeignProfileTolerated) {
   auto r = read_pprof(path);
   ASSERT_TRUE(r.ok()) << r.message();
   ASSERT_EQ(r->samples.size(), 1u);
-  const Sample& got = r->samples[0];
+  const profile::Sample& got = r->samples[0];
   EXPECT_EQ(got.count, 6);
   ASSERT_EQ(got.frames.size(), 2u);
   EXPECT_EQ(got.frames[0].function, "inner");
-  EXPECT_EQ(got.frames[0].kind, FrameKind::Native);
+  EXPECT_EQ(got.frames[0].kind, profile::FrameKind::Native);
   EXPECT_EQ(got.frames[0].line, 5);
   EXPECT_EQ(got.frames[1].function, "outer");
   EXPECT_EQ(got.frames[1].module, "/usr/bin/app");
@@ -443,8 +445,8 @@ TEST(Pprof, ForeignProfileTolerated) {
 TEST(Pprof, NonUtf8NamesStayReadable) {
   // A Lua chunk name in Latin-1: protobuf would refuse the whole file if it were written raw.
   // Each byte that is not UTF-8 is written as \xNN (common/printable.h).
-  Profile p;
-  Frame f = lua("caf\xe9", 3, 1);
+  profile::Profile p;
+  profile::Frame f = lua("caf\xe9", 3, 1);
   f.file = "x\xff.lua";
   p.samples.push_back(sample({f}, 2));
   TempDir dir;
@@ -453,7 +455,7 @@ TEST(Pprof, NonUtf8NamesStayReadable) {
   auto r = read_pprof(path);
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_EQ(r->samples[0].frames[0].function, "caf\\xe9");
-  EXPECT_EQ(r->samples[0].frames[0].kind, FrameKind::Lua);
+  EXPECT_EQ(r->samples[0].frames[0].kind, profile::FrameKind::Lua);
   EXPECT_EQ(r->samples[0].frames[0].file, "x\\xff.lua");
   auto go = go_pprof(dir, {"-top", "-sample_index=samples", path});
   EXPECT_EQ(go.exit_code, 0) << go.err;
@@ -461,8 +463,8 @@ TEST(Pprof, NonUtf8NamesStayReadable) {
 }
 
 TEST(FlameGraph, DeepStackIsCutNotFatal) {
-  Profile p;
-  Sample s;
+  profile::Profile p;
+  profile::Sample s;
   for (int i = 0; i < 100'000; ++i) s.frames.push_back(native(fmt::format("f{}", i), "", 0, i));
   p.samples.push_back(s);
   FlameNode root = flame_tree(p);
@@ -640,9 +642,9 @@ TEST(ReportCommand, DefaultTopAndOutputs) {
 // samples alone; a pid with no sample is an error that names the processes there are.
 TEST(ReportCommand, PidSelectsOneProcessOfSeveral) {
   TempDir dir;
-  Profile one = make_profile(), two = make_profile(), both = make_profile();
-  for (Sample& s : one.samples) s.pid = 101;
-  for (Sample& s : two.samples) {
+  profile::Profile one = make_profile(), two = make_profile(), both = make_profile();
+  for (profile::Sample& s : one.samples) s.pid = 101;
+  for (profile::Sample& s : two.samples) {
     s.pid = 202;
     s.count *= 3;
   }
@@ -689,7 +691,7 @@ namespace {
 symbolize::Frame lua_walk_frame(uint64_t proto, const char* chunk, int32_t firstline, int32_t line,
                                 const char* call_name) {
   symbolize::Frame f;
-  f.kind = FrameKind::Lua;
+  f.kind = profile::FrameKind::Lua;
   symbolize::LuaLocation loc;
   loc.proto = proto;
   loc.chunk = chunk;
@@ -704,7 +706,7 @@ symbolize::Frame lua_walk_frame(uint64_t proto, const char* chunk, int32_t first
 
 symbolize::Frame trace_walk_frame(uint32_t traceno, const symbolize::LuaLocation& start) {
   symbolize::Frame f;
-  f.kind = FrameKind::Trace;
+  f.kind = profile::FrameKind::Trace;
   symbolize::TraceInfo info;
   info.traceno = traceno;
   info.start = start;
@@ -720,9 +722,10 @@ symbolize::Frame trace_walk_frame(uint32_t traceno, const symbolize::LuaLocation
 TEST(ProfileFrames, LuaNamesShortLabelsAndTracesAsTheirFunction) {
   const symbolize::Frame alpha = lua_walk_frame(0x1000, "@/srv/app/split.lua", 12, 14, "alpha");
   const symbolize::Frame main = lua_walk_frame(0x2000, "@/srv/app/split.lua", 0, 40, nullptr);
-  std::vector<Frame> folded = profile_frames({trace_walk_frame(3, *alpha.lua), alpha, main});
+  std::vector<profile::Frame> folded =
+      profile::profile_frames({trace_walk_frame(3, *alpha.lua), alpha, main});
   ASSERT_EQ(folded.size(), 2u);
-  EXPECT_EQ(folded[0].kind, FrameKind::Trace);
+  EXPECT_EQ(folded[0].kind, profile::FrameKind::Trace);
   EXPECT_EQ(folded[0].function, "alpha");
   EXPECT_EQ(folded[0].file, "/srv/app/split.lua");
   EXPECT_EQ(folded[0].line, 13);
@@ -731,10 +734,11 @@ TEST(ProfileFrames, LuaNamesShortLabelsAndTracesAsTheirFunction) {
   EXPECT_EQ(frame_label(folded[1]), "main chunk (split.lua:40)");
 
   const symbolize::Frame other = lua_walk_frame(0x3000, "=stdin", 5, 6, nullptr);
-  std::vector<Frame> apart = profile_frames({trace_walk_frame(4, *other.lua), alpha});
+  std::vector<profile::Frame> apart =
+      profile::profile_frames({trace_walk_frame(4, *other.lua), alpha});
   ASSERT_EQ(apart.size(), 2u);
   EXPECT_EQ(frame_label(apart[0]), "function <stdin:5> (stdin:6)");
-  EXPECT_EQ(apart[0].kind, FrameKind::Trace);
+  EXPECT_EQ(apart[0].kind, profile::FrameKind::Trace);
   EXPECT_EQ(frame_label(apart[1]), "alpha (split.lua:14)");
 }
 
@@ -749,14 +753,14 @@ TEST(ProfileFrames, ResolvedTraceShowsTheLuaFramesItRuns) {
   symbolize::Frame alpha = lua_walk_frame(0x1000, "@/srv/app/split.lua", 12, 14, "alpha");
   alpha.jit_trace = 7;
   const symbolize::Frame main = lua_walk_frame(0x2000, "@/srv/app/split.lua", 0, 40, nullptr);
-  std::vector<Frame> frames = profile_frames({trace, beta, alpha, main});
+  std::vector<profile::Frame> frames = profile::profile_frames({trace, beta, alpha, main});
   ASSERT_EQ(frames.size(), 3u);
-  EXPECT_EQ(frames[0].kind, FrameKind::Trace);
+  EXPECT_EQ(frames[0].kind, profile::FrameKind::Trace);
   EXPECT_EQ(frames[0].trace, 7u);
   EXPECT_EQ(frame_label(frames[0]), "beta (split.lua:21)");
-  EXPECT_EQ(frames[1].kind, FrameKind::Trace);
+  EXPECT_EQ(frames[1].kind, profile::FrameKind::Trace);
   EXPECT_EQ(frame_label(frames[1]), "alpha (split.lua:14)");
-  EXPECT_EQ(frames[2].kind, FrameKind::Lua);
+  EXPECT_EQ(frames[2].kind, profile::FrameKind::Lua);
   EXPECT_EQ(frames[2].trace, 0u);
 }
 

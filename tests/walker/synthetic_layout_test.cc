@@ -10,8 +10,8 @@
 #include <vector>
 
 extern "C" {
+#include "abi/walk_types.h"
 #include "walker/native_walk.h"
-#include "walker/walk_types.h"
 }
 
 namespace ljprof {

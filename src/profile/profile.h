@@ -1,4 +1,4 @@
-// report/profile.h: the profile every output is written from (pprof, folded stacks, flame
+// profile/profile.h: the profile every output is written from (pprof, folded stacks, flame
 // graph, top). Producers — `ljprof record` (live eBPF samples) and `ljprof report` (a saved
 // pprof file) — fill it with symbolized mixed stacks, leaf first; writers aggregate identical
 // stacks themselves, so a producer may append one Sample per event.
@@ -11,14 +11,14 @@
 
 #include "symbolize/frame.h"
 
-namespace ljprof::report {
+namespace ljprof::profile {
 
 // The frame kinds of DESIGN.md ("Frame model"), symbolize/frame.h's.
 using symbolize::frame_kind_from_name;
 using symbolize::frame_kind_name;
 using symbolize::FrameKind;
 
-// One frame as profiles show and aggregate it (report::profile_frames makes it from the walk's
+// One frame as profiles show and aggregate it (profile::profile_frames makes it from the walk's
 // symbolize::Frame; `ljprof report` reads it back from a pprof file). Kind Trace is Lua code
 // that ran as JIT-compiled machine code: `function` names the Lua function, like a Lua frame.
 // Its strings are printable text (common/printable.h) when it comes from the walk or a file.
@@ -57,4 +57,4 @@ struct Profile {
   std::map<std::string, uint64_t> counters;
 };
 
-}  // namespace ljprof::report
+}  // namespace ljprof::profile

@@ -2,8 +2,8 @@
  * source the kernel runs, bound here to a memory-reader callback and a CFI row lookup. */
 #include <stdint.h>
 
+#include "abi/walk_types.h"
 #include "walker/native_walk.h"
-#include "walker/walk_types.h"
 
 /* A core file can afford to scan every J->trace entry (lj_jit.h: at most 65535 traces) for an
  * AArch64 trace pc; the kernel build keeps its own, smaller bound. */

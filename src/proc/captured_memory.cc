@@ -1,10 +1,10 @@
-#include "record/captured_memory.h"
+#include "proc/captured_memory.h"
 
 #include <cerrno>
 #include <cstring>
 #include <iterator>
 
-namespace ljprof::record {
+namespace ljprof::proc {
 
 bool CapturedMemory::add(uint64_t addr, std::span<const uint8_t> bytes, uint64_t max_bytes) {
   if (bytes.empty() || addr > UINT64_MAX - bytes.size()) return false;
@@ -35,4 +35,4 @@ void CapturedMemory::clear() {
   bytes_ = 0;
 }
 
-}  // namespace ljprof::record
+}  // namespace ljprof::proc

@@ -1,4 +1,4 @@
-// record/proc_maps.h: a live process's mappings (/proc/PID/maps) and memory (/proc/PID/mem).
+// proc/proc_maps.h: a live process's mappings (/proc/PID/maps) and memory (/proc/PID/mem).
 #pragma once
 
 #include <cstdint>
@@ -7,11 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "abi/read_mem.h"
 #include "common/result.h"
-#include "core/read_mem.h"
-#include "record/captured_memory.h"
+#include "proc/captured_memory.h"
 
-namespace ljprof::record {
+namespace ljprof::proc {
 
 struct MapEntry {
   uint64_t start = 0;
@@ -33,8 +33,12 @@ inline constexpr size_t kMaxMapLines = 1u << 16;
 Result<std::vector<MapEntry>> parse_proc_maps(std::string_view text, const std::string& what);
 Result<std::vector<MapEntry>> read_proc_maps(uint32_t pid);
 
+// A mapping's file as the process sees it (/proc/PID/map_files/START-END): in another mount
+// namespace, or deleted since it was mapped, this is still the right file.
+std::string map_files_path(uint32_t pid, const MapEntry& map);
+
 // Reads another process's memory through /proc/PID/mem with pread: the contract of
-// core/read_mem.h (all or nothing, dst zeroed on failure). The file stays open until the object
+// abi/read_mem.h (all or nothing, dst zeroed on failure). The file stays open until the object
 // dies, so reads keep working while the process lives, and fail (never block) once it exited.
 class ProcessMemory {
  public:
@@ -57,4 +61,4 @@ class ProcessMemory {
   std::shared_ptr<const CapturedMemory> captured_;
 };
 
-}  // namespace ljprof::record
+}  // namespace ljprof::proc

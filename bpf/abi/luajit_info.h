@@ -8,10 +8,10 @@
  * Addresses (vm_begin/vm_end) are link-time; the walker adds the mapping's load bias.
  * A zero-initialised record is never "valid by accident": version is 0.
  */
-#ifndef LJPROF_BPF_WALKER_LUAJIT_INFO_H
-#define LJPROF_BPF_WALKER_LUAJIT_INFO_H
+#ifndef LJPROF_BPF_ABI_LUAJIT_INFO_H
+#define LJPROF_BPF_ABI_LUAJIT_INFO_H
 
-#include "walker/static_assert.h"
+#include "abi/static_assert.h"
 
 #define LJ_LUAJIT_INFO_VERSION 3
 
@@ -167,4 +167,4 @@ struct lj_luajit_info {
 LJ_STATIC_ASSERT(sizeof(struct lj_luajit_info) == (32 + 4 * LJ_LAYOUT_FIELD_COUNT + 7) / 8 * 8,
                  "lj_luajit_info: a 32-byte header, then one int32 per layout field, padded to 8");
 
-#endif /* LJPROF_BPF_WALKER_LUAJIT_INFO_H */
+#endif /* LJPROF_BPF_ABI_LUAJIT_INFO_H */

@@ -7,9 +7,9 @@
 #ifndef LJPROF_BPF_RECORD_RECORD_TYPES_H
 #define LJPROF_BPF_RECORD_RECORD_TYPES_H
 
-#include "walker/cfi_row.h"
-#include "walker/luajit_info.h"
-#include "walker/walk_types.h"
+#include "abi/cfi_row.h"
+#include "abi/luajit_info.h"
+#include "abi/walk_types.h"
 
 /* Map capacities. A process or a table that does not fit is refused by the loader and counted
  * (LJ_REC_CTR_PROCS_FULL and friends), never partly uploaded. */

@@ -21,10 +21,10 @@
  *   caller fp = per fp_rule/fp_offset  (x86-64 rbp, DWARF reg 6; AArch64 x29, DWARF reg 29)
  * Offsets are in bytes, signed, already multiplied by the CIE data alignment factor.
  */
-#ifndef LJPROF_BPF_WALKER_CFI_ROW_H
-#define LJPROF_BPF_WALKER_CFI_ROW_H
+#ifndef LJPROF_BPF_ABI_CFI_ROW_H
+#define LJPROF_BPF_ABI_CFI_ROW_H
 
-#include "walker/static_assert.h"
+#include "abi/static_assert.h"
 
 /* hint: what the walker may do at a pc covered by this row.
  *
@@ -112,4 +112,4 @@ struct lj_cfi_row {
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_cfi_row) == 24, "lj_cfi_row: 24 bytes, no padding");
 
-#endif /* LJPROF_BPF_WALKER_CFI_ROW_H */
+#endif /* LJPROF_BPF_ABI_CFI_ROW_H */

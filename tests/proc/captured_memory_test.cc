@@ -1,8 +1,8 @@
-// record/captured_memory: the kernel's copies of a young process's objects are served exactly
+// proc/captured_memory: the kernel's copies of a young process's objects are served exactly
 // where they were copied from, a read that leaves one copy is refused (never half served), a
 // newer copy of an address replaces the older, and the bound holds. Expectations follow from
 // the bytes each test puts in.
-#include "record/captured_memory.h"
+#include "proc/captured_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@ std::vector<uint8_t> counting(size_t n, uint8_t first) {
 }
 
 TEST(CapturedMemory, ServesReadsInsideOneCopyOnly) {
-  CapturedMemory m;
+  proc::CapturedMemory m;
   ASSERT_TRUE(m.add(0x1000, counting(16, 0), 1 << 20));
   ASSERT_TRUE(m.add(0x1010, counting(16, 100), 1 << 20));  // adjacent, not merged
   std::array<uint8_t, 4> out{};
@@ -41,7 +41,7 @@ TEST(CapturedMemory, ServesReadsInsideOneCopyOnly) {
 }
 
 TEST(CapturedMemory, ANewerCopyReplacesTheOlderAndTheBoundHolds) {
-  CapturedMemory m;
+  proc::CapturedMemory m;
   ASSERT_TRUE(m.add(0x2000, counting(32, 0), 64));
   EXPECT_EQ(m.bytes(), 32u);
   ASSERT_TRUE(m.add(0x2000, counting(8, 50), 64));  // replaces: 8 bytes kept

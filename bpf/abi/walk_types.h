@@ -1,10 +1,10 @@
 /* walk_types.h: what the walker takes and gives — the thread registers it starts from and the
  * frames it emits. Plain C, fixed size; shared by the walker, the BPF program's ring-buffer
  * records and the C++ code that symbolizes them. */
-#ifndef LJPROF_BPF_WALKER_WALK_TYPES_H
-#define LJPROF_BPF_WALKER_WALK_TYPES_H
+#ifndef LJPROF_BPF_ABI_WALK_TYPES_H
+#define LJPROF_BPF_ABI_WALK_TYPES_H
 
-#include "walker/static_assert.h"
+#include "abi/static_assert.h"
 
 #ifndef LJ_WALK_MAX_FRAMES
 #define LJ_WALK_MAX_FRAMES 256 /* mixed frames per stack */
@@ -100,4 +100,4 @@ struct lj_walk_result {
 LJ_STATIC_ASSERT(sizeof(struct lj_walk_result) == 32 + 24 * LJ_WALK_MAX_FRAMES,
                  "lj_walk_result: 32-byte header + frames");
 
-#endif /* LJPROF_BPF_WALKER_WALK_TYPES_H */
+#endif /* LJPROF_BPF_ABI_WALK_TYPES_H */

@@ -1,4 +1,4 @@
-#include "core/core_report.h"
+#include "report/core_report.h"
 
 #include <fmt/format.h>
 
@@ -10,11 +10,17 @@
 #include "report/backtrace.h"
 #include "report/json_text.h"
 
-namespace ljprof::core {
+namespace ljprof::report {
 
 namespace {
 
 using Json = nlohmann::ordered_json;
+using core::CoreFile;
+using core::CoreWalker;
+using core::CoroutineStack;
+using core::MappedFile;
+using core::Thread;
+using core::ThreadStack;
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -121,4 +127,4 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
   return r;
 }
 
-}  // namespace ljprof::core
+}  // namespace ljprof::report

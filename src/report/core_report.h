@@ -9,7 +9,7 @@
 #include "core/core_file.h"
 #include "core/core_walk.h"
 
-namespace ljprof::core {
+namespace ljprof::report {
 
 struct CoreReportOptions {
   std::string core_name;    // the "core" field: the core file as the user named it
@@ -25,7 +25,7 @@ struct CoreReport {
 };
 
 // Walks every thread of `core` (and with all_fibers its coroutines) with `walker`.
-CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
+CoreReport core_report(const core::CoreFile& core, const core::CoreWalker& walker,
                        const CoreReportOptions& options);
 
-}  // namespace ljprof::core
+}  // namespace ljprof::report

@@ -1,6 +1,7 @@
-#include "record/proc_maps.h"
+#include "proc/proc_maps.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,7 +11,7 @@
 #include <memory>
 #include <sstream>
 
-namespace ljprof::record {
+namespace ljprof::proc {
 
 namespace {
 
@@ -82,6 +83,10 @@ Result<std::vector<MapEntry>> read_proc_maps(uint32_t pid) {
   return parse_proc_maps(text.str(), path);
 }
 
+std::string map_files_path(uint32_t pid, const MapEntry& map) {
+  return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, map.start, map.end);
+}
+
 Result<std::unique_ptr<ProcessMemory>> ProcessMemory::open(uint32_t pid) {
   const std::string path = fmt::format("/proc/{}/mem", pid);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -119,4 +124,4 @@ ljprof_mem_reader ProcessMemory::reader() const {
   return ljprof_mem_reader{&read_callback, const_cast<ProcessMemory*>(this)};
 }
 
-}  // namespace ljprof::record
+}  // namespace ljprof::proc

@@ -3,8 +3,8 @@
  * kernel/user boundary asserts its size next to its definition, so a member added on one side
  * cannot silently shift the other side's view (the role LJ_STATIC_ASSERT plays in LuaJIT's
  * lj_obj.h). */
-#ifndef LJPROF_BPF_WALKER_STATIC_ASSERT_H
-#define LJPROF_BPF_WALKER_STATIC_ASSERT_H
+#ifndef LJPROF_BPF_ABI_STATIC_ASSERT_H
+#define LJPROF_BPF_ABI_STATIC_ASSERT_H
 
 #ifdef __cplusplus
 #define LJ_STATIC_ASSERT(cond, message) static_assert(cond, message)
@@ -12,4 +12,4 @@
 #define LJ_STATIC_ASSERT(cond, message) _Static_assert(cond, message)
 #endif
 
-#endif /* LJPROF_BPF_WALKER_STATIC_ASSERT_H */
+#endif /* LJPROF_BPF_ABI_STATIC_ASSERT_H */

@@ -2,8 +2,8 @@
  * BPF-verifiable walker headers can use it without C++). It has the contract of the kernel's
  * bpf_probe_read_user: all or nothing, 0 on success, a negative errno on failure, and on failure
  * `dst` is zeroed so a caller that ignores the result never sees stale bytes. */
-#ifndef LJPROF_CORE_READ_MEM_H
-#define LJPROF_CORE_READ_MEM_H
+#ifndef LJPROF_BPF_ABI_READ_MEM_H
+#define LJPROF_BPF_ABI_READ_MEM_H
 
 #include <stdint.h>
 
@@ -22,4 +22,4 @@ struct ljprof_mem_reader {
 }
 #endif
 
-#endif /* LJPROF_CORE_READ_MEM_H */
+#endif /* LJPROF_BPF_ABI_READ_MEM_H */
