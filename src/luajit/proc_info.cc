@@ -338,116 +338,133 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file) {
   return extract_proc_info(file, rt.runtime);
 }
 
-Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runtime) {
-  LuaJITProcInfo info;
-  info.path = file.path();
-  info.runtime = runtime;
-  info.arch = file.arch();
-  const std::string& path = file.path();
-  auto fail = [&](const std::string& what, const std::string& why) -> Error {
-    return make_error("{}: {}: {}", path, what, why);
-  };
+namespace {
 
-  // GC64 and cur_L from lua_close.
+// The error of an extraction step: "<path>: <what>: <why>".
+Error extraction_error(const LuaJITProcInfo& info, const std::string& what,
+                       const std::string& why) {
+  return make_error("{}: {}: {}", info.path, what, why);
+}
+
+// GC64 and cur_L from lua_close.
+Result<LuaCloseMatch> extract_lua_close(const elf::ElfFile& file, LuaJITProcInfo& info) {
   LJ_ASSIGN_OR_RETURN(DecodedFunction lua_close, decode_symbol(file, "lua_close"));
   auto close = match_lua_close(lua_close.code());
-  if (!close.ok()) return fail("lua_close", close.message());
+  if (!close.ok()) return extraction_error(info, "lua_close", close.message());
   info.ref_size = close->ref_width;
   info.gc64 = close->ref_width == 8;
   info.fields.push_back(
       make_field(FieldId::Gc64, info.gc64 ? 1 : 0, "lua_close", {close->glref_load}));
+  return close;
+}
 
-  // The VM interval and its code.
+// The VM interval (into info.vm) and its code.
+Result<std::vector<Insn>> decode_vm_interval(const elf::ElfFile& file, LuaJITProcInfo& info) {
   LJ_ASSIGN_OR_RETURN(info.vm, find_vm_interval(file));
   if (info.vm.end <= info.vm.begin) {
-    return fail("VM interval", fmt::format("[{:#x}, {:#x}) is empty", info.vm.begin, info.vm.end));
+    return extraction_error(info, "VM interval",
+                            fmt::format("[{:#x}, {:#x}) is empty", info.vm.begin, info.vm.end));
   }
   auto vm_insns = disasm::disassemble_range(file, info.vm.begin, info.vm.end - info.vm.begin);
-  if (!vm_insns.ok()) return fail("VM interval", vm_insns.message());
-  const Code vm{info.arch, vm_label(info.vm), *vm_insns};
+  if (!vm_insns.ok()) return extraction_error(info, "VM interval", vm_insns.message());
+  return vm_insns;
+}
 
-  // DISPATCH/GL register and the G->dispatch distance (VM entry).
-  auto setup = match_dispatch_setup(vm, close->glref_offset, close->ref_width);
-  if (!setup.ok()) return fail("vm-entry", setup.message());
-  info.dispatch_reg = setup->dispatch_reg;
-  info.dispatch_is_g = setup->register_is_g;
-
-  // Exit handler: anchored to its symbol when present, else searched in the whole VM.
+// The exit handler (anchored to its symbol when present, else searched in the whole VM) and the
+// global_State fields around it: the G->dispatch distance, cur_L (from lua_close, confirmed by
+// the exit handler when it matched), jit_base and vmstate.
+Result<ExitHandlerMatch> extract_exit_handler(const elf::ElfFile& file, const Code& vm,
+                                              const LuaCloseMatch& close,
+                                              const DispatchSetupMatch& setup,
+                                              LuaJITProcInfo& info) {
   std::optional<DecodedFunction> exit_fn;
   if (file.find_symbol("lj_vm_exit_handler") != nullptr) {
     auto f = decode_symbol(file, "lj_vm_exit_handler");
-    if (!f.ok()) return fail("lj_vm_exit_handler", f.message());
+    if (!f.ok()) return extraction_error(info, "lj_vm_exit_handler", f.message());
     exit_fn = std::move(*f);
   }
   Result<ExitHandlerMatch> exit_handler = match_exit_handler(exit_fn ? exit_fn->code() : vm);
-  if (exit_handler.ok() && exit_handler->dispatch_reg != setup->dispatch_reg) {
-    return fail("exit-handler", fmt::format("accesses G through {}, but the VM entry sets up {}",
-                                            register_name(info.arch, exit_handler->dispatch_reg),
-                                            register_name(info.arch, setup->dispatch_reg)));
+  if (exit_handler.ok() && exit_handler->dispatch_reg != setup.dispatch_reg) {
+    return extraction_error(info, "exit-handler",
+                            fmt::format("accesses G through {}, but the VM entry sets up {}",
+                                        register_name(info.arch, exit_handler->dispatch_reg),
+                                        register_name(info.arch, setup.dispatch_reg)));
   }
-  const int64_t to_g = setup->register_is_g ? 0 : setup->dispatch_distance;
+  const int64_t to_g = setup.register_is_g ? 0 : setup.dispatch_distance;
 
   info.fields.push_back(
-      make_field(FieldId::GDispatch, setup->dispatch_distance, "vm-entry", setup->evidence));
-  // cur_L: lua_close, confirmed by the exit handler when it matched.
-  if (exit_handler.ok() && to_g + exit_handler->cur_L != close->cur_L) {
-    return fail("cur_L", fmt::format("lua_close clears G{:+#x}, the exit handler loads L from "
-                                     "G{:+#x}",
-                                     close->cur_L, to_g + exit_handler->cur_L));
+      make_field(FieldId::GDispatch, setup.dispatch_distance, "vm-entry", setup.evidence));
+  if (exit_handler.ok() && to_g + exit_handler->cur_L != close.cur_L) {
+    return extraction_error(info, "cur_L",
+                            fmt::format("lua_close clears G{:+#x}, the exit handler loads L from "
+                                        "G{:+#x}",
+                                        close.cur_L, to_g + exit_handler->cur_L));
   }
-  std::vector<Evidence> cur_L_evidence = {close->cur_L_store};
+  std::vector<Evidence> cur_L_evidence = {close.cur_L_store};
   if (exit_handler.ok()) {
     for (const Evidence& e : pick(exit_handler->evidence, {"L = G->cur_L"}))
       cur_L_evidence.push_back(e);
   }
-  info.fields.push_back(make_field(FieldId::GCurL, close->cur_L, "lua_close", cur_L_evidence));
-  auto jit_base = choose_jit_base(runtime, exit_handler, to_g, close->cur_L, info.ref_size);
-  if (!jit_base.ok()) return fail("jit_base", jit_base.message());
+  info.fields.push_back(make_field(FieldId::GCurL, close.cur_L, "lua_close", cur_L_evidence));
+  auto jit_base = choose_jit_base(info.runtime, exit_handler, to_g, close.cur_L, info.ref_size);
+  if (!jit_base.ok()) return extraction_error(info, "jit_base", jit_base.message());
   info.fields.push_back(*jit_base);
 
   if (!exit_handler.ok()) {
-    return fail("vmstate",
-                "the exit-handler pattern is required to find global_State.vmstate "
-                "and the EXIT state: " +
-                    exit_handler.message());
+    return extraction_error(info, "vmstate",
+                            "the exit-handler pattern is required to find global_State.vmstate "
+                            "and the EXIT state: " +
+                                exit_handler.message());
   }
   const ExitHandlerMatch& eh = *exit_handler;
   LJ_ASSIGN_OR_RETURN(Field vmstate,
-                      add_offset(FieldId::GVmstate, eh.vmstate, *setup, "exit-handler",
+                      add_offset(FieldId::GVmstate, eh.vmstate, setup, "exit-handler",
                                  pick(eh.evidence, {"set_vmstate"})));
-  if (vmstate.value >= close->cur_L || vmstate.value % 4 != 0) {
-    return fail("vmstate", fmt::format("G{:+#x} must be 4-aligned and before cur_L (G{:+#x}) "
-                                       "(lj_obj.h global_State order)",
-                                       vmstate.value, close->cur_L));
+  if (vmstate.value >= close.cur_L || vmstate.value % 4 != 0) {
+    return extraction_error(info, "vmstate",
+                            fmt::format("G{:+#x} must be 4-aligned and before cur_L (G{:+#x}) "
+                                        "(lj_obj.h global_State order)",
+                                        vmstate.value, close.cur_L));
   }
   info.fields.push_back(vmstate);
+  return exit_handler;
+}
 
-  // J->trace from BC_JLOOP.
-  auto jloop = match_jloop(vm, setup->dispatch_reg);
-  if (!jloop.ok()) return fail("BC_JLOOP", jloop.message());
+// J->trace from BC_JLOOP, cross-checked with jit_checktrace when it can be.
+Result<JloopMatch> extract_jit_trace(const elf::ElfFile& file, const Code& vm,
+                                     const LuaCloseMatch& close, const DispatchSetupMatch& setup,
+                                     LuaJITProcInfo& info) {
+  auto jloop = match_jloop(vm, setup.dispatch_reg);
+  if (!jloop.ok()) return extraction_error(info, "BC_JLOOP", jloop.message());
   LJ_ASSIGN_OR_RETURN(Field jtrace,
-                      add_offset(FieldId::GJitTrace, jloop->trace_array, *setup, "BC_JLOOP",
+                      add_offset(FieldId::GJitTrace, jloop->trace_array, setup, "BC_JLOOP",
                                  pick(jloop->evidence, {"J->trace", "T = "})));
-  if (auto st = cross_check_trace_array(file, close->glref_offset, close->ref_width, jtrace);
+  if (auto st = cross_check_trace_array(file, close.glref_offset, close.ref_width, jtrace);
       !st.ok()) {
-    return fail("J->trace", st.message());
+    return extraction_error(info, "J->trace", st.message());
   }
   if (jtrace.value <= info.value(field::kGJitBase)) {
-    return fail("J->trace", fmt::format("G{:+#x} is not after global_State.jit_base (jit_State "
+    return extraction_error(info, "J->trace",
+                            fmt::format("G{:+#x} is not after global_State.jit_base (jit_State "
                                         "follows global_State in GG_State)",
                                         jtrace.value));
   }
   info.fields.push_back(jtrace);
+  return jloop;
+}
 
-  // The C-frame link, cross-checked with the VM's CFI.
+// The C-frame link, cross-checked with the VM's CFI, and what the exit handler reads through
+// the restored C frame.
+Status extract_cframe(const elf::ElfFile& file, const Code& vm, const ExitHandlerMatch& eh,
+                      LuaJITProcInfo& info) {
   auto link = match_cframe_link(vm, eh.L_cframe);
-  if (!link.ok()) return fail("vm-entry", link.message());
+  if (!link.ok()) return extraction_error(info, "vm-entry", link.message());
   info.fields.push_back(
       make_field(FieldId::CframePrev, link->prev_offset, "vm-entry", link->evidence));
   auto table = cfi::build_unwind_table(file, unwind_overlays(file, info.vm));
-  if (!table.ok()) return fail("cfi", table.message());
+  if (!table.ok()) return extraction_error(info, "cfi", table.message());
   auto cframe = derive_vm_cframe(*table, info.vm.begin, info.vm.end);
-  if (!cframe.ok()) return fail("cfi", cframe.message());
+  if (!cframe.ok()) return extraction_error(info, "cfi", cframe.message());
   LJ_TRY(check_cframe_against_cfi(info.arch, link->prev_offset, *cframe));
   info.vm_cframe = *cframe;
   if (info.arch == elf::Arch::X86_64) {
@@ -457,23 +474,27 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
   }
 
   if (eh.cframe_L < 0 || eh.cframe_PC < 0) {
-    return fail("exit-handler",
-                "no `SAVE_L = L` / `PC = SAVE_PC` access through the restored "
-                "C frame after `L->cframe & ~3`");
+    return extraction_error(info, "exit-handler",
+                            "no `SAVE_L = L` / `PC = SAVE_PC` access through the restored "
+                            "C frame after `L->cframe & ~3`");
   }
   info.fields.push_back(
       make_field(FieldId::CframeL, eh.cframe_L, "exit-handler", pick(eh.evidence, {"SAVE_L"})));
   info.fields.push_back(make_field(FieldId::CframePc, eh.cframe_PC, "exit-handler",
                                    pick(eh.evidence, {"PC = SAVE_PC"})));
+  return Ok{};
+}
 
-  // vmstate numbering.
-  auto interp = match_exit_interp(vm, setup->dispatch_reg, eh.jit_base, eh.vmstate);
-  if (!interp.ok()) return fail("vm_exit_interp", interp.message());
-  auto ccall = match_c_call_state(vm, setup->dispatch_reg, eh.vmstate);
-  if (!ccall.ok()) return fail("lj_BC_FUNCC", ccall.message());
+// The vmstate numbering, from the states vm_exit_interp, lj_BC_FUNCC and the exit handler store.
+Status extract_vmstate_numbering(const Code& vm, const DispatchSetupMatch& setup,
+                                 const ExitHandlerMatch& eh, LuaJITProcInfo& info) {
+  auto interp = match_exit_interp(vm, setup.dispatch_reg, eh.jit_base, eh.vmstate);
+  if (!interp.ok()) return extraction_error(info, "vm_exit_interp", interp.message());
+  auto ccall = match_c_call_state(vm, setup.dispatch_reg, eh.vmstate);
+  if (!ccall.ok()) return extraction_error(info, "lj_BC_FUNCC", ccall.message());
   const int32_t s_interp = interp->state, s_c = ccall->state, s_exit = eh.exit_state;
   auto numbering = classify_vmstate_numbering(s_interp, s_c, s_exit);
-  if (!numbering.ok()) return fail("vmstate", numbering.message());
+  if (!numbering.ok()) return extraction_error(info, "vmstate", numbering.message());
   info.numbering = *numbering;
   info.fields.push_back(
       make_field(FieldId::VmstInterp, s_interp, "vm_exit_interp", interp->evidence));
@@ -490,17 +511,22 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
                                    "layout rule lj_obj.h LJ_VMST_GC between C/CFUNC and EXIT"));
   info.fields.push_back(
       make_field(FieldId::VmstExit, s_exit, "exit-handler", pick(eh.evidence, {"set_vmstate"})));
+  return Ok{};
+}
 
-  // lua_State.
+// lua_State: glref (lua_close), base (the exit handler, confirmed by lua_gettop), top and cframe.
+Status extract_lua_state(const elf::ElfFile& file, const LuaCloseMatch& close,
+                         const ExitHandlerMatch& eh, LuaJITProcInfo& info) {
   info.fields.push_back(
-      make_field(FieldId::LGlref, close->glref_offset, "lua_close", {close->glref_load}));
+      make_field(FieldId::LGlref, close.glref_offset, "lua_close", {close.glref_load}));
   LJ_ASSIGN_OR_RETURN(DecodedFunction gettop_fn, decode_symbol(file, "lua_gettop"));
   auto gettop = match_gettop(gettop_fn.code());
-  if (!gettop.ok()) return fail("lua_gettop", gettop.message());
+  if (!gettop.ok()) return extraction_error(info, "lua_gettop", gettop.message());
   if (gettop->base_offset != eh.L_base) {
-    return fail("lua_State.base", fmt::format("lua_gettop reads L{:+#x}, the exit handler "
-                                              "stores BASE to L{:+#x}",
-                                              gettop->base_offset, eh.L_base));
+    return extraction_error(info, "lua_State.base",
+                            fmt::format("lua_gettop reads L{:+#x}, the exit handler "
+                                        "stores BASE to L{:+#x}",
+                                        gettop->base_offset, eh.L_base));
   }
   info.fields.push_back(
       make_field(FieldId::LBase, eh.L_base, "exit-handler", pick(eh.evidence, {"L->base"})));
@@ -508,6 +534,43 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
       make_field(FieldId::LTop, gettop->top_offset, "lua_gettop", gettop->evidence));
   info.fields.push_back(make_field(FieldId::LCframe, eh.L_cframe, "exit-handler",
                                    pick(eh.evidence, {"L->cframe", "& CFRAME"})));
+  return Ok{};
+}
+
+// GCstr: the length field and where the characters start, from lua_tolstring.
+Status extract_gcstr(const elf::ElfFile& file, LuaJITProcInfo& info) {
+  LJ_ASSIGN_OR_RETURN(DecodedFunction tolstring_fn, decode_symbol(file, "lua_tolstring"));
+  auto tolstring = match_tolstring(tolstring_fn.code());
+  if (!tolstring.ok()) return extraction_error(info, "lua_tolstring", tolstring.message());
+  info.fields.push_back(
+      make_field(FieldId::StrLen, tolstring->len_offset, "lua_tolstring", tolstring->evidence));
+  info.fields.push_back(
+      make_field(FieldId::StrData, tolstring->data_offset, "lua_tolstring", tolstring->evidence));
+  return Ok{};
+}
+
+}  // namespace
+
+Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runtime) {
+  LuaJITProcInfo info;
+  info.path = file.path();
+  info.runtime = runtime;
+  info.arch = file.arch();
+  LJ_ASSIGN_OR_RETURN(const LuaCloseMatch close, extract_lua_close(file, info));
+  LJ_ASSIGN_OR_RETURN(const std::vector<Insn> vm_insns, decode_vm_interval(file, info));
+  const Code vm{info.arch, vm_label(info.vm), vm_insns};
+
+  // DISPATCH/GL register and the G->dispatch distance (VM entry).
+  auto setup = match_dispatch_setup(vm, close.glref_offset, close.ref_width);
+  if (!setup.ok()) return extraction_error(info, "vm-entry", setup.message());
+  info.dispatch_reg = setup->dispatch_reg;
+  info.dispatch_is_g = setup->register_is_g;
+  LJ_ASSIGN_OR_RETURN(const ExitHandlerMatch eh,
+                      extract_exit_handler(file, vm, close, *setup, info));
+  LJ_ASSIGN_OR_RETURN(const JloopMatch jloop, extract_jit_trace(file, vm, close, *setup, info));
+  LJ_TRY(extract_cframe(file, vm, eh, info));
+  LJ_TRY(extract_vmstate_numbering(vm, *setup, eh, info));
+  LJ_TRY(extract_lua_state(file, close, eh, info));
 
   // global_State.gc.root: only `ljprof core --all-fibers` walks the GC list, so a build where
   // the allocation does not match has no such field (and that option says so).
@@ -515,23 +578,17 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
     info.fields.push_back(
         make_field(FieldId::GGcRoot, root->root_offset, "lj_mem_newgco", root->evidence));
   }
+  LJ_TRY(extract_gcstr(file, info));
 
-  // GCstr.
-  LJ_ASSIGN_OR_RETURN(DecodedFunction tolstring_fn, decode_symbol(file, "lua_tolstring"));
-  auto tolstring = match_tolstring(tolstring_fn.code());
-  if (!tolstring.ok()) return fail("lua_tolstring", tolstring.message());
-  info.fields.push_back(
-      make_field(FieldId::StrLen, tolstring->len_offset, "lua_tolstring", tolstring->evidence));
-  info.fields.push_back(
-      make_field(FieldId::StrData, tolstring->data_offset, "lua_tolstring", tolstring->evidence));
-
-  info.fields.push_back(make_field(FieldId::TrMcode, jloop->trace_mcode, "BC_JLOOP",
-                                   pick(jloop->evidence, {"T->mcode", "jump"})));
-  info.fields.push_back(make_field(FieldId::GJitSizetrace, jtrace.value + 12,
+  info.fields.push_back(make_field(FieldId::TrMcode, jloop.trace_mcode, "BC_JLOOP",
+                                   pick(jloop.evidence, {"T->mcode", "jump"})));
+  info.fields.push_back(make_field(FieldId::GJitSizetrace, info.value(field::kGJitTrace) + 12,
                                    "layout rule lj_jit.h jit_State (GCRef *trace; TraceNo "
                                    "freetrace; MSize sizetrace) after G->J->trace"));
   LJ_TRY(apply_layout_rules(info));
-  if (auto st = check_fields_complete(info); !st.ok()) return fail("layout", st.message());
+  if (auto st = check_fields_complete(info); !st.ok()) {
+    return extraction_error(info, "layout", st.message());
+  }
   std::stable_sort(info.fields.begin(), info.fields.end(),
                    [](const Field& a, const Field& b) { return a.id < b.id; });
   return info;
