@@ -38,7 +38,7 @@
  * WIDTH   bytes the field occupies in LuaJIT's struct: LJ_WIDTH_REF (a GCRef/MRef: 8 with GC64,
  *         else 4),
  *         8, 4, 2, 1, or 0 for values that are not a member (sizes, distances, states).
- * FROM    CODE: matched in the binary's machine code (src/luajit/matchers.cc) or computed from
+ * FROM    CODE: matched in the binary's machine code (src/luajit/matchers.h) or computed from
  *         such a value; RULE: the layout rule below, per GC64 mode (lj_obj.h GCHeader is
  *         `GCRef nextgc; uint8 marked, gct`, 10 bytes GC64, 6 non-GC64; it held for upstream,
  *         OpenResty and Tarantool 1.10..3.3).

@@ -254,35 +254,38 @@ Status check_caps(const elf::ElfFile& file, const char* name, uint64_t entries) 
   return Ok{};
 }
 
-}  // namespace
+// An FDE as the first pass finds it: its CIE may come later in the section.
+struct RawFde {
+  uint64_t offset;
+  uint64_t cie;
+  const uint8_t* begin;
+  const uint8_t* end;
+};
 
-namespace internal {
-Result<CfiScan> scan_cfi_entries(const elf::ElfFile& file, CfiSection kind) {
-  CfiScan scan;
-  const char* name = cfi_section_name(kind);
-  const elf::Section* section = file.section(name);
-  if (section == nullptr || !section->has_file_data() || section->size == 0) return scan;
-  auto data_span = file.section_data(*section);
-  LJ_ASSIGN_OR_RETURN(internal::ElfHandle elf, internal::ElfHandle::open(file));
-  LJ_ASSIGN_OR_RETURN(Elf_Data * data, elf.section_data(file, section->index));
-  if (data->d_size != data_span.size()) {
-    return make_error("{}: {} size disagrees between libelf and the ELF reader", file.path(), name);
-  }
-  const uint8_t* start = static_cast<const uint8_t*>(data->d_buf);
-  const unsigned char* ident = file.bytes().data();
-  const bool eh = kind == CfiSection::EhFrame;
-
-  // Pass 1: all entries (CIEs can follow the FDEs that use them).
+// The entries of one section: the CIEs parsed (by section offset), the FDEs still raw.
+struct CfiEntries {
   std::unordered_map<uint64_t, CieInfo> cies;
-  struct RawFde {
-    uint64_t offset;
-    uint64_t cie;
-    const uint8_t* begin;
-    const uint8_t* end;
-  };
-  std::vector<RawFde> raw;
+  std::vector<RawFde> fdes;
+};
+
+// One CFI section of a file, as both passes over its entries read it.
+struct CfiSectionView {
+  const elf::ElfFile& file;
+  const elf::Section& section;
+  CfiSection kind;
+  const char* name;
+  const uint8_t* start;  // libelf's data of the section
+};
+
+// Pass 1: all entries (CIEs can follow the FDEs that use them), counting the CIEs in `scan`.
+Status read_cfi_entries(const CfiSectionView& view, Elf_Data* data, CfiEntries* entries,
+                        CfiScan* scan) {
+  const elf::ElfFile& file = view.file;
+  const char* name = view.name;
+  const unsigned char* ident = file.bytes().data();
+  const bool eh = view.kind == CfiSection::EhFrame;
   Dwarf_Off offset = 0;
-  uint64_t entries = 0;
+  uint64_t count = 0;
   while (offset < data->d_size) {
     Dwarf_Off next = 0;
     Dwarf_CFI_Entry entry;
@@ -300,87 +303,114 @@ Result<CfiScan> scan_cfi_entries(const elf::ElfFile& file, CfiSection kind) {
       return make_error("{}: {}+{:#x}: entry of {} bytes exceeds CfiLimits::kMaxEntryLength",
                         file.path(), name, offset, next - offset);
     }
-    LJ_TRY(check_caps(file, name, ++entries));
+    LJ_TRY(check_caps(file, name, ++count));
     if (dwarf_cfi_cie_p(&entry)) {
-      cies.emplace(offset, parse_cie(file, *section, kind, start, offset, entry.cie));
-      ++scan.cie_count;
+      entries->cies.emplace(
+          offset, parse_cie(file, view.section, view.kind, view.start, offset, entry.cie));
+      ++scan->cie_count;
     } else {
-      raw.push_back({offset, entry.fde.CIE_pointer, entry.fde.start, entry.fde.end});
+      entries->fdes.push_back({offset, entry.fde.CIE_pointer, entry.fde.start, entry.fde.end});
     }
     offset = next;
   }
+  return Ok{};
+}
 
-  // Pass 2: decode each FDE's range (and LSDA) with its CIE's encodings.
-  for (const RawFde& r : raw) {
-    FdeError err{kind, r.offset, 0, 0, ""};
-    auto it = cies.find(r.cie);
-    if (it == cies.end()) {
-      err.message = fmt::format("{}: FDE at {}+{:#x}: CIE pointer {:#x} does not name a CIE",
-                                file.path(), name, r.offset, r.cie);
-      scan.errors.push_back(std::move(err));
-      continue;
-    }
-    const CieInfo& cie = it->second;
-    if (cie.error) {
-      err.message = fmt::format("FDE at {}+{:#x}: {}", name, r.offset, *cie.error);
-      scan.errors.push_back(std::move(err));
-      continue;
-    }
-    const uint8_t* p = r.begin;
-    uint64_t field_off = static_cast<uint64_t>(p - start);
-    PointerContext ctx{section->addr + field_off, std::nullopt, name, field_off};
-    auto begin = read_encoded(cie.fde_encoding, &p, r.end, ctx);
-    if (!begin.ok()) {
-      err.message = fmt::format("{}: FDE at {}+{:#x}: initial_location: {}", file.path(), name,
-                                r.offset, begin.message());
-      scan.errors.push_back(std::move(err));
-      continue;
-    }
-    auto range = read_encoded(cie.fde_encoding, &p, r.end, ctx, /*value_only=*/true);
-    if (!range.ok()) {
-      err.message = fmt::format("{}: FDE at {}+{:#x}: address_range: {}", file.path(), name,
-                                r.offset, range.message());
-      scan.errors.push_back(std::move(err));
-      continue;
-    }
-    if (*begin + *range < *begin) {
-      err.message = fmt::format("{}: FDE at {}+{:#x}: pc range {:#x}+{:#x} wraps around",
-                                file.path(), name, r.offset, *begin, *range);
-      scan.errors.push_back(std::move(err));
-      continue;
-    }
-    FdeSummary fde;
-    fde.section = kind;
-    fde.section_offset = r.offset;
-    fde.cie_offset = r.cie;
-    fde.pc_begin = *begin;
-    fde.pc_end = *begin + *range;
-    fde.augmentation = cie.augmentation;
-    fde.personality = cie.personality;
-    fde.return_address_register = cie.return_address_register;
-    fde.signal_frame = cie.signal_frame;
-    if (cie.has_z) {
-      auto aug_len = read_uleb(&p, r.end, "FDE augmentation length");
-      if (!aug_len.ok() || *aug_len > static_cast<uint64_t>(r.end - p)) {
-        err.pc_begin = fde.pc_begin;
-        err.pc_end = fde.pc_end;
-        err.message = fmt::format("{}: FDE at {}+{:#x}: augmentation data runs past the entry",
-                                  file.path(), name, r.offset);
-        scan.errors.push_back(std::move(err));
-        continue;
-      }
-      if (cie.lsda_encoding && *cie.lsda_encoding != DW_EH_PE_omit) {
-        const uint8_t* q = p;
-        uint64_t lsda_off = static_cast<uint64_t>(q - start);
-        PointerContext lctx{section->addr + lsda_off, std::nullopt, name, lsda_off};
-        auto lsda = read_encoded(*cie.lsda_encoding & 0x7f, &q, p + *aug_len, lctx);
-        if (lsda.ok() && *lsda != 0 && !(*cie.lsda_encoding & DW_EH_PE_indirect)) {
-          fde.lsda = *lsda;
-        }
-      }
-    }
-    scan.fdes.push_back(std::move(fde));
+// Pass 2 for one FDE: its range (and LSDA) decoded with its CIE's encodings, added to
+// scan->fdes, or why it cannot be, to scan->errors.
+void decode_fde(const CfiSectionView& view, const std::unordered_map<uint64_t, CieInfo>& cies,
+                const RawFde& r, CfiScan* scan) {
+  const elf::ElfFile& file = view.file;
+  const char* name = view.name;
+  FdeError err{view.kind, r.offset, 0, 0, ""};
+  auto it = cies.find(r.cie);
+  if (it == cies.end()) {
+    err.message = fmt::format("{}: FDE at {}+{:#x}: CIE pointer {:#x} does not name a CIE",
+                              file.path(), name, r.offset, r.cie);
+    scan->errors.push_back(std::move(err));
+    return;
   }
+  const CieInfo& cie = it->second;
+  if (cie.error) {
+    err.message = fmt::format("FDE at {}+{:#x}: {}", name, r.offset, *cie.error);
+    scan->errors.push_back(std::move(err));
+    return;
+  }
+  const uint8_t* p = r.begin;
+  uint64_t field_off = static_cast<uint64_t>(p - view.start);
+  PointerContext ctx{view.section.addr + field_off, std::nullopt, name, field_off};
+  auto begin = read_encoded(cie.fde_encoding, &p, r.end, ctx);
+  if (!begin.ok()) {
+    err.message = fmt::format("{}: FDE at {}+{:#x}: initial_location: {}", file.path(), name,
+                              r.offset, begin.message());
+    scan->errors.push_back(std::move(err));
+    return;
+  }
+  auto range = read_encoded(cie.fde_encoding, &p, r.end, ctx, /*value_only=*/true);
+  if (!range.ok()) {
+    err.message = fmt::format("{}: FDE at {}+{:#x}: address_range: {}", file.path(), name, r.offset,
+                              range.message());
+    scan->errors.push_back(std::move(err));
+    return;
+  }
+  if (*begin + *range < *begin) {
+    err.message = fmt::format("{}: FDE at {}+{:#x}: pc range {:#x}+{:#x} wraps around", file.path(),
+                              name, r.offset, *begin, *range);
+    scan->errors.push_back(std::move(err));
+    return;
+  }
+  FdeSummary fde;
+  fde.section = view.kind;
+  fde.section_offset = r.offset;
+  fde.cie_offset = r.cie;
+  fde.pc_begin = *begin;
+  fde.pc_end = *begin + *range;
+  fde.augmentation = cie.augmentation;
+  fde.personality = cie.personality;
+  fde.return_address_register = cie.return_address_register;
+  fde.signal_frame = cie.signal_frame;
+  if (cie.has_z) {
+    auto aug_len = read_uleb(&p, r.end, "FDE augmentation length");
+    if (!aug_len.ok() || *aug_len > static_cast<uint64_t>(r.end - p)) {
+      err.pc_begin = fde.pc_begin;
+      err.pc_end = fde.pc_end;
+      err.message = fmt::format("{}: FDE at {}+{:#x}: augmentation data runs past the entry",
+                                file.path(), name, r.offset);
+      scan->errors.push_back(std::move(err));
+      return;
+    }
+    if (cie.lsda_encoding && *cie.lsda_encoding != DW_EH_PE_omit) {
+      const uint8_t* q = p;
+      uint64_t lsda_off = static_cast<uint64_t>(q - view.start);
+      PointerContext lctx{view.section.addr + lsda_off, std::nullopt, name, lsda_off};
+      auto lsda = read_encoded(*cie.lsda_encoding & 0x7f, &q, p + *aug_len, lctx);
+      if (lsda.ok() && *lsda != 0 && !(*cie.lsda_encoding & DW_EH_PE_indirect)) {
+        fde.lsda = *lsda;
+      }
+    }
+  }
+  scan->fdes.push_back(std::move(fde));
+}
+
+}  // namespace
+
+namespace internal {
+Result<CfiScan> scan_cfi_entries(const elf::ElfFile& file, CfiSection kind) {
+  CfiScan scan;
+  const char* name = cfi_section_name(kind);
+  const elf::Section* section = file.section(name);
+  if (section == nullptr || !section->has_file_data() || section->size == 0) return scan;
+  auto data_span = file.section_data(*section);
+  LJ_ASSIGN_OR_RETURN(internal::ElfHandle elf, internal::ElfHandle::open(file));
+  LJ_ASSIGN_OR_RETURN(Elf_Data * data, elf.section_data(file, section->index));
+  if (data->d_size != data_span.size()) {
+    return make_error("{}: {} size disagrees between libelf and the ELF reader", file.path(), name);
+  }
+  const CfiSectionView view{file, *section, kind, name, static_cast<const uint8_t*>(data->d_buf)};
+  CfiEntries entries;
+  LJ_TRY(read_cfi_entries(view, data, &entries, &scan));
+  // Pass 2: decode each FDE's range (and LSDA) with its CIE's encodings.
+  for (const RawFde& r : entries.fdes) decode_fde(view, entries.cies, r, &scan);
   return scan;
 }
 }  // namespace internal

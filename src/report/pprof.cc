@@ -153,8 +153,8 @@ bool has_mapping(const profile::Frame& f) {
 }
 
 bool is_bare_pc(const profile::Frame& f) {
-  return f.kind == profile::FrameKind::Native && f.function.empty() && f.file.empty() &&
-         f.line == 0 && f.start_line == 0;
+  return f.kind == profile::FrameKind::Native && f.function.empty() && f.file.empty() && f.line == 0 &&
+         f.start_line == 0;
 }
 
 // module, build_id, load bias (address - module_offset, modulo 2^64)
@@ -165,120 +165,144 @@ MappingKey mapping_key(const profile::Frame& f) {
 
 using FunctionKey = std::tuple<profile::FrameKind, std::string, std::string, int64_t>;
 
-Result<std::string> serialize(const profile::Profile& profile, const std::string& path) {
-  pp::Profile out;
-  StringTable strings(&out);
-  std::vector<profile::Sample> samples = aggregate_samples(profile.samples);
+// Writes one Profile as a pprof message. The string table takes each string when it is first
+// written, so the steps run in this order: header, mappings, samples, counters.
+class Writer {
+ public:
+  Writer(const profile::Profile& profile, const std::string& path) : profile_(profile), path_(path) {}
 
-  auto add_type = [&](pp::ValueType* vt, const char* type, const char* unit) {
-    vt->set_type(strings.index(type));
-    vt->set_unit(strings.index(unit));
-  };
-  add_type(out.add_sample_type(), "samples", "count");
-  add_type(out.add_sample_type(), "cpu", "nanoseconds");
-  add_type(out.mutable_period_type(), "cpu", "nanoseconds");
-  out.set_period(profile.period_ns);
-  out.set_time_nanos(profile.start_time_ns);
-  out.set_duration_nanos(profile.duration_ns);
+  Result<std::string> serialize() {
+    std::vector<profile::Sample> samples = aggregate_samples(profile_.samples);
+    write_header();
+    write_mappings(samples);
+    for (const profile::Sample& s : samples) write_sample(s);
+    write_counters();
+    std::string bytes;
+    if (!out_.SerializeToString(&bytes)) {
+      return make_error("{}: protobuf serialization failed", path_);
+    }
+    return bytes;
+  }
+
+ private:
+  void add_type(pp::ValueType* vt, const char* type, const char* unit) {
+    vt->set_type(strings_.index(type));
+    vt->set_unit(strings_.index(unit));
+  }
+
+  void write_header() {
+    add_type(out_.add_sample_type(), "samples", "count");
+    add_type(out_.add_sample_type(), "cpu", "nanoseconds");
+    add_type(out_.mutable_period_type(), "cpu", "nanoseconds");
+    out_.set_period(profile_.period_ns);
+    out_.set_time_nanos(profile_.start_time_ns);
+    out_.set_duration_nanos(profile_.duration_ns);
+  }
 
   // Mappings first: their bounds need every pc seen in the module.
-  struct Range {
-    uint64_t lo = UINT64_MAX, hi = 0;
-  };
-  std::map<MappingKey, Range> ranges;
-  for (const profile::Sample& s : samples) {
-    for (const profile::Frame& f : s.frames) {
-      if (!has_mapping(f)) continue;
-      Range& r = ranges[mapping_key(f)];
-      r.lo = std::min(r.lo, f.address);
-      r.hi = std::max(r.hi, f.address);
+  void write_mappings(const std::vector<profile::Sample>& samples) {
+    struct Range {
+      uint64_t lo = UINT64_MAX, hi = 0;
+    };
+    std::map<MappingKey, Range> ranges;
+    for (const profile::Sample& s : samples) {
+      for (const profile::Frame& f : s.frames) {
+        if (!has_mapping(f)) continue;
+        Range& r = ranges[mapping_key(f)];
+        r.lo = std::min(r.lo, f.address);
+        r.hi = std::max(r.hi, f.address);
+      }
+    }
+    for (const auto& [key, range] : ranges) {
+      pp::Mapping* m = out_.add_mapping();
+      uint64_t id = static_cast<uint64_t>(out_.mapping_size());
+      m->set_id(id);
+      m->set_memory_start(range.lo);
+      m->set_memory_limit(range.hi == UINT64_MAX ? range.hi : range.hi + 1);
+      m->set_file_offset(range.lo - std::get<2>(key));
+      m->set_filename(strings_.index(std::get<0>(key)));
+      m->set_build_id(strings_.index(std::get<1>(key)));
+      m->set_has_functions(true);
+      m->set_has_filenames(true);
+      m->set_has_line_numbers(true);
+      mapping_ids_[key] = id;
     }
   }
-  std::map<MappingKey, uint64_t> mapping_ids;
-  for (const auto& [key, range] : ranges) {
-    pp::Mapping* m = out.add_mapping();
-    uint64_t id = static_cast<uint64_t>(out.mapping_size());
-    m->set_id(id);
-    m->set_memory_start(range.lo);
-    m->set_memory_limit(range.hi == UINT64_MAX ? range.hi : range.hi + 1);
-    m->set_file_offset(range.lo - std::get<2>(key));
-    m->set_filename(strings.index(std::get<0>(key)));
-    m->set_build_id(strings.index(std::get<1>(key)));
-    m->set_has_functions(true);
-    m->set_has_filenames(true);
-    m->set_has_line_numbers(true);
-    mapping_ids[key] = id;
+
+  uint64_t function_id(const profile::Frame& f) {
+    FunctionKey key{f.kind, f.function, f.file, f.start_line};
+    auto it = function_ids_.find(key);
+    if (it != function_ids_.end()) return it->second;
+    pp::Function* fn = out_.add_function();
+    uint64_t id = static_cast<uint64_t>(out_.function_size());
+    fn->set_id(id);
+    fn->set_name(strings_.index(f.function));
+    fn->set_system_name(strings_.index(fmt::format("{}:{}", profile::frame_kind_name(f.kind), f.function)));
+    fn->set_filename(strings_.index(f.file));
+    fn->set_start_line(f.start_line);
+    function_ids_.emplace(key, id);
+    return id;
   }
 
-  std::map<FunctionKey, uint64_t> function_ids;
-  auto function_id = [&](const profile::Frame& f) {
-    FunctionKey key{f.kind, f.function, f.file, f.start_line};
-    auto it = function_ids.find(key);
-    if (it != function_ids.end()) return it->second;
-    pp::Function* fn = out.add_function();
-    uint64_t id = static_cast<uint64_t>(out.function_size());
-    fn->set_id(id);
-    fn->set_name(strings.index(f.function));
-    fn->set_system_name(
-        strings.index(fmt::format("{}:{}", profile::frame_kind_name(f.kind), f.function)));
-    fn->set_filename(strings.index(f.file));
-    fn->set_start_line(f.start_line);
-    function_ids.emplace(key, id);
-    return id;
-  };
-
-  std::map<profile::Frame, uint64_t> location_ids;
-  auto location_id = [&](const profile::Frame& f) {
-    auto it = location_ids.find(f);
-    if (it != location_ids.end()) return it->second;
-    pp::Location* loc = out.add_location();
-    uint64_t id = static_cast<uint64_t>(out.location_size());
+  uint64_t location_id(const profile::Frame& f) {
+    auto it = location_ids_.find(f);
+    if (it != location_ids_.end()) return it->second;
+    pp::Location* loc = out_.add_location();
+    uint64_t id = static_cast<uint64_t>(out_.location_size());
     loc->set_id(id);
     loc->set_address(f.address);
-    if (has_mapping(f)) loc->set_mapping_id(mapping_ids.at(mapping_key(f)));
+    if (has_mapping(f)) loc->set_mapping_id(mapping_ids_.at(mapping_key(f)));
     // An unsymbolized native pc is a Location without Lines, pprof's own form for it (shown
     // as its address), rather than a Function with an empty name; read_pprof() turns it back
     // into the same Frame.
     if (is_bare_pc(f)) {
-      location_ids.emplace(f, id);
+      location_ids_.emplace(f, id);
       return id;
     }
     pp::Line* line = loc->add_line();
     line->set_function_id(function_id(f));
     line->set_line(f.line);
-    location_ids.emplace(f, id);
+    location_ids_.emplace(f, id);
     return id;
-  };
+  }
 
-  for (const profile::Sample& s : samples) {
-    pp::Sample* ps = out.add_sample();
+  void add_label(pp::Sample* ps, const char* key, uint32_t value) {
+    if (value == 0) return;
+    pp::Label* l = ps->add_label();
+    l->set_key(strings_.index(key));
+    l->set_num(value);
+  }
+
+  void write_sample(const profile::Sample& s) {
+    pp::Sample* ps = out_.add_sample();
     for (const profile::Frame& f : s.frames) ps->add_location_id(location_id(f));
     ps->add_value(s.count);
-    ps->add_value(saturating_mul(s.count, profile.period_ns));
-    auto add_label = [&](const char* key, uint32_t value) {
-      if (value == 0) return;
-      pp::Label* l = ps->add_label();
-      l->set_key(strings.index(key));
-      l->set_num(value);
-    };
-    add_label("pid", s.pid);
-    add_label("tid", s.tid);
+    ps->add_value(saturating_mul(s.count, profile_.period_ns));
+    add_label(ps, "pid", s.pid);
+    add_label(ps, "tid", s.tid);
     // One "trace" label per JIT-compiled frame, leaf first: which trace ran it.
     for (const profile::Frame& f : s.frames) {
       if (f.kind != profile::FrameKind::Trace) continue;
       pp::Label* l = ps->add_label();
-      l->set_key(strings.index("trace"));
+      l->set_key(strings_.index("trace"));
       l->set_num(f.trace);
     }
   }
-  for (const auto& [name, value] : profile.counters) {
-    out.add_comment(strings.index(fmt::format("counter {}={}", name, value)));
+
+  void write_counters() {
+    for (const auto& [name, value] : profile_.counters) {
+      out_.add_comment(strings_.index(fmt::format("counter {}={}", name, value)));
+    }
   }
 
-  std::string bytes;
-  if (!out.SerializeToString(&bytes)) return make_error("{}: protobuf serialization failed", path);
-  return bytes;
-}
+  const profile::Profile& profile_;
+  const std::string& path_;
+  pp::Profile out_;
+  StringTable strings_{&out_};
+  std::map<MappingKey, uint64_t> mapping_ids_;
+  std::map<FunctionKey, uint64_t> function_ids_;
+  std::map<profile::Frame, uint64_t> location_ids_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Reading
@@ -388,8 +412,7 @@ class Reader {
       size_t colon = system_name.find(':');
       if (colon != std::string::npos &&
           system_name.compare(colon + 1, std::string::npos, info.name) == 0) {
-        if (auto kind =
-                profile::frame_kind_from_name(std::string_view(system_name).substr(0, colon))) {
+        if (auto kind = profile::frame_kind_from_name(std::string_view(system_name).substr(0, colon))) {
           info.kind = *kind;
         }
       }
@@ -513,7 +536,7 @@ class Reader {
 // The one encoder behind write_pprof() and pprof_gzip_bytes(); `what` starts its error messages
 // (the file's path, or a word saying what is being encoded).
 Result<std::string> encode_gzip(const profile::Profile& profile, const std::string& what) {
-  LJ_ASSIGN_OR_RETURN(std::string raw, serialize(profile, what));
+  LJ_ASSIGN_OR_RETURN(std::string raw, Writer(profile, what).serialize());
   return gzip(what, raw);
 }
 

@@ -1,0 +1,89 @@
+// CoreFile::State: what an opened core holds, shared by the parts of CoreFile (core_file.cc,
+// core_notes.cc, core_mappings.cc, core_memory.cc).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/core_file.h"
+
+namespace ljprof::core {
+
+// A PT_LOAD segment of the core: process memory at `vaddr` whose first `present` bytes the core
+// file holds at `offset`.
+struct LoadSegment {
+  uint64_t vaddr = 0;
+  uint64_t memsz = 0;
+  uint64_t filesz = 0;
+  uint64_t offset = 0;
+  uint64_t present = 0;  // bytes of the file part that the core file really holds (truncation)
+};
+
+struct CoreFile::State {
+  std::string path;
+  CoreOptions options;
+  std::unique_ptr<elf::ElfFile> elf;
+  elf::Arch arch = elf::Arch::X86_64;
+  std::vector<Thread> threads;
+  std::optional<ProcessInfo> process;
+  std::optional<SignalInfo> signal;
+  std::vector<AuxEntry> auxv;
+  bool have_auxv = false;
+  bool have_nt_file = false;
+  std::vector<LoadSegment> segments;  // PT_LOAD, sorted by vaddr, non-overlapping
+  MappingSource source = MappingSource::None;
+  std::vector<Mapping> mappings;
+  std::vector<MappedFile> files;
+  int exe_index = -1;
+  std::vector<std::string> diagnostics;
+  // NT_FILE before files are opened: recorded path per mapping.
+  std::vector<std::string> nt_file_paths;
+
+  std::span<const uint8_t> bytes() const { return elf->bytes(); }
+
+  Status parse_segments();
+  Status parse_notes();
+  Status parse_note(uint32_t type, std::string_view name, std::span<const uint8_t> desc,
+                    uint64_t file_offset);
+  Status parse_prstatus(std::span<const uint8_t> desc, uint64_t file_offset);
+  Status parse_prpsinfo(std::span<const uint8_t> desc, uint64_t file_offset);
+  Status parse_siginfo(std::span<const uint8_t> desc, uint64_t file_offset);
+  Status parse_auxv(std::span<const uint8_t> desc, uint64_t file_offset);
+  Status parse_nt_file(std::span<const uint8_t> desc, uint64_t file_offset);
+  Status build_nt_file_mappings();
+  void build_link_map_mappings();
+  std::optional<std::string> recorded_executable_path();
+  std::optional<uint64_t> place_executable(uint32_t exe, uint64_t phdr, uint64_t entry);
+  std::optional<uint64_t> r_debug_address(const elf::ElfFile& exe, uint64_t bias) const;
+  void add_link_map_files(uint64_t r_debug);
+  // Why `candidate` cannot be the file the core mapped (its build-id differs from the one the
+  // core holds, or it does not fit the loader's record of it); nothing when it fits.
+  using Fits = std::function<std::optional<std::string>(const std::string& path,
+                                                        const elf::ElfFile& candidate)>;
+  std::optional<uint32_t> add_file(const std::string& recorded, bool is_exe, const Fits& fits);
+  Fits loaded_file_fits(uint64_t l_addr, uint64_t l_ld) const;
+  std::optional<std::string> build_id_differs(uint64_t header_addr, const std::string& path,
+                                              const elf::ElfFile& candidate) const;
+  std::vector<std::string> candidate_paths(const std::string& recorded, bool is_exe) const;
+  void add_elf_mappings(uint32_t file_index, uint64_t bias);
+  void check_build_ids();
+  std::optional<uint64_t> aux(uint64_t type) const;
+
+  const LoadSegment* segment_at(uint64_t addr) const;
+  const LoadSegment* segment_after(uint64_t addr) const;
+  const Mapping* mapping_at(uint64_t addr) const;
+  bool core_read(uint64_t addr, void* dst, size_t len) const;
+  Result<size_t> read_piece(uint64_t addr, uint8_t* dst, size_t want) const;
+  Result<size_t> read(uint64_t addr, void* dst, size_t len) const;
+  Result<std::string> read_c_string(uint64_t addr, size_t max_len) const;
+  Result<uint64_t> read_u64(uint64_t addr) const;
+  Result<std::optional<std::string>> build_id_in_core(uint64_t header_addr) const;
+};
+
+}  // namespace ljprof::core
