@@ -570,6 +570,109 @@ static long capture_frame(uint64_t i, void* ctx) {
   return 0;
 }
 
+/* Whether the sampled task has a user stack worth walking; counts why not. */
+LJ_INLINE int task_walkable(struct task_struct* task) {
+  /* A process past exit_group (PF_EXITING, include/linux/sched.h) is tearing down its memory:
+   * the kernel's exit work has no user stack to walk, and a walk through half-unmapped code
+   * would end anywhere. */
+  if (task->flags & 0x4) {
+    count(LJ_REC_CTR_EXITING);
+    return 0;
+  }
+  /* Inside execve (task_struct.in_execve): the registers saved at kernel entry are the old
+   * image's, whose memory may already be replaced by the new one's (fs/exec.c exec_mmap). */
+  if (BPF_CORE_READ_BITFIELD(task, in_execve)) {
+    count(LJ_REC_CTR_IN_EXEC);
+    return 0;
+  }
+  return 1;
+}
+
+/* Runs the one walker over the user registers `regs` of process `proc` into `out`, and keeps
+ * the hints the walk proved in `proc`. */
+LJ_INLINE void walk_user_stack(struct lj_rec_proc* proc, const struct lj_luajit_info* lj,
+                               struct lj_walk_env* env, const struct pt_regs* regs,
+                               struct lj_walk_state* st, struct lj_walk_result* out) {
+  struct lj_walk_ctx wc;
+  __builtin_memset(st, 0, sizeof(*st));
+  env->proc = proc;
+  wc.env = env;
+  wc.lj = lj;
+  wc.out = out;
+  wc.st = st;
+  st->g = proc->g_hint;
+  st->trace_hint = proc->trace_hint;
+  st->vm_bias = proc->vm_bias;
+  load_regs(regs, lj, &st->regs);
+  lj_walk(&wc);
+  /* Keep a G and an AArch64 trace this walk proved: the next sample in a trace can use them
+   * (hints, re-proved before every use, so a racy write is harmless). */
+  if (out->g != 0 && out->g != proc->g_hint) proc->g_hint = out->g;
+  if (st->trace_hint != proc->trace_hint) proc->trace_hint = st->trace_hint;
+}
+
+/* The sample record's header from the walk; returns its frame count. */
+LJ_INLINE uint32_t fill_sample_header(struct lj_rec_sample* sample,
+                                      const struct lj_walk_result* out, uint32_t tgid, uint32_t tid,
+                                      uint64_t start_ns, uint32_t generation) {
+  uint32_t n;
+  sample->kind = LJ_REC_KIND_SAMPLE;
+  sample->pid = tgid;
+  sample->tid = tid;
+  sample->time_ns = start_ns;
+  sample->cpu = bpf_get_smp_processor_id();
+  n = out->nframes;
+  if (n > LJ_WALK_MAX_FRAMES) n = LJ_WALK_MAX_FRAMES;
+  sample->nframes = n;
+  sample->end = out->end;
+  sample->lua_states = out->lua_states;
+  sample->end_pc = out->end_pc;
+  sample->generation = generation;
+  sample->pad = 0;
+  return n;
+}
+
+/* The walk's `n` frames into the sample record (convert_frame). */
+LJ_INLINE void convert_frames(const struct lj_luajit_info* lj, const struct lj_walk_result* out,
+                              struct lj_rec_sample* sample, struct lj_walk_env* env, uint32_t n) {
+  struct convert_ctx cc;
+  cc.lj = lj;
+  cc.walk = out;
+  cc.sample = sample;
+  cc.env = env;
+  cc.last_func = 0;
+  cc.last_proto = 0;
+  cc.last_chunkname = 0;
+  cc.last_firstline = 0;
+  cc.pad = 0;
+  bpf_loop(n, convert_frame, &cc, 0);
+}
+
+/* Copies the objects the sample's `n` frames name (capture_frame), within the per-sample
+ * budget. */
+LJ_INLINE void capture_frames(const struct lj_luajit_info* lj, const struct lj_rec_sample* sample,
+                              uint32_t tgid, uint32_t n) {
+  struct capture_ctx kc;
+  kc.lj = lj;
+  kc.sample = sample;
+  kc.pid = tgid;
+  kc.budget = LJ_REC_CAPTURE_PER_SAMPLE;
+  bpf_loop(n, capture_frame, &kc, 0);
+}
+
+/* Sends the sample record with its `n` frames and the program's time on it to `events`. */
+LJ_INLINE void send_sample(struct lj_rec_sample* sample, uint32_t n, uint64_t start_ns) {
+  uint64_t size, wakeup, took;
+  took = bpf_ktime_get_ns() - start_ns;
+  sample->walk_ns = took > 0xffffffffULL ? 0xffffffffu : (uint32_t)took;
+  size =
+      __builtin_offsetof(struct lj_rec_sample, frames) + (uint64_t)n * sizeof(struct lj_rec_frame);
+  if (size > sizeof(*sample)) size = sizeof(*sample);
+  wakeup = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+                                                                         : BPF_RB_NO_WAKEUP;
+  if (bpf_ringbuf_output(&events, sample, size, wakeup) != 0) count(LJ_REC_CTR_RINGBUF_FULL);
+}
+
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data* ctx) {
   uint64_t id = bpf_get_current_pid_tgid();
@@ -582,11 +685,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   struct pt_regs* regs;
   struct lj_walk_env env;
   struct lj_walk_state* st;
-  struct lj_walk_ctx wc;
-  struct convert_ctx cc;
-  struct capture_ctx kc;
   const struct lj_luajit_info* lj;
-  uint64_t size, wakeup, start_ns, took;
+  uint64_t start_ns;
   uint32_t generation;
   (void)ctx;
 
@@ -607,20 +707,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   regs = bpf_map_lookup_elem(&user_regs, &zero);
   if (!proc || !out || !sample || !st || !regs) return 0;
 
-  /* A process past exit_group (PF_EXITING, include/linux/sched.h) is tearing down its memory:
-   * the kernel's exit work has no user stack to walk, and a walk through half-unmapped code
-   * would end anywhere. */
   task = bpf_get_current_task_btf();
-  if (task->flags & 0x4) {
-    count(LJ_REC_CTR_EXITING);
-    return 0;
-  }
-  /* Inside execve (task_struct.in_execve): the registers saved at kernel entry are the old
-   * image's, whose memory may already be replaced by the new one's (fs/exec.c exec_mmap). */
-  if (BPF_CORE_READ_BITFIELD(task, in_execve)) {
-    count(LJ_REC_CTR_IN_EXEC);
-    return 0;
-  }
+  if (!task_walkable(task)) return 0;
   /* A kernel-built context serves only the process it was built for. */
   generation = proc->generation;
   if (slot >= LJ_REC_MAX_PROCS && proc->owner_pid != tgid) {
@@ -641,21 +729,7 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   /* Keep `lj` a real pointer-or-NULL: without the barrier clang may fold the test into the
    * address arithmetic, which the verifier rejects as a scalar dereference. */
   asm volatile("" : "+r"(lj));
-  __builtin_memset(st, 0, sizeof(*st));
-  env.proc = proc;
-  wc.env = &env;
-  wc.lj = lj;
-  wc.out = out;
-  wc.st = st;
-  st->g = proc->g_hint;
-  st->trace_hint = proc->trace_hint;
-  st->vm_bias = proc->vm_bias;
-  load_regs(regs, lj, &st->regs);
-  lj_walk(&wc);
-  /* Keep a G and an AArch64 trace this walk proved: the next sample in a trace can use them
-   * (hints, re-proved before every use, so a racy write is harmless). */
-  if (out->g != 0 && out->g != proc->g_hint) proc->g_hint = out->g;
-  if (st->trace_hint != proc->trace_hint) proc->trace_hint = st->trace_hint;
+  walk_user_stack(proc, lj, &env, regs, st, out);
   /* A kernel-built slot rebuilt for another exec while this walk read it (LJ_REC_EXEC_SLOTS
    * execs within one walk: not seen in practice) gave no trustworthy stack. */
   if (proc->generation != generation) {
@@ -664,47 +738,14 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   }
   count(LJ_REC_CTR_END_BASE + (out->end & 31));
 
-  sample->kind = LJ_REC_KIND_SAMPLE;
-  sample->pid = tgid;
-  sample->tid = tid;
-  sample->time_ns = start_ns;
-  sample->cpu = bpf_get_smp_processor_id();
-  n = out->nframes;
-  if (n > LJ_WALK_MAX_FRAMES) n = LJ_WALK_MAX_FRAMES;
-  sample->nframes = n;
-  sample->end = out->end;
-  sample->lua_states = out->lua_states;
-  sample->end_pc = out->end_pc;
-  sample->generation = generation;
-  sample->pad = 0;
-  cc.lj = lj;
-  cc.walk = out;
-  cc.sample = sample;
-  cc.env = &env;
-  cc.last_func = 0;
-  cc.last_proto = 0;
-  cc.last_chunkname = 0;
-  cc.last_firstline = 0;
-  cc.pad = 0;
-  bpf_loop(n, convert_frame, &cc, 0);
+  n = fill_sample_header(sample, out, tgid, tid, start_ns, generation);
+  convert_frames(lj, out, sample, &env, n);
   /* Before the sample's own record: the agent must have the copies when it names the sample. */
   if (lj && slot < LJ_REC_MAX_PROCS && capture_young_ns != 0 &&
       start_ns - task->group_leader->start_time < capture_young_ns) {
-    kc.lj = lj;
-    kc.sample = sample;
-    kc.pid = tgid;
-    kc.budget = LJ_REC_CAPTURE_PER_SAMPLE;
-    bpf_loop(n, capture_frame, &kc, 0);
+    capture_frames(lj, sample, tgid, n);
   }
-
-  took = bpf_ktime_get_ns() - start_ns;
-  sample->walk_ns = took > 0xffffffffULL ? 0xffffffffu : (uint32_t)took;
-  size =
-      __builtin_offsetof(struct lj_rec_sample, frames) + (uint64_t)n * sizeof(struct lj_rec_frame);
-  if (size > sizeof(*sample)) size = sizeof(*sample);
-  wakeup = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-                                                                         : BPF_RB_NO_WAKEUP;
-  if (bpf_ringbuf_output(&events, sample, size, wakeup) != 0) count(LJ_REC_CTR_RINGBUF_FULL);
+  send_sample(sample, n, start_ns);
   return 0;
 }
 

@@ -15,16 +15,12 @@ namespace ljprof::cli {
 
 namespace {
 
+// `ljprof agent`'s options as given.
 struct AgentFlags {
-  std::string pids;
+  RecordingFlags recording;
   std::vector<std::string> comms;
   std::string cgroup;
-  uint32_t freq = 49;
   double interval = 10;
-  double duration = 0;
-  uint32_t ringbuf_mb = 0;
-  uint32_t unwind_rows = 0;
-  std::string table_cache;
   std::string pyroscope;
   std::string token;
   std::string basic_auth;
@@ -54,22 +50,11 @@ void log_line(const std::string& line) {
 // The flags as the agent's options; an error names the flag.
 Result<exporter::AgentOptions> agent_options(const AgentFlags& f) {
   exporter::AgentOptions o;
-  if (!f.pids.empty()) {
-    LJ_ASSIGN_OR_RETURN(o.record.pids, parse_pid_list(f.pids));
-  } else {
-    o.record.all = true;
-  }
+  LJ_ASSIGN_OR_RETURN(o.record, recording_options(f.recording));
+  o.record.all = o.record.pids.empty();
   o.record.comms = f.comms;
   o.record.cgroup = f.cgroup;
-  o.record.frequency_hz = f.freq;
   o.record.interval_s = f.interval;
-  o.record.duration_s = f.duration;
-  o.record.ringbuf_mb = f.ringbuf_mb;
-  o.record.unwind_rows = f.unwind_rows;
-  o.record.table_cache_dir = f.table_cache;
-  if ((f.ringbuf_mb & (f.ringbuf_mb - 1)) != 0) {
-    return make_error("--ringbuf-mb must be a power of two");
-  }
   for (const std::string& label : f.labels) {
     const size_t eq = label.find('=');
     if (eq == 0 || eq == std::string::npos || eq + 1 == label.size()) {
@@ -105,16 +90,11 @@ Result<exporter::AgentOptions> agent_options(const AgentFlags& f) {
   return o;
 }
 
-int run_agent_command(const AgentFlags& flags) {
-  auto options = agent_options(flags);
-  if (!options.ok()) {
-    std::cerr << "ljprof agent: " << options.message() << "\n";
-    return 2;
-  }
-  options->log = log_line;
-  options->record.warn = [](const std::string& m) { log_line("warning: " + m); };
-  if (flags.quiet) options->log = nullptr;
-  auto summary = exporter::run_agent(std::move(*options));
+int run_agent_command(exporter::AgentOptions options, bool quiet) {
+  options.log = log_line;
+  options.record.warn = [](const std::string& m) { log_line("warning: " + m); };
+  if (quiet) options.log = nullptr;
+  auto summary = exporter::run_agent(std::move(options));
   if (!summary.ok()) {
     std::cerr << "ljprof agent: " << summary.message() << "\n";
     return 2;
@@ -144,7 +124,7 @@ void add_agent_command(CommandLine& cli) {
       "last, partial interval. Needs root (or the capabilities of "
       "packaging/ljprof-agent.service). Sampling never waits on a slow or absent backend: "
       "profiles queue (bounded, oldest dropped first) and are retried with backoff.");
-  cmd.option("-p,--pid", f->pids, "Only these processes (comma-separated PIDs)");
+  add_pid_option(cmd, f->recording, "Only these processes (comma-separated PIDs)");
   cmd.option("--comm", f->comms,
              "Only processes whose name (comm or executable) is NAME; repeatable")
       .type_name("NAME");
@@ -152,10 +132,9 @@ void add_agent_command(CommandLine& cli) {
              "Only processes in this cgroup or below it (the path in /proc/PID/cgroup, e.g. "
              "/system.slice/tarantool.service)")
       .type_name("PATH");
-  cmd.option("-F,--freq", f->freq, "Samples per second per CPU (default 49)").range(1, 1000);
+  add_frequency_option(cmd, f->recording, 49, 1000);
   cmd.option("--interval", f->interval, "Seconds per profile (default 10)").range(1, 3600);
-  cmd.option("-d,--duration", f->duration, "Stop after SECONDS (default: run until SIGTERM)")
-      .non_negative();
+  add_duration_option(cmd, f->recording, "run until SIGTERM");
   cmd.option("--pyroscope", f->pyroscope,
              "Push to Pyroscope's ingest API at URL (http:// or https://, e.g. "
              "http://pyroscope:4040; Grafana Cloud Profiles and Alloy's pyroscope.receive_http "
@@ -192,12 +171,9 @@ void add_agent_command(CommandLine& cli) {
   cmd.option("--metrics-addr", f->metrics,
              "Serve Prometheus metrics on http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)")
       .type_name("HOST:PORT");
-  cmd.option("--ringbuf-mb", f->ringbuf_mb,
-             "Kernel ring buffer in MiB, a power of two (default: a second of samples, CPUs x "
-             "freq x 1 KiB, 256 KiB to 256 MiB)")
-      .range(1, 1024);
-  add_unwind_rows_option(cmd, f->unwind_rows);
-  add_table_cache_option(cmd, f->table_cache);
+  add_recording_resource_options(cmd, f->recording,
+                                 "Kernel ring buffer in MiB, a power of two (default: a second "
+                                 "of samples, CPUs x freq x 1 KiB, 256 KiB to 256 MiB)");
   cmd.flag("-q,--quiet", f->quiet, "No log line per interval (errors are still printed)");
   cmd.footer(
       "--config FILE: options from a TOML file, under [agent], one per line by its long name "
@@ -211,7 +187,14 @@ void add_agent_command(CommandLine& cli) {
       "Examples:\n"
       "  ljprof agent --pyroscope http://127.0.0.1:4040 --metrics-addr 127.0.0.1:9464\n"
       "  ljprof agent --comm tarantool --out-dir /var/lib/ljprof --interval 60");
-  cmd.run([f] { return run_agent_command(*f); });
+  cmd.run([f] {
+    auto options = agent_options(*f);
+    if (!options.ok()) {
+      std::cerr << "ljprof agent: " << options.message() << "\n";
+      return 2;
+    }
+    return run_agent_command(std::move(*options), f->quiet);
+  });
 }
 
 }  // namespace ljprof::cli

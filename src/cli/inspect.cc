@@ -325,61 +325,65 @@ int verify_live(int pid, bool json) {
   return all ? 0 : 1;
 }
 
+// `ljprof inspect`'s options as given.
+struct InspectFlags {
+  std::string binary;
+  bool json = false;
+  std::vector<std::string> lib_dirs;
+  bool verify_dwarf = false;
+  int verify_live_pid = 0;
+};
+
+int run_inspect_command(const InspectFlags& f) {
+  if (f.verify_live_pid > 0) {
+    return verify_live(f.verify_live_pid, f.json);
+  }
+  if (f.binary.empty()) {
+    std::cerr << "ljprof inspect: BINARY is required (or --verify-live PID)\n";
+    return 2;
+  }
+  if (f.verify_dwarf) {
+    return verify_dwarf(f.binary, f.json);
+  }
+  auto file = elf::ElfFile::open(f.binary);
+  if (!file.ok()) {
+    std::cerr << "ljprof inspect: " << file.message() << "\n";
+    return 2;
+  }
+  // Both views read one printable model: its names and paths are the binary's bytes.
+  Json described = describe(**file, f.lib_dirs);
+  report::make_json_printable(described);
+  if (f.json) {
+    std::cout << report::json_text(std::move(described)) << "\n";
+  } else {
+    print_text(described);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_inspect_command(CommandLine& cli) {
-  struct Options {
-    std::string binary;
-    bool json = false;
-    std::vector<std::string> lib_dirs;
-    bool verify_dwarf = false;
-    int verify_live_pid = 0;
-  };
-  auto opts = std::make_shared<Options>();
+  auto f = std::make_shared<InspectFlags>();
   Command cmd = cli.add(
       "inspect",
       "Show what ljprof understands about a binary: architecture, build-id, unwind and debug "
       "sections, the LuaJIT runtime it is (tarantool, luajit, libluajit, nginx/openresty) and "
       "where the LuaJIT symbols ljprof relies on are.");
-  cmd.option("BINARY", opts->binary,
+  cmd.option("BINARY", f->binary,
              "ELF executable or shared object (required unless --verify-live)");
-  cmd.flag("--json", opts->json, "Print one JSON object with stable keys instead of text");
-  cmd.option("--lib-path", opts->lib_dirs,
+  cmd.flag("--json", f->json, "Print one JSON object with stable keys instead of text");
+  cmd.option("--lib-path", f->lib_dirs,
              "Extra directory to resolve DT_NEEDED libluajit in, searched first (like "
              "LD_LIBRARY_PATH); repeatable");
-  cmd.flag("--verify-dwarf", opts->verify_dwarf,
+  cmd.flag("--verify-dwarf", f->verify_dwarf,
            "Compare every extracted LuaJIT offset with the binary's DWARF (libdw) and "
            "print PASS/FAIL per field; exit 1 on any FAIL");
-  cmd.option("--verify-live", opts->verify_live_pid,
+  cmd.option("--verify-live", f->verify_live_pid,
              "Check the extracted offsets against running process PID: briefly stops it "
              "(ptrace) until a stop lands in the LuaJIT VM, then reads G, cur_L, the Lua "
              "stack, jit_base, vmstate and a chunk name; exit 1 on any FAIL");
-  cmd.run([opts]() {
-    if (opts->verify_live_pid > 0) {
-      return verify_live(opts->verify_live_pid, opts->json);
-    }
-    if (opts->binary.empty()) {
-      std::cerr << "ljprof inspect: BINARY is required (or --verify-live PID)\n";
-      return 2;
-    }
-    if (opts->verify_dwarf) {
-      return verify_dwarf(opts->binary, opts->json);
-    }
-    auto file = elf::ElfFile::open(opts->binary);
-    if (!file.ok()) {
-      std::cerr << "ljprof inspect: " << file.message() << "\n";
-      return 2;
-    }
-    // Both views read one printable model: its names and paths are the binary's bytes.
-    Json described = describe(**file, opts->lib_dirs);
-    report::make_json_printable(described);
-    if (opts->json) {
-      std::cout << report::json_text(std::move(described)) << "\n";
-    } else {
-      print_text(described);
-    }
-    return 0;
-  });
+  cmd.run([f] { return run_inspect_command(*f); });
 }
 
 }  // namespace ljprof::cli

@@ -25,6 +25,47 @@ Result<std::vector<uint32_t>> parse_pid_list(const std::string& text) {
   return pids;
 }
 
+void add_pid_option(Command& cmd, RecordingFlags& flags, std::string_view help) {
+  cmd.option("-p,--pid", flags.pids, help);
+}
+
+void add_frequency_option(Command& cmd, RecordingFlags& flags, uint32_t default_hz,
+                          uint32_t max_hz) {
+  flags.freq = default_hz;
+  cmd.option("-F,--freq", flags.freq,
+             fmt::format("Samples per second per CPU (default {})", default_hz))
+      .range(1, max_hz);
+}
+
+void add_duration_option(Command& cmd, RecordingFlags& flags, std::string_view otherwise) {
+  cmd.option("-d,--duration", flags.duration,
+             fmt::format("Stop after SECONDS (default: {})", otherwise))
+      .non_negative();
+}
+
+void add_recording_resource_options(Command& cmd, RecordingFlags& flags,
+                                    std::string_view ringbuf_help) {
+  cmd.option("--ringbuf-mb", flags.ringbuf_mb, ringbuf_help).range(1, 1024);
+  add_unwind_rows_option(cmd, flags.unwind_rows);
+  add_table_cache_option(cmd, flags.table_cache);
+}
+
+Result<record::RecordOptions> recording_options(const RecordingFlags& flags) {
+  record::RecordOptions o;
+  if (!flags.pids.empty()) {
+    LJ_ASSIGN_OR_RETURN(o.pids, parse_pid_list(flags.pids));
+  }
+  o.frequency_hz = flags.freq;
+  o.duration_s = flags.duration;
+  o.ringbuf_mb = flags.ringbuf_mb;
+  o.unwind_rows = flags.unwind_rows;
+  o.table_cache_dir = flags.table_cache;
+  if ((flags.ringbuf_mb & (flags.ringbuf_mb - 1)) != 0) {
+    return make_error("--ringbuf-mb must be a power of two");
+  }
+  return o;
+}
+
 void print_record_summary(std::ostream& out, std::string_view command, const record::RecordStats& r,
                           double seconds) {
   // Of the samples the walker could have unwound: a user stack (not inside execve, not

@@ -1,6 +1,6 @@
-// cli/recording.h: what `ljprof record` and `ljprof agent` share on the command line: the -p
-// list, and the counters of a recording as both print them at exit (the agent's metrics page
-// carries the same numbers under the registry's names).
+// cli/recording.h: what `ljprof record` and `ljprof agent` share on the command line: the
+// options they have in common, and the counters of a recording as both print them at exit (the
+// agent's metrics page carries the same numbers under the registry's names).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,34 @@ namespace ljprof::cli {
 
 // "-p 12,34": process ids, comma-separated.
 Result<std::vector<uint32_t>> parse_pid_list(const std::string& text);
+
+// The options `record` and `agent` share: which processes, how often and how long to sample,
+// and what recording may keep (kernel ring buffer, unwind rows, table cache). Each command
+// places them among its own options (--help lists options in the order they are added) and
+// words some of their help its own way; names, ranges and checks are these.
+struct RecordingFlags {
+  std::string pids;
+  uint32_t freq = 0;
+  double duration = 0;
+  uint32_t ringbuf_mb = 0;
+  uint32_t unwind_rows = 0;
+  std::string table_cache;
+};
+
+// -p,--pid PID[,PID...]
+void add_pid_option(Command& cmd, RecordingFlags& flags, std::string_view help);
+// -F,--freq HZ in [1, max_hz]; sets flags.freq to default_hz first.
+void add_frequency_option(Command& cmd, RecordingFlags& flags, uint32_t default_hz,
+                          uint32_t max_hz);
+// -d,--duration SECONDS; `otherwise`: when recording stops without it (the help's default).
+void add_duration_option(Command& cmd, RecordingFlags& flags, std::string_view otherwise);
+// --ringbuf-mb, --unwind-rows and --table-cache; `ringbuf_help`: --ringbuf-mb's help.
+void add_recording_resource_options(Command& cmd, RecordingFlags& flags,
+                                    std::string_view ringbuf_help);
+
+// The shared options as the recorder's: the -p list parsed, --ringbuf-mb a power of two; an
+// error names the option.
+Result<record::RecordOptions> recording_options(const RecordingFlags& flags);
 
 // "ljprof COMMAND: N samples in S s, D delivered, R (P%) unwound to a proven root", then one
 // line per reason with its count and where walks stopped.

@@ -21,72 +21,75 @@ bool keep_process(profile::Profile& profile, uint32_t pid) {
   return !profile.samples.empty();
 }
 
+// `ljprof report`'s options as given.
+struct ReportFlags {
+  std::string input;
+  size_t top = 0;
+  std::string folded;
+  std::string flamegraph;
+  uint32_t pid = 0;
+};
+
+int run_report_command(const ReportFlags& f) {
+  auto profile = report::read_pprof(f.input);
+  if (!profile.ok()) {
+    std::cerr << "ljprof report: " << profile.message() << "\n";
+    return 2;
+  }
+  if (f.pid != 0) {
+    std::set<uint32_t> pids;  // for the error: the processes the profile has
+    for (const profile::Sample& s : profile->samples) pids.insert(s.pid);
+    if (!keep_process(*profile, f.pid)) {
+      std::cerr << fmt::format(
+          "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n", f.input,
+          f.pid, pids.empty() ? "none" : fmt::format("{}", fmt::join(pids, ", ")));
+      return 2;
+    }
+  }
+  report::OutputOptions out;
+  out.folded_path = f.folded;
+  out.flamegraph_path = f.flamegraph;
+  out.top = f.top;
+  if (!out.any()) out.top = 20;
+  auto written = report::write_outputs(*profile, out);
+  if (!written.ok()) {
+    std::cerr << "ljprof report: " << written.message() << "\n";
+    return 2;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_report_command(CommandLine& cli) {
-  struct Options {
-    std::string input;
-    size_t top = 0;
-    std::string folded;
-    std::string flamegraph;
-    uint32_t pid = 0;
-  };
-  auto opts = std::make_shared<Options>();
+  auto f = std::make_shared<ReportFlags>();
   Command cmd = cli.add(
       "report",
       "Read a pprof profile (.pb.gz, e.g. from 'ljprof record -o') and print the hottest "
       "functions, or write folded stacks or a flame graph. With no output option: --top=20.");
-  cmd.option("FILE", opts->input, "The pprof profile (gzip-compressed or raw profile.proto)")
+  cmd.option("FILE", f->input, "The pprof profile (gzip-compressed or raw profile.proto)")
       .type_name("")
       .required();
   // A flag with an optional value ("--top" or "--top=N") so that "--top FILE" still reads FILE
   // as the profile rather than as N.
-  cmd.flag("--top{20}", opts->top,
+  cmd.flag("--top{20}", f->top,
            "Print the N hottest functions (default 20) to stdout: flat = samples whose "
            "leaf is the function, cum = samples with it anywhere in the stack")
       .option_text("[=N]");
-  cmd.option("--folded", opts->folded,
+  cmd.option("--folded", f->folded,
              "Write folded stacks (Brendan Gregg's format: root first, ';'-joined frames, "
              "space, count; input of flamegraph.pl, speedscope, inferno) to FILE; '-' = "
              "stdout")
       .type_name("FILE");
-  cmd.option("--flamegraph", opts->flamegraph,
+  cmd.option("--flamegraph", f->flamegraph,
              "Write a flame graph to FILE: FILE.svg = static SVG, anything else (FILE.html) "
              "= self-contained interactive HTML (zoom, search, colour by frame kind)")
       .type_name("FILE");
-  cmd.option("--pid", opts->pid,
+  cmd.option("--pid", f->pid,
              "Only the samples of process PID (their 'pid' label): one process of a profile of "
              "several ('ljprof record -p A,B' or -a)")
       .type_name("PID");
-  cmd.run([opts]() {
-    auto profile = report::read_pprof(opts->input);
-    if (!profile.ok()) {
-      std::cerr << "ljprof report: " << profile.message() << "\n";
-      return 2;
-    }
-    if (opts->pid != 0) {
-      std::set<uint32_t> pids;  // for the error: the processes the profile has
-      for (const profile::Sample& s : profile->samples) pids.insert(s.pid);
-      if (!keep_process(*profile, opts->pid)) {
-        std::cerr << fmt::format(
-            "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n",
-            opts->input, opts->pid,
-            pids.empty() ? "none" : fmt::format("{}", fmt::join(pids, ", ")));
-        return 2;
-      }
-    }
-    report::OutputOptions out;
-    out.folded_path = opts->folded;
-    out.flamegraph_path = opts->flamegraph;
-    out.top = opts->top;
-    if (!out.any()) out.top = 20;
-    auto written = report::write_outputs(*profile, out);
-    if (!written.ok()) {
-      std::cerr << "ljprof report: " << written.message() << "\n";
-      return 2;
-    }
-    return 0;
-  });
+  cmd.run([f] { return run_report_command(*f); });
 }
 
 }  // namespace ljprof::cli
