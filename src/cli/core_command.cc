@@ -41,8 +41,8 @@ int run_core_command(const CoreFlags& f) {
     std::cerr << "ljprof core: " << printable_text(walker.message()) << "\n";
     return 2;
   }
-  core::CoreReport printed =
-      core::core_report(*core, **walker, {.core_name = f.core, .all_fibers = f.all_fibers});
+  report::CoreReport printed =
+      report::core_report(*core, **walker, {.core_name = f.core, .all_fibers = f.all_fibers});
   if (f.json) {
     std::cout << report::json_text(std::move(printed.json)) << "\n";
   } else {
@@ -70,36 +70,8 @@ void add_core_command(CommandLine& cli) {
   cmd.flag("--all-fibers,--all-coroutines", f->all_fibers,
            "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
            "state) found on the LuaJIT GC list: suspended ones and those inside a C call");
-<<<<<<< HEAD
-  add_table_cache_option(cmd, opts->table_cache);
-  cmd.run([opts]() {
-    core::CoreOptions options;
-    options.exe = opts->exe;
-    options.sysroots = opts->sysroots;
-    auto core = core::CoreFile::open(opts->core, options);
-    if (!core.ok()) {
-      std::cerr << "ljprof core: " << printable_text(core.message()) << "\n";
-      return 2;
-    }
-    cfi::TableCache tables(opts->table_cache);
-    auto walker = core::CoreWalker::create(*core, &tables);
-    if (!walker.ok()) {
-      std::cerr << "ljprof core: " << printable_text(walker.message()) << "\n";
-      return 2;
-    }
-    report::CoreReport printed = report::core_report(
-        *core, **walker, {.core_name = opts->core, .all_fibers = opts->all_fibers});
-    if (opts->json) {
-      std::cout << report::json_text(std::move(printed.json)) << "\n";
-    } else {
-      std::cout << printed.text;
-    }
-    return 0;
-  });
-=======
   add_table_cache_option(cmd, f->table_cache);
   cmd.run([f] { return run_core_command(*f); });
->>>>>>> split-cli
 }
 
 }  // namespace ljprof::cli
