@@ -222,7 +222,10 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
  * AGENT counters are kept by the user-space recorder. Ids are stable and a retired id is never
  * reused; `metric` is the stable snake_case name (unique, checked in src/record/counters.cc),
  * `text` what the end-of-run summary and the pprof comments say. The BPF enum below, the
- * summary and the metric names are all generated from this list.
+ * summary and the metric names are all generated from this list. The headline counters
+ * (src/record/counters.h kHeadlineCounters: SAMPLES, DELIVERED, REACHED_ROOT, WITHOUT_CONTEXT)
+ * are the summary's first line, not reasons under it: their `text` is the metrics page's help,
+ * and a profile's counters name them as kHeadlineCounters does.
  * Retired ids: 75 (jit_lines_unsupported: every JIT sample of a LuaJIT without SnapShot.mcofs,
  * before the exit-based lookup of symbolize/trace_exits.h). */
 #define LJ_REC_COUNTERS(X)                                                                       \
@@ -275,7 +278,12 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
   X(ROWS_FREED, 91, AGENT, "unwind_tables_freed",                                                \
     "files whose unwind rows were freed for reuse (no followed process maps them)")              \
   X(OBJECTS_PRUNED, 92, AGENT, "object_cache_pruned",                                            \
-    "files dropped from the object cache (unmapped, least recently used beyond its bound)")
+    "files dropped from the object cache (unmapped, least recently used beyond its bound)")      \
+  X(DELIVERED, 93, AGENT, "samples_delivered", "samples that reached user space")                \
+  X(REACHED_ROOT, 94, AGENT, "samples_unwound_to_root",                                          \
+    "delivered samples whose walk ended at a proven stack root")                                 \
+  X(WITHOUT_CONTEXT, 95, AGENT, "samples_without_context",                                       \
+    "samples taken before their process's unwind context was published")
 
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };

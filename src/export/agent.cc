@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "export/metrics.h"
+#include "record/counters.h"
 #include "report/pprof.h"
 
 namespace ljprof::exporter {
@@ -70,19 +71,15 @@ double cpu_seconds() {
 }
 
 // The recorder's counters: one family per counter of the registry (bpf/abi/record_types.h
-// LJ_REC_COUNTERS, walk ends LJ_WALK_ENDS), named ljprof_<metric>_total, help = the summary's
-// text, so the page and the summary `ljprof agent` prints at exit say the same; and one gauge
-// per level (LJ_REC_GAUGES), ljprof_<metric>.
+// LJ_REC_COUNTERS, walk ends LJ_WALK_ENDS), the headline counters first (record/counters.h
+// kHeadlineCounters), named ljprof_<metric>_total, help = the counter's text (a reason's is the
+// summary's, so the page and the summary `ljprof agent` prints at exit say the same); and one
+// gauge per level (LJ_REC_GAUGES), ljprof_<metric>.
 void add_recorder_families(const record::RecordStats& s, std::vector<MetricFamily>& out) {
-  out.push_back(counter("ljprof_samples_total", "samples of followed processes", s.samples));
-  out.push_back(
-      counter("ljprof_samples_delivered_total", "samples that reached user space", s.delivered));
-  out.push_back(counter("ljprof_samples_unwound_to_root_total",
-                        "delivered samples whose walk ended at a proven stack root",
-                        s.reached_root));
-  out.push_back(counter("ljprof_samples_without_context_total",
-                        "samples taken before their process's unwind context was published",
-                        s.without_context));
+  for (const record::HeadlineCounter& h : record::kHeadlineCounters) {
+    out.push_back(counter(fmt::format("ljprof_{}_total", h.spec->metric), std::string(h.spec->text),
+                          static_cast<double>(s.headline_count(h.spec->id))));
+  }
   for (const record::RecordStats::Reason& reason : s.reasons) {
     out.push_back(counter(fmt::format("ljprof_{}_total", reason.metric), reason.name,
                           static_cast<double>(reason.count)));

@@ -19,6 +19,26 @@ static_assert(
     }(),
     "LJ_REC_COUNTERS: ids unique and in their range, metric names unique");
 
+// Every headline counter is in the registry, once; its profile name is its own (a profile's
+// counters hold the reasons under their texts too).
+static_assert(
+    [] {
+      for (size_t i = 0; i < std::size(kHeadlineCounters); ++i) {
+        if (kHeadlineCounters[i].spec == nullptr) return false;
+        for (const CounterSpec& c : kCounterSpecs) {
+          if (c.text == kHeadlineCounters[i].profile_name) return false;
+        }
+        for (size_t j = i + 1; j < std::size(kHeadlineCounters); ++j) {
+          if (kHeadlineCounters[i].spec == kHeadlineCounters[j].spec ||
+              kHeadlineCounters[i].profile_name == kHeadlineCounters[j].profile_name) {
+            return false;
+          }
+        }
+      }
+      return true;
+    }(),
+    "kHeadlineCounters: each a counter of the registry, once, under a profile name of its own");
+
 // A gauge's name is its own: unique among the gauges and no counter's.
 static_assert(
     [] {

@@ -1,5 +1,6 @@
 // record/counters.h: the recorder's counters (bpf/abi/record_types.h LJ_REC_COUNTERS, and
-// the walk ends of walk_types.h LJ_WALK_ENDS) as a table for the summary and metric names.
+// the walk ends of walk_types.h LJ_WALK_ENDS) as tables for the summary, the metric names and a
+// profile's counters.
 #pragma once
 
 #include <array>
@@ -29,6 +30,44 @@ inline constexpr CounterSpec kCounterSpecs[] = {
     LJ_REC_COUNTERS(LJ_REC_COUNTER_SPEC)
 #undef LJ_REC_COUNTER_SPEC
 };
+
+// The registry's entry of counter `id` (an LJ_REC_CTR_* value); null for an id it does not hold.
+constexpr const CounterSpec* find_counter(uint32_t id) {
+  for (const CounterSpec& spec : kCounterSpecs) {
+    if (spec.id == id) return &spec;
+  }
+  return nullptr;
+}
+
+// The text of counter `id` (CounterSpec::text); "?" for an id the registry does not hold.
+constexpr std::string_view counter_text(uint32_t id) {
+  const CounterSpec* spec = find_counter(id);
+  return spec != nullptr ? spec->text : "?";
+}
+
+// The headline counters, in this order: the first line of the end-of-run summary (not reasons
+// under it), the first families of the metrics page (ljprof_<metric>_total, help = the
+// counter's text) and the counters a profile opens with, under `profile_name` (the pprof comment
+// "counter NAME=VALUE"). RecordStats::headline_count gives their values.
+struct HeadlineCounter {
+  const CounterSpec* spec;  // its entry in kCounterSpecs
+  std::string_view profile_name;
+};
+
+inline constexpr HeadlineCounter kHeadlineCounters[] = {
+    {find_counter(LJ_REC_CTR_SAMPLES), "samples"},
+    {find_counter(LJ_REC_CTR_DELIVERED), "samples delivered"},
+    {find_counter(LJ_REC_CTR_REACHED_ROOT), "samples unwound to a proven root"},
+    {find_counter(LJ_REC_CTR_WITHOUT_CONTEXT), "samples without an unwind context"},
+};
+
+// Whether counter `id` is one of kHeadlineCounters.
+constexpr bool is_headline_counter(uint32_t id) {
+  for (const HeadlineCounter& h : kHeadlineCounters) {
+    if (h.spec->id == id) return true;
+  }
+  return false;
+}
 
 // The recorder's levels (LJ_REC_GAUGES), indexed by enum lj_rec_gauge.
 struct GaugeSpec {

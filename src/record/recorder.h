@@ -24,7 +24,7 @@ struct RecordOptions {
   uint32_t frequency_hz = 99;
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
   bool keep_running = false;  // with -p: until stopped, also once every process is gone
-  uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (recorder.cc ring_bytes)
+  uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (bpf_session.cc ring_bytes)
   // The kernel's row map: CFI rows of the files followed processes map, 24 bytes each of kernel
   // memory allocated up front (at most record_types.h LJ_REC_MAX_ROWS_LIMIT).
   static constexpr uint32_t kDefaultUnwindRows = 1u << 21;  // LJ_REC_MAX_ROWS
@@ -98,6 +98,9 @@ struct RecordStats {
   };
   // The summary's: nonzero only; on_stats's: every reason (a metric exists from the start).
   std::vector<Reason> reasons;
+  // The value of headline counter `id` (record/counters.h kHeadlineCounters: samples, delivered,
+  // reached_root, without_context); 0 for another id.
+  uint64_t headline_count(uint32_t id) const;
   // Levels now, every one in LJ_REC_GAUGES order: unwind rows in use and the row map's
   // capacity, the object cache's files and bytes.
   struct Gauge {

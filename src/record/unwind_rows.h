@@ -7,10 +7,11 @@
 //
 // Why a freed row is never read as another file's row:
 //  - No published context names it. A context the kernel can reach (a `procs` slot a `pids`
-//    entry points to) was built from a ProcessContext its Proc still holds: the recorder replaces
-//    Proc::ctx only after `pids` points to the new slot, and releases an exited process's context
-//    only after its `pids` entry is deleted (record/recorder.cc publish, drop, release_exited). A
-//    file's rows are retired only when no live ProcessContext maps it (MappedObject::contexts 0).
+//    entry points to) was built from a ProcessContext its FollowedProcess still holds: the
+//    recorder replaces FollowedProcess::ctx only after `pids` points to the new slot, and releases
+//    an exited process's context only after its `pids` entry is deleted
+//    (record/process_follower.cc publish, drop, release_exited). A file's rows are retired only
+//    when no live ProcessContext maps it (MappedObject::contexts 0).
 //  - No program still in flight uses it. on_sample may have read a `pids` entry just before it
 //    changed and still walk with the old slot's modules. Retired rows become free only after
 //    membarrier(MEMBARRIER_CMD_GLOBAL), which is synchronize_rcu() in the kernel

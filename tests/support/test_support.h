@@ -109,8 +109,8 @@ bool wait_until(const std::function<bool()>& done, double timeout_s);
 // Waits until the file at `path` contains `text` (a workload's "ready" line, a log's line).
 bool wait_for_text(const std::string& path, const std::string& text, double timeout_s);
 // Waits until the `ljprof record` or `ljprof agent` process `pid` samples: it holds a perf event
-// on every online CPU (record/recorder.cc attach_perf, which comes after its kernel program is
-// loaded, its -p targets set up and, with -a, its first /proc scan). False if it exited first.
+// on every online CPU (record/bpf_session.cc start_sampling, which comes after its kernel program
+// is loaded, its -p targets set up and, with -a, its first /proc scan). False if it exited first.
 // `ljprof record -q` prints nothing before it ends, so this is the only sign from outside.
 bool wait_until_sampling(pid_t pid, double timeout_s);
 

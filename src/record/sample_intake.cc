@@ -1,0 +1,164 @@
+// record/sample_intake.cc: ring-buffer records into symbolized stacks (or a young process's
+// copies), and the stacks into profiles.
+#include "record/sample_intake.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+namespace ljprof::record {
+
+void SampleIntake::handle_record(const void* data, size_t size) {
+  uint32_t kind = 0;
+  if (size >= sizeof(kind)) std::memcpy(&kind, data, sizeof(kind));
+  if (kind == LJ_REC_KIND_SAMPLE) {
+    handle_sample(data, size);
+  } else if (kind == LJ_REC_KIND_CAPTURE) {
+    handle_capture(data, size);
+  } else {
+    ++counts_[LJ_REC_CTR_MALFORMED];
+  }
+}
+
+// A young process's object as the kernel copied it (record_types.h lj_rec_capture). It precedes
+// in the ring the first sample that needs it, so that sample's process has a context already.
+void SampleIntake::handle_capture(const void* data, size_t size) {
+  const size_t header = offsetof(lj_rec_capture, bytes);
+  lj_rec_capture c;
+  if (size < header) {
+    ++counts_[LJ_REC_CTR_MALFORMED];
+    return;
+  }
+  std::memcpy(&c, data, header);
+  if (c.len == 0 || c.len >= LJ_REC_CAPTURE_MAX || header + c.len > size) {
+    ++counts_[LJ_REC_CTR_MALFORMED];
+    return;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(data) + header;
+  follower_.keep_copy(c.pid, c.addr, {bytes, c.len});
+}
+
+void SampleIntake::handle_sample(const void* data, size_t size) {
+  const size_t header = offsetof(lj_rec_sample, frames);
+  if (size < header) {
+    ++counts_[LJ_REC_CTR_MALFORMED];
+    return;
+  }
+  lj_rec_sample s;
+  std::memcpy(&s, data, std::min(size, sizeof(s)));
+  if (s.nframes > LJ_WALK_MAX_FRAMES || header + s.nframes * sizeof(lj_rec_frame) > size) {
+    ++counts_[LJ_REC_CTR_MALFORMED];
+    return;
+  }
+  ++counts_[LJ_REC_CTR_DELIVERED];
+  if (s.end == LJ_END_ROOT) ++counts_[LJ_REC_CTR_REACHED_ROOT];
+  walk_times_.add(s.walk_ns, s.nframes);
+  // Walked with a context the kernel built at a fork or exec: the recorder's own context is the
+  // old image's, or none yet (a child whose fork notification is not handled yet); the
+  // kernel's names the files the walk went through.
+  const bool kernel_built = (s.generation & LJ_REC_EXEC_GENERATION) != 0;
+  const FollowedProcess* p = follower_.process_of_sample(s.pid, kernel_built);
+  if (p == nullptr) {
+    ++counts_[LJ_REC_CTR_NO_PROCESS];
+    return;
+  }
+  const ProcessContext* ctx = kernel_built ? kernel_.context(s.pid, s.generation) : p->ctx.get();
+  if (ctx == nullptr) {
+    ++counts_[LJ_REC_CTR_NO_PROCESS];
+    return;
+  }
+  symbolize_sample(s, *p, *ctx);
+}
+
+// Whether a walk that did not reach a root stopped in code whose rows the kernel did not have
+// yet: a mapping published after the sample, or — with a context the kernel built at a fork or
+// exec, which has only the executable, its interpreter and the vDSO — a library mapped since.
+bool SampleIntake::walked_before_its_rows(const lj_rec_sample& s, const FollowedProcess& p,
+                                          const ProcessContext& ctx) const {
+  if ((s.generation & LJ_REC_EXEC_GENERATION) != 0) {
+    return s.end == LJ_END_NO_MODULE || s.end == LJ_END_TRACE_NO_G;
+  }
+  const ModuleView* m = ctx.module_at(s.end_pc);
+  if (m == nullptr) return false;
+  auto pub = p.published_ns.find({m->start, m->object});
+  return pub != p.published_ns.end() && pub->second > s.time_ns;
+}
+
+void SampleIntake::symbolize_sample(const lj_rec_sample& s, const FollowedProcess& p,
+                                    const ProcessContext& ctx) {
+  const StackMemo::Stack& raw = memo_.stack_of(s, ctx);
+  for (const auto& [id, n] : raw.counted) counts_[id] += n;
+  if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
+      !raw.stack->first.frames.empty() && walked_before_its_rows(s, p, ctx)) {
+    ++before_context_[s.end];
+    std::vector<profile::Frame> late = stacks_.frames(*raw.stack);
+    late.back().function = fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
+    stacks_.entry(s.pid, std::move(late)).second += 1;
+    return;
+  }
+  if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
+  raw.stack->second += 1;
+}
+
+void SampleIntake::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {
+  if (s.end >= end_sites_.size()) return;
+  std::string where;
+  if (const ModuleView* m = ctx.module_at(s.end_pc)) {
+    const std::string& path = m->object->path;
+    where = fmt::format("{}+{:#x}", path.substr(path.rfind('/') + 1), s.end_pc - m->bias);
+  } else {
+    where = fmt::format("anonymous {:#x}", s.end_pc);
+  }
+  auto& sites = end_sites_[s.end];
+  if (sites.size() >= kMaxEndSites && !sites.count(where)) where = "other sites";
+  ++sites[where];
+}
+
+std::vector<std::pair<std::string, uint64_t>> SampleIntake::top_end_sites(uint32_t end,
+                                                                          size_t n) const {
+  std::vector<std::pair<std::string, uint64_t>> top(std::min<size_t>(n, end_sites_[end].size()));
+  std::partial_sort_copy(end_sites_[end].begin(), end_sites_[end].end(), top.begin(), top.end(),
+                         [](const auto& a, const auto& b) { return a.second > b.second; });
+  return top;
+}
+
+std::vector<ProcessProfile> SampleIntake::take_profiles(int64_t period_ns, int64_t start_unix_ns,
+                                                        int64_t end_unix_ns) {
+  std::vector<ProcessProfile> profiles;
+  std::map<uint32_t, size_t> index;  // pid -> its entry in profiles
+  stacks_.for_each([&](uint32_t pid, std::vector<profile::Frame> frames, int64_t count) {
+    auto [at, added] = index.try_emplace(pid, profiles.size());
+    if (added) {
+      ProcessProfile pp;
+      if (const FollowedProcess* proc = follower_.find(pid)) pp.process = proc->identity;
+      pp.process.pid = pid;
+      pp.profile.period_ns = period_ns;
+      pp.profile.start_time_ns = start_unix_ns;
+      pp.profile.duration_ns = end_unix_ns - start_unix_ns;
+      profiles.push_back(std::move(pp));
+    }
+    profile::Sample sample;
+    sample.pid = pid;
+    sample.frames = std::move(frames);
+    sample.count = count;
+    profiles[at->second].profile.samples.push_back(std::move(sample));
+  });
+  memo_.clear();
+  stacks_.clear();
+  return profiles;
+}
+
+void SampleIntake::add_samples(profile::Profile& prof) const {
+  // (stacks symbolized but only seen as before-context samples have count 0 and are left out)
+  stacks_.for_each([&](uint32_t pid, std::vector<profile::Frame> frames, int64_t count) {
+    profile::Sample s;
+    s.pid = pid;
+    s.frames = std::move(frames);
+    s.count = count;
+    prof.samples.push_back(std::move(s));
+  });
+}
+
+}  // namespace ljprof::record

@@ -1,0 +1,84 @@
+// record/sample_intake.h: the records the kernel program's ring brings — samples, symbolized into
+// the recording's stack table and counted by where their walk ended, and the objects it copied of
+// young processes — and the stacks cut into profiles.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "profile/profile.h"
+#include "record/cost.h"
+#include "record/counters.h"
+#include "record/kernel_contexts.h"
+#include "record/process_follower.h"
+#include "record/recorder.h"
+#include "record/sample_frames.h"
+#include "record/stack_memo.h"
+#include "record/stack_table.h"
+
+extern "C" {
+#include "abi/record_types.h"
+}
+
+namespace ljprof::record {
+
+class SampleIntake {
+ public:
+  SampleIntake(ProcessFollower& follower, KernelContexts& kernel, AgentCounts& counts)
+      : follower_(follower), kernel_(kernel), counts_(counts) {}
+
+  // One ring-buffer record (BpfSession::OnRecord): a sample, or a young process's object.
+  void handle_record(const void* data, size_t size);
+
+  // The stacks so far, one profile per process sampled every `period_ns` from `start_unix_ns`
+  // to `end_unix_ns`; the stack table starts over empty (and the symbolized-stack cache, which
+  // points into it, with it).
+  std::vector<ProcessProfile> take_profiles(int64_t period_ns, int64_t start_unix_ns,
+                                            int64_t end_unix_ns);
+  // Adds the stacks so far to `prof` as its samples.
+  void add_samples(profile::Profile& prof) const;
+  // The symbolizer forgets contexts not in `generations` and processes not in `pids`.
+  void forget_all_but(const std::set<uint64_t>& generations, const std::set<uint32_t>& pids) {
+    symbolizer_.forget_all_but(generations, pids);
+  }
+
+  // Per LJ_END_*: walks that stopped before their rows were published (counted there, not as
+  // the walk end).
+  const std::array<uint64_t, LJ_END_COUNT>& before_context() const { return before_context_; }
+  // Where most walks ending with `end` stopped, most first: at most `n` (site, walks).
+  std::vector<std::pair<std::string, uint64_t>> top_end_sites(uint32_t end, size_t n) const;
+  const WalkTimes& walk_times() const { return walk_times_; }
+  const StackMemo::Stats& memo_stats() const { return memo_.stats(); }
+
+ private:
+  void handle_sample(const void* data, size_t size);
+  void handle_capture(const void* data, size_t size);
+  void symbolize_sample(const lj_rec_sample& s, const FollowedProcess& p,
+                        const ProcessContext& ctx);
+  bool walked_before_its_rows(const lj_rec_sample& s, const FollowedProcess& p,
+                              const ProcessContext& ctx) const;
+  void note_end_site(const lj_rec_sample& s, const ProcessContext& ctx);
+
+  ProcessFollower& follower_;
+  KernelContexts& kernel_;
+  AgentCounts& counts_;
+  SampleSymbolizer symbolizer_;
+  // Symbolized stacks and their sample counts. Entries are stable: memo_ points into it.
+  StackTable stacks_;
+  // A sample's raw record -> its entry in stacks_ (record/stack_memo.h).
+  StackMemo memo_{symbolizer_, stacks_};
+  std::array<uint64_t, LJ_END_COUNT> before_context_{};
+  // Per LJ_END_*: where walks stopped ("module+0xOFF"); at most kMaxEndSites distinct sites
+  // per reason, the rest counted under "other sites".
+  std::array<std::map<std::string, uint64_t>, LJ_END_COUNT> end_sites_;
+  static constexpr size_t kMaxEndSites = 4096;
+  WalkTimes walk_times_;
+};
+
+}  // namespace ljprof::record
