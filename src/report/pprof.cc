@@ -153,8 +153,8 @@ bool has_mapping(const profile::Frame& f) {
 }
 
 bool is_bare_pc(const profile::Frame& f) {
-  return f.kind == profile::FrameKind::Native && f.function.empty() && f.file.empty() && f.line == 0 &&
-         f.start_line == 0;
+  return f.kind == profile::FrameKind::Native && f.function.empty() && f.file.empty() &&
+         f.line == 0 && f.start_line == 0;
 }
 
 // module, build_id, load bias (address - module_offset, modulo 2^64)
@@ -169,7 +169,8 @@ using FunctionKey = std::tuple<profile::FrameKind, std::string, std::string, int
 // written, so the steps run in this order: header, mappings, samples, counters.
 class Writer {
  public:
-  Writer(const profile::Profile& profile, const std::string& path) : profile_(profile), path_(path) {}
+  Writer(const profile::Profile& profile, const std::string& path)
+      : profile_(profile), path_(path) {}
 
   Result<std::string> serialize() {
     std::vector<profile::Sample> samples = aggregate_samples(profile_.samples);
@@ -237,7 +238,8 @@ class Writer {
     uint64_t id = static_cast<uint64_t>(out_.function_size());
     fn->set_id(id);
     fn->set_name(strings_.index(f.function));
-    fn->set_system_name(strings_.index(fmt::format("{}:{}", profile::frame_kind_name(f.kind), f.function)));
+    fn->set_system_name(
+        strings_.index(fmt::format("{}:{}", profile::frame_kind_name(f.kind), f.function)));
     fn->set_filename(strings_.index(f.file));
     fn->set_start_line(f.start_line);
     function_ids_.emplace(key, id);
@@ -412,7 +414,8 @@ class Reader {
       size_t colon = system_name.find(':');
       if (colon != std::string::npos &&
           system_name.compare(colon + 1, std::string::npos, info.name) == 0) {
-        if (auto kind = profile::frame_kind_from_name(std::string_view(system_name).substr(0, colon))) {
+        if (auto kind =
+                profile::frame_kind_from_name(std::string_view(system_name).substr(0, colon))) {
           info.kind = *kind;
         }
       }
