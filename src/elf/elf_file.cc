@@ -313,6 +313,18 @@ Status ElfFile::parse_segments() {
   return Ok{};
 }
 
+namespace {
+
+// AArch64 ELF ABI (aaelf64, "Mapping symbols"): `$x` and `$d`, optionally followed by `.` and
+// anything, mark where code and data start inside a section; they are not labels, so an
+// address is never named after one (a sample in a function's literal pool would read "$d").
+bool is_aarch64_mapping_symbol(std::string_view name) {
+  if (name.size() < 2 || name[0] != '$' || (name[1] != 'x' && name[1] != 'd')) return false;
+  return name.size() == 2 || name[2] == '.';
+}
+
+}  // namespace
+
 Status ElfFile::parse_symbols() {
   for (const Section& s : sections_) {
     if (s.type == SHT_SYMTAB) {
@@ -333,7 +345,8 @@ Status ElfFile::parse_symbols() {
     if (sym.defined() &&
         (sym.type == STT_FUNC || sym.type == STT_OBJECT || sym.type == STT_NOTYPE ||
          sym.type == STT_GNU_IFUNC) &&
-        sym.shndx != SHN_ABS && !sym.name.empty()) {
+        sym.shndx != SHN_ABS && !sym.name.empty() &&
+        !(arch_ == Arch::AArch64 && is_aarch64_mapping_symbol(sym.name))) {
       by_address_.push_back(i);
     }
   }

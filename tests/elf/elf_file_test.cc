@@ -294,6 +294,49 @@ TEST_P(RealBinaryTest, LookupsAgreeWithReadelf) {
   EXPECT_GT(checked, 0u);
 }
 
+// AArch64 mapping symbols ($x, $d: where code and data start, readelf lists them as NOTYPE
+// LOCAL) are not labels: no address of the binary is named after one. At an address where
+// readelf shows a mapping symbol and a sized function, the function names it. The LuaJIT
+// matrix's arm64 builds keep them (Debian's packages are stripped of .symtab).
+void expect_no_mapping_symbol_names(const std::string& path) {
+  auto opened = ElfFile::open(path);
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  const ElfFile& file = **opened;
+  static const std::regex mapping_re(R"(^\$[xd](\..*)?$)");
+  std::map<uint64_t, std::string> function_at;  // readelf: sized FUNC symbols by address
+  std::vector<uint64_t> mapping_at;
+  for (const auto& [table, syms] : readelf(path).symbols) {
+    for (const ReadelfSymbol& w : syms) {
+      if (w.ndx == "UND") continue;
+      if (std::regex_match(w.name, mapping_re)) mapping_at.push_back(w.value);
+      if (w.type == "FUNC" && w.size > 0) function_at.emplace(w.value, w.name);
+    }
+  }
+  ASSERT_FALSE(mapping_at.empty()) << path << " has no mapping symbols";
+  size_t named_by_function = 0;
+  for (uint64_t addr : mapping_at) {
+    const Symbol* hit = file.symbol_at(addr);
+    if (hit != nullptr) {
+      EXPECT_FALSE(std::regex_match(std::string(hit->name), mapping_re))
+          << std::hex << addr << " -> " << hit->name;
+    }
+    if (function_at.count(addr) != 0) {
+      ASSERT_NE(hit, nullptr) << std::hex << addr;
+      EXPECT_EQ(hit->value, addr) << function_at[addr] << " -> " << hit->name;
+      ++named_by_function;
+    }
+  }
+  EXPECT_GT(named_by_function, 0u) << path;
+}
+
+TEST(ElfSymbols, NoAddressIsNamedAfterAnAArch64MappingSymbol) {
+  for (const char* build :
+       {"matrix/luajit-arm64-clang-O2/luajit", "matrix/tarantool-arm64-gcc-O2/luajit"}) {
+    SCOPED_TRACE(build);
+    expect_no_mapping_symbol_names(test::fixture(build));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Real, RealBinaryTest, ::testing::ValuesIn(test::real_binaries()),
                          [](const auto& info) {
                            std::string name = info.param.label;
