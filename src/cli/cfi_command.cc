@@ -96,7 +96,18 @@ Json cfi_json(const std::string& path, const cfi::UnwindTable& table,
   return j;
 }
 
-void print_cfi_text(const Json& j, const cfi::UnwindTable& table, elf::Arch arch) {
+// Whether the JSON range [begin, end) (hex strings this command wrote) holds `at`; every range
+// does when no address was asked for.
+bool range_holds(const Json& range, std::optional<uint64_t> at) {
+  if (!at) return true;
+  return std::stoull(range["begin"].get<std::string>(), nullptr, 16) <= *at &&
+         *at < std::stoull(range["end"].get<std::string>(), nullptr, 16);
+}
+
+// With --at, only the sub-range holding the address (if any) and its row: the rest of the VM's
+// sub-ranges say nothing about that address.
+void print_cfi_text(const Json& j, const cfi::UnwindTable& table, elf::Arch arch,
+                    std::optional<uint64_t> at) {
   std::cout << fmt::format("{} ({}): {} {} FDEs, {} rows, {} FDE errors\n",
                            j["path"].get<std::string>(), elf::arch_name(arch),
                            cfi::cfi_section_name(table.section()), table.fde_count(),
@@ -106,12 +117,19 @@ void print_cfi_text(const Json& j, const cfi::UnwindTable& table, elf::Arch arch
     std::cout << fmt::format("vm {}..{}\n", j["vm"]["begin"].get<std::string>(),
                              j["vm"]["end"].get<std::string>());
     for (const auto& s : j["vm_subranges"]) {
+      if (!range_holds(s, at)) continue;
       std::cout << fmt::format("  sub-range {}..{} {} ({}): {} {}\n", s["begin"].get<std::string>(),
                                s["end"].get<std::string>(), s["what"].get<std::string>(),
                                s["how"].get<std::string>(), s["hint"].get<std::string>(),
                                s["rule"].get<std::string>());
     }
-    std::cout << "vm_cframe " << j["vm_cframe"].dump() << "\n";
+    if (j.contains("vm_cframe") && j["vm_cframe"].is_object()) {
+      const Json& c = j["vm_cframe"];
+      std::cout << fmt::format("vm C frame: cfa={} ra={} fp={} (FDE at {}, {} bytes)\n",
+                               c["cfa"].get<std::string>(), c["ra"].get<std::string>(),
+                               c["fp"].get<std::string>(), c["fde_offset"].get<std::string>(),
+                               c["covered_bytes"].get<int64_t>());
+    }
   }
   for (const auto& r : j["rows"]) {
     std::cout << fmt::format(
@@ -154,7 +172,7 @@ int run_cfi_command(const CfiFlags& opt) {
     std::cout << report::json_text(std::move(j)) << "\n";
     return 0;
   }
-  print_cfi_text(j, *table, arch);
+  print_cfi_text(j, *table, arch, at);
   return 0;
 }
 

@@ -55,6 +55,29 @@ TEST(CfiCommand, VmIntervalIsTheOneInspectAndTheWalkerUse) {
   EXPECT_EQ(cj["vm_cframe"]["vm_begin"], ij["vm_cframe"]["vm_begin"]);
 }
 
+// In text, --at shows only what concerns the address: of the VM's sub-ranges (the JSON of the
+// whole table lists them) the one holding it, and no JSON.
+TEST(CfiCommand, AtAddressInTextShowsOnlyTheSubRangeHoldingIt) {
+  auto whole = cfi({"/usr/bin/tarantool", "--json"});
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const auto subranges = nlohmann::json::parse(whole.out)["vm_subranges"];
+  ASSERT_GT(subranges.size(), 1u);
+  const std::string begin = subranges[0]["begin"].get<std::string>();
+  auto r = cfi({"/usr/bin/tarantool", "--at", begin});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  size_t shown = 0;
+  for (size_t pos = r.out.find("sub-range "); pos != std::string::npos;
+       pos = r.out.find("sub-range ", pos + 1)) {
+    ++shown;
+  }
+  EXPECT_EQ(shown, 1u) << r.out;
+  EXPECT_NE(r.out.find("sub-range " + begin + ".." + subranges[0]["end"].get<std::string>()),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find('{'), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vm C frame: cfa=rsp+80"), std::string::npos) << r.out;
+}
+
 TEST(CfiCommand, TextTableListsEveryRow) {
   auto r = cfi({"/lib64/ld-linux-x86-64.so.2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
