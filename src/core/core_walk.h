@@ -83,6 +83,8 @@ class CoreWalker {
   // fid that is 0, repeated or absurd, or a name that is unreadable or unterminated: a corrupt
   // list never names anything.
   Result<FiberList> walk_fibers() const;
+  // The file carrying LuaJIT is a Tarantool executable (so it has fibers to name).
+  bool tarantool() const { return tarantool_; }
 
   const std::optional<luajit::LuaJITProcInfo>& luajit() const { return luajit_; }
   const std::string& luajit_file() const { return luajit_file_; }

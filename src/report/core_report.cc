@@ -143,9 +143,11 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
   if (!luajit_error.empty()) out["luajit_error"] = luajit_error;
   Json threads = Json::array();
   std::string stacks;
+  // Only Tarantool has fibers: elsewhere there is nothing to name and nothing to explain.
+  const bool fibers_wanted = options.all_fibers && walker.tarantool();
   const Result<core::FiberList> fibers =
-      options.all_fibers ? walker.walk_fibers() : Result<core::FiberList>(core::FiberList{});
-  const core::FiberList* named = options.all_fibers ? add_fibers(out, stacks, fibers) : nullptr;
+      fibers_wanted ? walker.walk_fibers() : Result<core::FiberList>(core::FiberList{});
+  const core::FiberList* named = fibers_wanted ? add_fibers(out, stacks, fibers) : nullptr;
   uint64_t g = walker.global_state();
   bool main_cord_named = false;
   for (const Thread& thread : core.threads()) {

@@ -482,6 +482,8 @@ TEST_P(CoreAllFibers, SuspendedCoroutinesMatchTheirTracebacks) {
   Json j = Json::parse(r.out);
   ASSERT_TRUE(j.contains("coroutines")) << j.value("coroutines_error", std::string("?"));
   EXPECT_GE(j["coroutines_not_started"].get<int>(), 1);  // `fresh`
+  // luajit has no fibers (so nothing to explain); Debian's tarantool names them.
+  EXPECT_FALSE(j.contains("fibers_error")) << j["fibers_error"];
   for (size_t b = 0; b < 2; ++b) {
     // The coroutine whose innermost Lua frame is on the line this traceback names.
     const ExpectedFrame& top = blocks[b].at(1);
