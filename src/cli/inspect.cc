@@ -13,6 +13,7 @@
 #include "common/printable.h"
 #include "elf/elf_file.h"
 #include "luajit/dwarf_verify.h"
+#include "luajit/fiber_layout.h"
 #include "luajit/live_verify.h"
 #include "luajit/proc_info.h"
 #include "luajit/runtime.h"
@@ -135,6 +136,33 @@ void add_proc_info(Json& j, const luajit::RuntimeInfo& rt, const std::string& pa
   j["vm_cframe"] = info->vm_cframe ? Json(luajit::to_json(*info->vm_cframe)) : Json(nullptr);
 }
 
+// A Tarantool executable's fiber layout (luajit/fiber_layout.h), or why it has none; null for
+// other runtimes.
+Json fiber_layout_json(const elf::ElfFile& file, luajit::Runtime runtime) {
+  if (runtime != luajit::Runtime::Tarantool) return nullptr;
+  auto layout = luajit::read_fiber_layout(file);
+  if (!layout.ok()) return {{"error", layout.message()}};
+  Json j = Json::object();
+  for (const auto& [name, value] : luajit::fiber_layout_rows(*layout)) {
+    j[name] = name == "main_cord" ? Json(hex(value)) : Json(value);
+  }
+  return j;
+}
+
+void print_fiber_layout(const Json& layout) {
+  if (layout.is_null()) return;
+  if (layout.contains("error")) {
+    fmt::print("fibers:     {}\n", layout["error"].get<std::string>());
+    return;
+  }
+  fmt::print("fibers:     the main cord's fibers (tarantool src/lib/core/fiber.h, from DWARF)\n");
+  for (const auto& [name, value] : layout.items()) {
+    fmt::print(
+        "  {:<26} {:>12}\n", name,
+        value.is_string() ? value.get<std::string>() : std::to_string(value.get<uint64_t>()));
+  }
+}
+
 Json describe(const elf::ElfFile& file, const std::vector<std::string>& lib_dirs) {
   Json j;
   j["path"] = file.path();
@@ -176,6 +204,7 @@ Json describe(const elf::ElfFile& file, const std::vector<std::string>& lib_dirs
                      {"type", type_name(sym->type)}};
   }
   j["symbols"] = symbols;
+  j["fiber_layout"] = fiber_layout_json(file, rt.runtime);
   add_proc_info(j, rt, file.path());
   return j;
 }
@@ -212,6 +241,7 @@ void print_text(const Json& j) {
                  sym["type"].get<std::string>());
     }
   }
+  print_fiber_layout(j["fiber_layout"]);
   const Json& pi = j["luajit_proc_info"];
   if (pi.is_null()) return;
   if (pi.contains("error")) {

@@ -50,6 +50,7 @@ Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core,
     w->luajit_error_.clear();
     w->info_ = *walker_info;
     w->luajit_file_index_ = i;
+    w->tarantool_ = rt.runtime == luajit::Runtime::Tarantool;
     break;
   }
   w->load_vdso();

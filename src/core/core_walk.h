@@ -13,6 +13,7 @@
 #include "cfi/table_cache.h"
 #include "common/result.h"
 #include "core/core_file.h"
+#include "luajit/fiber_layout.h"
 #include "luajit/proc_info.h"
 #include "symbolize/frame.h"
 #include "symbolize/source_line.h"
@@ -48,6 +49,20 @@ struct CoroutineList {
   uint64_t dead = 0;         // finished or died with an error (no frames)
 };
 
+// A Tarantool fiber of the main cord (tarantool src/lib/core/fiber.h struct fiber), read from the
+// core's memory through the executable's fiber layout (luajit/fiber_layout.h).
+struct FiberName {
+  uint64_t fiber = 0;      // the struct fiber's address
+  uint64_t id = 0;         // fiber.fid
+  std::string name;        // fiber.name, printable (common/printable.h)
+  uint64_t lua_state = 0;  // fiber.storage.lua.stack (0: a C fiber, or no Lua state yet)
+};
+
+struct FiberList {
+  std::vector<FiberName> fibers;  // main_cord.alive, in list order
+  FiberName running;              // main_cord.fiber
+};
+
 class CoreWalker {
  public:
   // Prepares unwind tables for the mapped files and extracts the LuaJIT layout from the file
@@ -61,6 +76,15 @@ class CoreWalker {
   // G->cur_L, with its Lua frames (walker.h lj_walk_lua_state). An error when the layout has no
   // gc.root, or the list is unreadable or longer than the cap.
   Result<CoroutineList> walk_coroutines(uint64_t g) const;
+
+  // The main cord's live fibers and its running fiber, for naming lua_States (--all-fibers).
+  // An error (to show as the reason fibers are not named) when the executable is not Tarantool,
+  // has no fiber layout, or the list in memory is unreadable, loops, holds over 1<<16 fibers, a
+  // fid that is 0, repeated or absurd, or a name that is unreadable or unterminated: a corrupt
+  // list never names anything.
+  Result<FiberList> walk_fibers() const;
+  // The file carrying LuaJIT is a Tarantool executable (so it has fibers to name).
+  bool tarantool() const { return tarantool_; }
 
   const std::optional<luajit::LuaJITProcInfo>& luajit() const { return luajit_; }
   const std::string& luajit_file() const { return luajit_file_; }
@@ -89,6 +113,7 @@ class CoreWalker {
   void add_frames(const ::lj_walk_result& result, const ::lj_walk_env& env, ThreadStack& out) const;
   void find_global_state();
   void load_vdso();
+  Result<FiberName> read_fiber(const luajit::FiberLayout& layout, uint64_t fiber) const;
 
   const CoreFile& core_;
   mutable std::map<uint32_t, Module> modules_;  // by MappedFile index, built on first use
@@ -102,6 +127,7 @@ class CoreWalker {
   std::string luajit_file_;
   std::string luajit_error_;
   std::optional<uint32_t> luajit_file_index_;
+  bool tarantool_ = false;  // the LuaJIT file is a Tarantool executable
   uint64_t vm_bias_ = 0;
   uint64_t g_hint_ = 0;
   lj_luajit_info info_{};

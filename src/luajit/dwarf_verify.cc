@@ -51,8 +51,28 @@ std::optional<int64_t> type_size(Dwarf_Die* die) {
   return std::nullopt;
 }
 
-void read_struct(Dwarf_Die* die, const std::string& name, DwarfLayout& out) {
-  if (auto size = type_size(die)) out.values["sizeof(" + name + ")"] = *size;
+// `die` with typedefs and cv-qualifiers peeled off (bounded), for deciding whether a member is
+// itself a struct or union.
+Dwarf_Die strip_type(Dwarf_Die die) {
+  for (int depth = 0; depth < 16; ++depth) {
+    const int tag = dwarf_tag(&die);
+    if (tag != DW_TAG_typedef && tag != DW_TAG_const_type && tag != DW_TAG_volatile_type) break;
+    Dwarf_Attribute attr;
+    Dwarf_Die next;
+    if (dwarf_attr(&die, DW_AT_type, &attr) == nullptr ||
+        dwarf_formref_die(&attr, &next) == nullptr) {
+      break;
+    }
+    die = next;
+  }
+  return die;
+}
+
+// Members of `die` as "name.member" (offset `base` + DW_AT_data_member_location) and
+// "sizeof(name.member)"; a named member that is itself a struct or union is read the same way
+// to `depth` more levels ("fiber.storage.lua.stack": member-of-member offsets, summed).
+void read_members(Dwarf_Die* die, const std::string& name, int64_t base, int depth,
+                  DwarfLayout& out) {
   Dwarf_Die child;
   if (dwarf_child(die, &child) != 0) return;
   size_t guard = 0;
@@ -60,19 +80,34 @@ void read_struct(Dwarf_Die* die, const std::string& name, DwarfLayout& out) {
     if (dwarf_tag(&child) != DW_TAG_member) continue;
     const char* member = dwarf_diename(&child);
     if (member == nullptr) continue;
+    const std::string key = name + "." + member;
     Dwarf_Attribute attr;
-    Dwarf_Word off;
-    if (dwarf_attr(&child, DW_AT_data_member_location, &attr) != nullptr &&
-        dwarf_formudata(&attr, &off) == 0) {
-      out.values[name + "." + member] = static_cast<int64_t>(off);
+    Dwarf_Word off = 0;
+    // A union's members carry no location: they are at the union's start.
+    const bool located = dwarf_attr(&child, DW_AT_data_member_location, &attr) != nullptr &&
+                         dwarf_formudata(&attr, &off) == 0;
+    if (located || dwarf_tag(die) == DW_TAG_union_type) {
+      out.values[key] = base + static_cast<int64_t>(off);
     }
     Dwarf_Attribute tattr;
     Dwarf_Die type;
-    if (dwarf_attr(&child, DW_AT_type, &tattr) != nullptr &&
-        dwarf_formref_die(&tattr, &type) != nullptr) {
-      if (auto size = type_size(&type)) out.values["sizeof(" + name + "." + member + ")"] = *size;
+    if (dwarf_attr(&child, DW_AT_type, &tattr) == nullptr ||
+        dwarf_formref_die(&tattr, &type) == nullptr) {
+      continue;
+    }
+    if (auto size = type_size(&type)) out.values["sizeof(" + key + ")"] = *size;
+    Dwarf_Die inner = strip_type(type);
+    const int tag = dwarf_tag(&inner);
+    if (depth > 0 && out.values.count(key) &&
+        (tag == DW_TAG_structure_type || tag == DW_TAG_union_type)) {
+      read_members(&inner, key, out.values[key], depth - 1, out);
     }
   } while (++guard < 4096 && dwarf_siblingof(&child, &child) == 0);
+}
+
+void read_struct(Dwarf_Die* die, const std::string& name, int depth, DwarfLayout& out) {
+  if (auto size = type_size(die)) out.values["sizeof(" + name + ")"] = *size;
+  read_members(die, name, 0, depth, out);
 }
 
 void read_enum(Dwarf_Die* die, DwarfLayout& out) {
@@ -100,7 +135,12 @@ std::optional<int64_t> DwarfLayout::get(const std::string& key) const {
   return it->second;
 }
 
-Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
+namespace {
+
+// Scans the CUs of `path` for the definitions of `structs` (and, with `want_enum`, the LJ_VMST_*
+// enumerators) until every one is found. `found` names the structs that were.
+Result<DwarfLayout> scan_dwarf(const std::string& path, const std::vector<std::string>& structs,
+                               int depth, bool want_enum, std::set<std::string>& found) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
   Dwarf* dbg = dwarf_begin(fd, DWARF_C_READ);
@@ -109,43 +149,50 @@ Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
     return make_error("{}: no DWARF debug information ({})", path, dwarf_errmsg(-1));
   }
   DwarfLayout out;
-  std::set<std::string> found;
   Dwarf_Off off = 0, next = 0;
   size_t hsize = 0;
   size_t cus = 0;
-  bool have_enum = false;
+  bool have_enum = !want_enum;
   // Until every struct *and* the enumerators are found: in a build of one CU per source file
   // the structs can all come before the first CU that uses the LJ_VMST_* enum.
-  while (cus++ < kMaxCus && (found.size() < kStructs.size() || !have_enum) &&
+  while (cus++ < kMaxCus && (found.size() < structs.size() || !have_enum) &&
          dwarf_nextcu(dbg, off, &next, &hsize, nullptr, nullptr, nullptr) == 0) {
     Dwarf_Die cu;
-    if (dwarf_offdie(dbg, off + hsize, &cu) != nullptr) {
-      Dwarf_Die child;
-      if (dwarf_child(&cu, &child) == 0) {
-        size_t guard = 0;
-        do {
-          const int tag = dwarf_tag(&child);
-          if (tag == DW_TAG_structure_type && dwarf_hasattr(&child, DW_AT_byte_size)) {
-            const char* name = dwarf_diename(&child);
-            if (name == nullptr) continue;
-            for (const char* s : kStructs) {
-              if (std::strcmp(s, name) == 0 && !found.count(s)) {
-                read_struct(&child, s, out);
-                found.insert(s);
-              }
+    Dwarf_Die child;
+    if (dwarf_offdie(dbg, off + hsize, &cu) != nullptr && dwarf_child(&cu, &child) == 0) {
+      size_t guard = 0;
+      do {
+        const int tag = dwarf_tag(&child);
+        if (tag == DW_TAG_structure_type && dwarf_hasattr(&child, DW_AT_byte_size)) {
+          const char* name = dwarf_diename(&child);
+          if (name == nullptr) continue;
+          for (const std::string& s : structs) {
+            if (s == name && !found.count(s)) {
+              read_struct(&child, s, depth, out);
+              found.insert(s);
             }
-          } else if (tag == DW_TAG_enumeration_type && !have_enum) {
-            const size_t before = out.values.size();
-            read_enum(&child, out);
-            have_enum = out.values.size() != before;
           }
-        } while (++guard < (1u << 20) && dwarf_siblingof(&child, &child) == 0);
-      }
+        } else if (tag == DW_TAG_enumeration_type && !have_enum) {
+          const size_t before = out.values.size();
+          read_enum(&child, out);
+          have_enum = out.values.size() != before;
+        }
+      } while (++guard < (1u << 20) && dwarf_siblingof(&child, &child) == 0);
     }
     off = next;
   }
   dwarf_end(dbg);
   close(fd);
+  if (!have_enum) return make_error("{}: DWARF has no LJ_VMST_* enumerators", path);
+  return out;
+}
+
+}  // namespace
+
+Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
+  std::set<std::string> found;
+  const std::vector<std::string> structs(kStructs.begin(), kStructs.end());
+  LJ_ASSIGN_OR_RETURN(DwarfLayout out, scan_dwarf(path, structs, 0, true, found));
   std::string missing;
   for (const char* s : kStructs) {
     if (!found.count(s)) missing += std::string(missing.empty() ? "" : ", ") + s;
@@ -153,7 +200,13 @@ Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
   if (!missing.empty()) {
     return make_error("{}: DWARF has no definition of {}", path, missing);
   }
-  if (!have_enum) return make_error("{}: DWARF has no LJ_VMST_* enumerators", path);
+  return out;
+}
+
+Result<DwarfStructs> read_dwarf_structs(const std::string& path,
+                                        const std::vector<std::string>& structs, int depth) {
+  DwarfStructs out;
+  LJ_ASSIGN_OR_RETURN(out.layout, scan_dwarf(path, structs, depth, false, out.found));
   return out;
 }
 

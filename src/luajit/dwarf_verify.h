@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ struct DwarfLayout {
 // GCfuncL, GCfuncC and the LJ_VMST_* enumerators. Fails when the file has no DWARF or a
 // struct is missing.
 Result<DwarfLayout> read_dwarf_layout(const std::string& path);
+
+// Any structs by name (first definition in CU order), with the members of named struct or
+// union members `depth` levels down ("fiber.storage.lua.stack"). Fails only when the file has
+// no DWARF; `found` names the structs that were defined.
+struct DwarfStructs {
+  DwarfLayout layout;
+  std::set<std::string> found;
+};
+Result<DwarfStructs> read_dwarf_structs(const std::string& path,
+                                        const std::vector<std::string>& structs, int depth);
 
 struct DwarfCheck {
   std::string field;

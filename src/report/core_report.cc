@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <map>
 
 #include "common/hex.h"
 #include "common/printable.h"
@@ -41,8 +42,43 @@ void add_stack(Json& j, std::string& text, const ThreadStack& stack, const std::
   text += "\n";
 }
 
-// Every other lua_State on the GC list of `g` with its Lua frames (--all-fibers).
-void add_coroutines(Json& out, std::string& text, const CoreWalker& walker, uint64_t g) {
+Json fiber_json(const core::FiberName& f) {
+  return {{"id", f.id}, {"name", f.name}};
+}
+
+// `Fiber 103 "name"` (the name is printable already: core::FiberName).
+std::string fiber_title(const core::FiberName& f) {
+  return fmt::format("Fiber {} \"{}\"", f.id, f.name);
+}
+
+// The thread that runs Tarantool's main cord: the process's main thread (tarantool's main()
+// creates main_cord, src/lib/core/fiber.c fiber_init), else the first that proved a G.
+bool runs_main_cord(const CoreFile& core, const ThreadStack& stack, bool first_with_g) {
+  const auto& process = core.process();
+  if (process && process->pid > 0) return stack.tid == static_cast<uint32_t>(process->pid);
+  return first_with_g;
+}
+
+// The fibers' names, or the one line saying why they are not named (--all-fibers).
+const core::FiberList* add_fibers(Json& out, std::string& text,
+                                  const Result<core::FiberList>& fibers) {
+  if (fibers.ok()) return &*fibers;
+  const std::string why = printable_text(fibers.message());
+  out["fibers_error"] = why;
+  text += fmt::format("Fibers: not named: {}\n\n", why);
+  return nullptr;
+}
+
+// Every other lua_State on the GC list of `g` with its Lua frames (--all-fibers); those that are
+// a fiber's lua_State are titled by the fiber.
+void add_coroutines(Json& out, std::string& text, const CoreWalker& walker, uint64_t g,
+                    const core::FiberList* fibers) {
+  std::map<uint64_t, const core::FiberName*> by_state;
+  if (fibers != nullptr) {
+    for (const core::FiberName& f : fibers->fibers) {
+      if (f.lua_state != 0) by_state[f.lua_state] = &f;
+    }
+  }
   auto list = walker.walk_coroutines(g);
   if (!list.ok()) {
     // The message may quote the LuaJIT file's path.
@@ -56,8 +92,15 @@ void add_coroutines(Json& out, std::string& text, const CoreWalker& walker, uint
     Json c;
     c["lua_state"] = hex(co.lua_state);
     c["status"] = co.status;
-    add_stack(c, text, co.stack,
-              fmt::format("Coroutine {:#x} ({}, Lua frames only)", co.lua_state, co.status));
+    auto fiber = by_state.find(co.lua_state);
+    if (fiber != by_state.end()) {
+      c["fiber"] = fiber_json(*fiber->second);
+      add_stack(c, text, co.stack,
+                fmt::format("{} ({}, Lua frames only)", fiber_title(*fiber->second), co.status));
+    } else {
+      add_stack(c, text, co.stack,
+                fmt::format("Coroutine {:#x} ({}, Lua frames only)", co.lua_state, co.status));
+    }
     coroutines.push_back(c);
   }
   out["coroutines"] = coroutines;
@@ -100,20 +143,32 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
   if (!luajit_error.empty()) out["luajit_error"] = luajit_error;
   Json threads = Json::array();
   std::string stacks;
+  // Only Tarantool has fibers: elsewhere there is nothing to name and nothing to explain.
+  const bool fibers_wanted = options.all_fibers && walker.tarantool();
+  const Result<core::FiberList> fibers =
+      fibers_wanted ? walker.walk_fibers() : Result<core::FiberList>(core::FiberList{});
+  const core::FiberList* named = fibers_wanted ? add_fibers(out, stacks, fibers) : nullptr;
   uint64_t g = walker.global_state();
+  bool main_cord_named = false;
   for (const Thread& thread : core.threads()) {
     ThreadStack stack = walker.walk(thread);
     if (g == 0) g = stack.g;
     Json t;
     t["tid"] = stack.tid;
     t["signal"] = stack.signal;
-    add_stack(t, stacks, stack,
-              fmt::format("Thread {}{}", stack.tid,
-                          stack.signal ? " (" + signal_name(stack.signal) + ")" : ""));
+    std::string title = fmt::format("Thread {}{}", stack.tid,
+                                    stack.signal ? " (" + signal_name(stack.signal) + ")" : "");
+    if (named != nullptr && !main_cord_named &&
+        runs_main_cord(core, stack, stack.g != 0 && stack.g == g)) {
+      main_cord_named = true;
+      t["fiber"] = fiber_json(named->running);
+      title += fmt::format(", {} (running)", fiber_title(named->running));
+    }
+    add_stack(t, stacks, stack, title);
     threads.push_back(t);
   }
   out["threads"] = threads;
-  if (options.all_fibers) add_coroutines(out, stacks, walker, g);
+  if (options.all_fibers) add_coroutines(out, stacks, walker, g, named);
   for (const std::string& d : core.diagnostics()) out["diagnostics"].push_back(d);
   const std::string refused = add_unusable_files(out, core);
   // The core's own paths and messages in the document (the frames are printable already).

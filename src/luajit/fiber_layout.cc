@@ -1,0 +1,86 @@
+#include "luajit/fiber_layout.h"
+
+#include <elf.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "luajit/dwarf_verify.h"
+
+namespace ljprof::luajit {
+
+namespace {
+
+// One member the fiber walk reads: its DWARF key and the byte sizes it may have (0: any).
+struct FiberMember {
+  const char* strct;
+  const char* member;  // dotted path inside the struct for nested members
+  uint32_t FiberLayout::*offset;
+  std::vector<int64_t> sizes;
+};
+
+std::vector<FiberMember> fiber_members() {
+  // tarantool src/lib/core/fiber.h: struct cord { struct fiber *fiber; ... struct rlist alive; },
+  // struct fiber { ... fid; ... struct rlist link; ... storage.lua.stack; char *name; };
+  // src/lib/salad/rlist.h: struct rlist { struct rlist *prev, *next; }.
+  return {
+      {"cord", "fiber", &FiberLayout::cord_fiber, {8}},
+      {"cord", "alive", &FiberLayout::cord_alive, {16}},
+      {"rlist", "next", &FiberLayout::rlist_next, {8}},
+      {"fiber", "link", &FiberLayout::fiber_link, {16}},
+      {"fiber", "fid", &FiberLayout::fiber_fid, {4, 8}},
+      {"fiber", "name", &FiberLayout::fiber_name, {8}},
+      {"fiber", "storage.lua.stack", &FiberLayout::fiber_lua_state, {8}},
+  };
+}
+
+}  // namespace
+
+Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf) {
+  FiberLayout out;
+  const elf::Symbol* cord = elf.find_symbol("main_cord");
+  if (cord == nullptr || cord->table != elf::SymbolTable::Symtab || cord->type != STT_OBJECT) {
+    return make_error("no fiber layout: {} has no .symtab OBJECT symbol main_cord", elf.path());
+  }
+  out.main_cord = cord->value;
+  auto dwarf = read_dwarf_structs(elf.path(), {"cord", "fiber", "rlist"}, 3);
+  if (!dwarf.ok()) return make_error("no fiber layout: {}", dwarf.message());
+  for (const FiberMember& m : fiber_members()) {
+    if (!dwarf->found.count(m.strct)) {
+      return make_error("no fiber layout: DWARF of {} has no struct {}", elf.path(), m.strct);
+    }
+    const std::string key = fmt::format("{}.{}", m.strct, m.member);
+    auto offset = dwarf->layout.get(key);
+    auto size = dwarf->layout.get("sizeof(" + key + ")");
+    if (!offset || !size) {
+      return make_error("no fiber layout: DWARF of {} has no struct {} member {}", elf.path(),
+                        m.strct, m.member);
+    }
+    bool size_ok = false;
+    for (int64_t s : m.sizes) size_ok = size_ok || s == *size;
+    if (!size_ok) {
+      return make_error("no fiber layout: struct {} member {} of {} is {} bytes, expected {}",
+                        m.strct, m.member, elf.path(), *size, fmt::join(m.sizes, " or "));
+    }
+    if (*offset < 0 || *offset > (1 << 16)) {
+      return make_error("no fiber layout: struct {} member {} of {} is at offset {} (over 64 KiB)",
+                        m.strct, m.member, elf.path(), *offset);
+    }
+    out.*m.offset = static_cast<uint32_t>(*offset);
+    if (m.offset == &FiberLayout::fiber_fid) out.fid_size = static_cast<uint32_t>(*size);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& l) {
+  return {{"main_cord", l.main_cord},
+          {"cord.fiber", l.cord_fiber},
+          {"cord.alive", l.cord_alive},
+          {"rlist.next", l.rlist_next},
+          {"fiber.link", l.fiber_link},
+          {"fiber.fid", l.fiber_fid},
+          {"sizeof(fiber.fid)", l.fid_size},
+          {"fiber.name", l.fiber_name},
+          {"fiber.storage.lua.stack", l.fiber_lua_state}};
+}
+
+}  // namespace ljprof::luajit

@@ -1,0 +1,40 @@
+// Where a Tarantool executable keeps its fibers, read from its own DWARF: enough of
+// `struct cord` and `struct fiber` (tarantool src/lib/core/fiber.h) to walk the main cord's live
+// fibers in a core's memory and name each fiber's lua_State (core/core_walk.h walk_fibers).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "elf/elf_file.h"
+
+namespace ljprof::luajit {
+
+struct FiberLayout {
+  // Link-time address of `static struct cord main_cord` (src/lib/core/fiber.c), a LOCAL OBJECT
+  // of .symtab: the cord of the tx thread, where Lua runs.
+  uint64_t main_cord = 0;
+  uint32_t cord_fiber = 0;       // cord.fiber: the running fiber (struct fiber *)
+  uint32_t cord_alive = 0;       // cord.alive: the rlist of live fibers, linked through fiber.link
+  uint32_t rlist_next = 0;       // rlist.next (src/lib/salad/rlist.h)
+  uint32_t fiber_link = 0;       // fiber.link
+  uint32_t fiber_fid = 0;        // fiber.fid
+  uint32_t fid_size = 0;         // 4 (uint32_t, 2.x) or 8 (uint64_t, 3.x)
+  uint32_t fiber_name = 0;       // fiber.name (char *)
+  uint32_t fiber_lua_state = 0;  // fiber.storage.lua.stack (struct lua_State *)
+};
+
+// The layout of `elf` (a Tarantool executable). Fails closed, naming what is missing: no
+// main_cord symbol, no DWARF, or a struct/member absent or of an unexpected size ("no fiber
+// layout: DWARF of /usr/bin/x has no struct fiber member fid").
+Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf);
+
+// The layout as (name, value) rows in declaration order, for `ljprof inspect`:
+// "main_cord", "cord.fiber", "cord.alive", "rlist.next", "fiber.link", "fiber.fid",
+// "sizeof(fiber.fid)", "fiber.name", "fiber.storage.lua.stack".
+std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& layout);
+
+}  // namespace ljprof::luajit

@@ -1,0 +1,150 @@
+// The fiber layout of a Tarantool executable (luajit/fiber_layout.h) against outside oracles on
+// Debian's /usr/bin/tarantool (2.6, with DWARF): gdb evaluating offsetof-style expressions on the
+// same binary (it resolves nested anonymous members, which pahole 1.24 prints as separate
+// unnamed structs), pahole's own offsets for the plain members, and the symbol table as readelf
+// shows it. Then the fail-closed cases: no main_cord, no DWARF.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "luajit/fiber_layout.h"
+#include "support/test_support.h"
+
+namespace ljprof {
+namespace {
+
+using Json = nlohmann::json;
+constexpr const char* kTarantool = "/usr/bin/tarantool";
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Each expression's value as gdb prints it (`$N = VALUE`), in order.
+std::vector<uint64_t> gdb_values(const std::string& bin, const std::vector<std::string>& exprs) {
+  std::vector<std::string> argv = {"gdb", "-nx", "-batch"};
+  for (const std::string& e : exprs) argv.insert(argv.end(), {"-ex", "print/d " + e});
+  argv.push_back(bin);
+  test::CommandResult r = test::run(argv);
+  std::vector<uint64_t> out;
+  static const std::regex value_re(R"(^\$\d+ = (\d+)$)");
+  for (const std::string& line : lines(r.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, value_re)) out.push_back(std::stoull(m[1]));
+  }
+  EXPECT_EQ(out.size(), exprs.size()) << r.out << r.err;
+  return out;
+}
+
+// `pahole -C NAME`'s "/* offset size */" of a top-level member `member;`.
+std::optional<std::pair<uint64_t, uint64_t>> pahole_member(const std::string& strct,
+                                                           const std::string& member) {
+  test::CommandResult r = test::run({"pahole", "-C", strct, kTarantool});
+  const std::regex re("^\\t[^\\t].*[ *]" + member + ";\\s+/\\*\\s+(\\d+)\\s+(\\d+) \\*/$");
+  for (const std::string& line : lines(r.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) return std::pair{std::stoull(m[1]), std::stoull(m[2])};
+  }
+  return std::nullopt;
+}
+
+luajit::FiberLayout tarantool_layout() {
+  auto elf = elf::ElfFile::open(kTarantool);
+  EXPECT_TRUE(elf.ok()) << elf.message();
+  if (!elf.ok()) return {};
+  auto layout = luajit::read_fiber_layout(**elf);
+  EXPECT_TRUE(layout.ok()) << layout.message();
+  return layout.ok() ? *layout : luajit::FiberLayout{};
+}
+
+TEST(FiberLayout, TarantoolMatchesGdb) {
+  ASSERT_TRUE(test::file_exists(kTarantool));
+  const luajit::FiberLayout l = tarantool_layout();
+  auto at = [](const char* type, const char* member) {
+    return fmt::format("(long)&((struct {}*)0)->{}", type, member);
+  };
+  std::vector<uint64_t> want =
+      gdb_values(kTarantool,
+                 {"(long)&main_cord", at("cord", "fiber"), at("cord", "alive"), at("rlist", "next"),
+                  at("fiber", "link"), at("fiber", "fid"), "sizeof(((struct fiber*)0)->fid)",
+                  at("fiber", "name"), at("fiber", "storage.lua.stack")});
+  ASSERT_EQ(want.size(), 9u);
+  EXPECT_EQ(l.main_cord, want[0]);
+  EXPECT_EQ(l.cord_fiber, want[1]);
+  EXPECT_EQ(l.cord_alive, want[2]);
+  EXPECT_EQ(l.rlist_next, want[3]);
+  EXPECT_EQ(l.fiber_link, want[4]);
+  EXPECT_EQ(l.fiber_fid, want[5]);
+  EXPECT_EQ(l.fid_size, want[6]);
+  EXPECT_EQ(l.fiber_name, want[7]);
+  EXPECT_EQ(l.fiber_lua_state, want[8]);
+}
+
+TEST(FiberLayout, TarantoolMatchesPahole) {
+  const luajit::FiberLayout l = tarantool_layout();
+  const std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>> ours = {
+      {{"cord", "fiber"}, {l.cord_fiber, 8}},  {{"cord", "alive"}, {l.cord_alive, 16}},
+      {{"fiber", "link"}, {l.fiber_link, 16}}, {{"fiber", "fid"}, {l.fiber_fid, l.fid_size}},
+      {{"fiber", "name"}, {l.fiber_name, 8}},  {{"rlist", "next"}, {l.rlist_next, 8}}};
+  for (const auto& [member, value] : ours) {
+    auto pahole = pahole_member(member.first, member.second);
+    ASSERT_TRUE(pahole) << "pahole -C " << member.first << " has no " << member.second;
+    EXPECT_EQ(*pahole, value) << member.first << "." << member.second;
+  }
+}
+
+TEST(FiberLayout, InspectShowsIt) {
+  const luajit::FiberLayout l = tarantool_layout();
+  test::CommandResult r = test::run({test::ljprof_bin(), "inspect", "--json", kTarantool});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out)["fiber_layout"];
+  for (const auto& [name, value] : luajit::fiber_layout_rows(l)) {
+    ASSERT_TRUE(j.contains(name)) << j.dump();
+    if (name == "main_cord") {
+      EXPECT_EQ(j[name], fmt::format("{:#x}", value));
+    } else {
+      EXPECT_EQ(j[name], value) << name;
+    }
+  }
+  test::CommandResult text = test::run({test::ljprof_bin(), "inspect", kTarantool});
+  EXPECT_NE(text.out.find("fiber.storage.lua.stack"), std::string::npos) << text.out;
+  // Not Tarantool: no fiber layout at all.
+  r = test::run({test::ljprof_bin(), "inspect", "--json", "/usr/bin/luajit"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Json::parse(r.out)["fiber_layout"].is_null());
+}
+
+TEST(FiberLayout, FailsClosedWithoutMainCordOrDwarf) {
+  auto luajit = elf::ElfFile::open("/usr/bin/luajit");
+  ASSERT_TRUE(luajit.ok()) << luajit.message();
+  auto none = luajit::read_fiber_layout(**luajit);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.message().find("main_cord"), std::string::npos) << none.message();
+
+  // Tarantool with its .symtab but without DWARF: the error names the file and the missing
+  // DWARF, and inspect still succeeds, showing why.
+  test::TempDir dir;
+  const std::string stripped = dir.file("tarantool");
+  test::CommandResult strip = test::run({"objcopy", "--strip-debug", kTarantool, stripped});
+  ASSERT_EQ(strip.exit_code, 0) << strip.err;
+  auto elf = elf::ElfFile::open(stripped);
+  ASSERT_TRUE(elf.ok()) << elf.message();
+  auto layout = luajit::read_fiber_layout(**elf);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_NE(layout.message().find("no fiber layout"), std::string::npos) << layout.message();
+  EXPECT_NE(layout.message().find(stripped), std::string::npos) << layout.message();
+  test::CommandResult r = test::run({test::ljprof_bin(), "inspect", "--json", stripped});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out)["fiber_layout"];
+  EXPECT_EQ(j.value("error", ""), layout.message()) << j.dump();
+}
+
+}  // namespace
+}  // namespace ljprof
