@@ -40,11 +40,21 @@ struct Frame {
   friend auto operator<=>(const Frame&, const Frame&) = default;
 };
 
+// The Tarantool fiber a sample ran on (DESIGN.md "Labels ride on samples"): pprof labels
+// `fiber` and `fiber_id`. id 0: no fiber (not Tarantool, not its tx thread, or not readable).
+struct SampleFiber {
+  uint64_t id = 0;   // fiber.fid: never reused within a process
+  std::string name;  // fiber.name at sample time, printable text
+  friend bool operator==(const SampleFiber&, const SampleFiber&) = default;
+  friend auto operator<=>(const SampleFiber&, const SampleFiber&) = default;
+};
+
 struct Sample {
   std::vector<Frame> frames;  // leaf first
   int64_t count = 1;
   uint32_t pid = 0;
   uint32_t tid = 0;
+  SampleFiber fiber;
 };
 
 struct Profile {
