@@ -494,6 +494,26 @@ LJ_INLINE uint32_t fill_sample_header(struct lj_rec_sample* sample,
   return n;
 }
 
+/* The fiber the main thread of a Tarantool process runs now (lj_rec_fiber_layout): main_cord.fiber,
+ * its fid and the first bytes of its name. Other threads run other cords: no fiber read. Any
+ * failed read leaves fiber_id 0 (no fiber named, never a wrong one). */
+LJ_INLINE void read_fiber(struct lj_rec_sample* sample, const struct lj_rec_fiber_layout* f,
+                          uint32_t tgid, uint32_t tid) {
+  uint64_t fiber = 0, fid = 0, name = 0;
+  sample->fiber_id = 0;
+  sample->fiber_name[0] = 0;
+  if (f->main_cord == 0 || tid != tgid) return;
+  if (bpf_probe_read_user(&fiber, 8, (void*)(f->main_cord + f->cord_fiber)) != 0 || fiber == 0)
+    return;
+  if (bpf_probe_read_user(&fid, f->fid_size == 4 ? 4 : 8, (void*)(fiber + f->fiber_fid)) != 0)
+    return;
+  if (bpf_probe_read_user(&name, 8, (void*)(fiber + f->fiber_name)) == 0 && name != 0 &&
+      bpf_probe_read_user_str(sample->fiber_name, sizeof(sample->fiber_name), (void*)name) < 0) {
+    sample->fiber_name[0] = 0;
+  }
+  sample->fiber_id = fid;
+}
+
 /* The walk's `n` frames into the sample record (convert_frame). */
 LJ_INLINE void convert_frames(const struct lj_luajit_info* lj, const struct lj_walk_result* out,
                               struct lj_rec_sample* sample, struct lj_walk_env* env, uint32_t n) {
@@ -601,6 +621,7 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   count(LJ_REC_CTR_END_BASE + (out->end & 31));
 
   n = fill_sample_header(sample, out, tgid, tid, start_ns, generation);
+  read_fiber(sample, &proc->fiber, tgid, tid);
   convert_frames(lj, out, sample, &env, n);
   /* Before the sample's own record: the agent must have the copies when it names the sample. */
   if (lj && slot < LJ_REC_MAX_PROCS && capture_young_ns != 0 &&

@@ -67,6 +67,19 @@ struct lj_rec_row_cache_entry {
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_row_cache_entry) == 40, "lj_rec_row_cache_entry: 40 bytes");
 
+/* Where a Tarantool process keeps the fiber its tx thread runs (src/luajit/fiber_layout.h, from
+ * the executable's DWARF; tarantool src/lib/core/fiber.h struct cord / struct fiber). The main
+ * cord runs on the process's main thread, so only samples of that thread read it. */
+#define LJ_REC_FIBER_NAME_MAX 40 /* bytes of fiber.name kept, NUL included (FIBER_NAME_INLINE) */
+struct lj_rec_fiber_layout {
+  uint64_t main_cord;  /* runtime address of main_cord; 0: no fiber layout (not Tarantool) */
+  uint32_t cord_fiber; /* cord.fiber: the running struct fiber * */
+  uint32_t fiber_fid;  /* fiber.fid */
+  uint32_t fid_size;   /* 4 or 8 */
+  uint32_t fiber_name; /* fiber.name (char *) */
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_fiber_layout) == 24, "lj_rec_fiber_layout: 24 bytes");
+
 /* The unwind context of one process. Modules are sorted by start and do not overlap. */
 struct lj_rec_proc {
   struct lj_luajit_info lj; /* version 0: no LuaJIT (native frames only) */
@@ -82,11 +95,12 @@ struct lj_rec_proc {
    * to the slot after LJ_REC_EXEC_SLOTS further execs is not walked with it). 0 otherwise. */
   uint32_t owner_pid;
   uint32_t pad;
+  struct lj_rec_fiber_layout fiber;
   struct lj_rec_module modules[LJ_REC_MAX_MODULES];
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_proc) ==
-                     sizeof(struct lj_luajit_info) + 40 + 32 * LJ_REC_MAX_MODULES,
-                 "lj_rec_proc: layout record, 40 bytes, modules");
+                     sizeof(struct lj_luajit_info) + 64 + 32 * LJ_REC_MAX_MODULES,
+                 "lj_rec_proc: layout record, 40 bytes, fiber layout, modules");
 
 /* What the kernel needs to build an executable's context at exec: its modules that the ELF
  * loader places relative to a value of the new image's auxiliary vector (fs/binfmt_elf.c
@@ -171,10 +185,15 @@ struct lj_rec_sample {
    * the loader for its own context of the same image. */
   uint32_t generation;
   uint32_t pad;
+  /* The Tarantool fiber the sampled thread ran (lj_rec_fiber_layout): fiber.fid, 0 when the
+   * process has no fiber layout, the thread is not its main thread or a read failed; and the
+   * first bytes of fiber.name, NUL-terminated. */
+  uint64_t fiber_id;
+  char fiber_name[LJ_REC_FIBER_NAME_MAX];
   struct lj_rec_frame frames[LJ_WALK_MAX_FRAMES];
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 56 + 48 * LJ_WALK_MAX_FRAMES,
-                 "lj_rec_sample: 56-byte header + frames");
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 104 + 48 * LJ_WALK_MAX_FRAMES,
+                 "lj_rec_sample: 104-byte header + frames");
 
 /* A young process's object copied when a sample first met it: the agent names Lua frames after
  * the fact from the process's memory, and a process that lives a few milliseconds is gone by
@@ -283,13 +302,15 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
   X(REACHED_ROOT, 94, AGENT, "samples_unwound_to_root",                                          \
     "delivered samples whose walk ended at a proven stack root")                                 \
   X(WITHOUT_CONTEXT, 95, AGENT, "samples_without_context",                                       \
-    "samples taken before their process's unwind context was published")
+    "samples taken before their process's unwind context was published")                         \
+  X(FIBER_NAMED, 96, AGENT, "samples_with_fiber",                                                \
+    "samples labelled with the Tarantool fiber they ran on")
 
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };
 #undef LJ_REC_COUNTER_ENUMERATOR
-#define LJ_REC_NCOUNTERS 48   /* the kernel's counters array: walk ends, then KERNEL counters */
-#define LJ_REC_COUNTER_IDS 96 /* every id, kernel and agent, is below this */
+#define LJ_REC_NCOUNTERS 48    /* the kernel's counters array: walk ends, then KERNEL counters */
+#define LJ_REC_COUNTER_IDS 128 /* every id, kernel and agent, is below this */
 LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
                  "walk ends fit below the kernel counters");
 

@@ -16,6 +16,17 @@ namespace ljprof::record {
 
 namespace {
 
+// The fiber layout of a Tarantool executable, or why there is none (said once per file, in
+// `record --stats`' warnings through fiber_error).
+void read_fibers(MappedObject& obj) {
+  auto layout = luajit::read_fiber_layout(*obj.elf);
+  if (layout.ok()) {
+    obj.fibers = *layout;
+  } else {
+    obj.fiber_error = layout.message();
+  }
+}
+
 // Opens the mapping's file through `pid` and analyses it into `obj`: ELF, LuaJIT layout, unwind
 // table. A file that cannot be opened leaves `obj` without an ELF and says why in `error`.
 void analyse_mapped_file(MappedObject& obj, uint32_t pid, const proc::MapEntry& map,
@@ -36,6 +47,7 @@ void analyse_mapped_file(MappedObject& obj, uint32_t pid, const proc::MapEntry& 
     if (walker_info.ok()) {
       obj.luajit = std::move(*info);
       obj.info = *walker_info;
+      if (rt.runtime == luajit::Runtime::Tarantool) read_fibers(obj);
     } else {
       obj.luajit_error = walker_info.message();
     }
@@ -52,7 +64,7 @@ void analyse_mapped_file(MappedObject& obj, uint32_t pid, const proc::MapEntry& 
 
 uint64_t MappedObject::held_bytes() const {
   uint64_t bytes = sizeof(MappedObject) + path.capacity() + image.capacity() + error.capacity() +
-                   luajit_error.capacity();
+                   luajit_error.capacity() + fiber_error.capacity();
   if (elf) bytes += elf->heap_bytes();
   if (table) bytes += table->heap_bytes();
   if (luajit) bytes += sizeof(*luajit) + luajit->fields.capacity() * sizeof(luajit->fields[0]);
@@ -294,6 +306,9 @@ Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, Obje
     if (m.object->luajit && (ctx->luajit == nullptr || m.object->elf->type() == ET_EXEC)) {
       ctx->luajit = &m;
     }
+  }
+  if (ctx->luajit != nullptr && !ctx->luajit->object->fiber_error.empty()) {
+    ctx->warnings.push_back("samples carry no fiber labels: " + ctx->luajit->object->fiber_error);
   }
   ctx->g_hint = tarantool_g(*ctx);
   return ctx;

@@ -19,6 +19,7 @@
 #include "cfi/table_cache.h"
 #include "common/result.h"
 #include "elf/elf_file.h"
+#include "luajit/fiber_layout.h"
 #include "luajit/proc_info.h"
 #include "proc/proc_maps.h"
 
@@ -41,6 +42,10 @@ struct MappedObject {
   std::optional<luajit::LuaJITProcInfo> luajit;  // set when this file carries the LuaJIT VM
   std::string luajit_error;
   lj_luajit_info info{};
+  // Tarantool: where the tx thread's running fiber is (luajit/fiber_layout.h), for the samples'
+  // fiber labels; absent with the reason in fiber_error when the build does not tell.
+  std::optional<luajit::FiberLayout> fibers;
+  std::string fiber_error;
   // Where the recorder put this file's rows in the kernel's row table (record/unwind_rows.h):
   // while a followed process maps the file, and freed (uploaded false again) once none has for a
   // while; a later mapping uploads them again.

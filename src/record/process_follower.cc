@@ -122,6 +122,24 @@ void ProcessFollower::warn_about_context(uint32_t pid, const ProcessContext& ctx
 
 // The kernel's record of context `ctx`: its modules whose rows are in the kernel, a generation
 // of its own, and its LuaJIT.
+namespace {
+
+// The kernel's view of the fiber layout of the module carrying LuaJIT (record_types.h
+// lj_rec_fiber_layout): main_cord at its runtime address. All zero without a layout.
+lj_rec_fiber_layout fiber_record(const ModuleView& luajit) {
+  lj_rec_fiber_layout out{};
+  const std::optional<luajit::FiberLayout>& f = luajit.object->fibers;
+  if (!f) return out;
+  out.main_cord = f->main_cord + luajit.bias;
+  out.cord_fiber = f->cord_fiber;
+  out.fiber_fid = f->fiber_fid;
+  out.fid_size = f->fid_size;
+  out.fiber_name = f->fiber_name;
+  return out;
+}
+
+}  // namespace
+
 lj_rec_proc ProcessFollower::kernel_record(const FollowedProcess& p, const ProcessContext& ctx) {
   lj_rec_proc rec{};
   for (const ModuleView& m : ctx.modules) {
@@ -143,6 +161,7 @@ lj_rec_proc ProcessFollower::kernel_record(const FollowedProcess& p, const Proce
     rec.lj = ctx.luajit->object->info;
     rec.vm_bias = ctx.luajit->bias;
     rec.g_hint = ctx.g_hint != 0 ? ctx.g_hint : proven_g(p, ctx);
+    rec.fiber = fiber_record(*ctx.luajit);
   }
   return rec;
 }

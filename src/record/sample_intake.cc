@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "common/printable.h"
+
 namespace ljprof::record {
 
 void SampleIntake::handle_record(const void* data, size_t size) {
@@ -95,11 +97,23 @@ void SampleIntake::symbolize_sample(const lj_rec_sample& s, const FollowedProces
     ++before_context_[s.end];
     std::vector<profile::Frame> late = stacks_.frames(*raw.stack);
     late.back().function = fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
-    stacks_.entry(s.pid, std::move(late)).second += 1;
+    stacks_.on_fiber(stacks_.entry(s.pid, std::move(late)), fiber_of(s)).second += 1;
     return;
   }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
-  raw.stack->second += 1;
+  stacks_.on_fiber(*raw.stack, fiber_of(s)).second += 1;
+}
+
+// The fiber the kernel read for the sample (record_types.h lj_rec_sample.fiber_id), its name
+// made printable text: it is the target's bytes.
+profile::SampleFiber SampleIntake::fiber_of(const lj_rec_sample& s) {
+  profile::SampleFiber fiber;
+  if (s.fiber_id == 0) return fiber;
+  fiber.id = s.fiber_id;
+  fiber.name.assign(s.fiber_name, strnlen(s.fiber_name, sizeof(s.fiber_name)));
+  make_printable(fiber.name);
+  ++counts_[LJ_REC_CTR_FIBER_NAMED];
+  return fiber;
 }
 
 void SampleIntake::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {
@@ -128,7 +142,8 @@ std::vector<ProcessProfile> SampleIntake::take_profiles(int64_t period_ns, int64
                                                         int64_t end_unix_ns) {
   std::vector<ProcessProfile> profiles;
   std::map<uint32_t, size_t> index;  // pid -> its entry in profiles
-  stacks_.for_each([&](uint32_t pid, std::vector<profile::Frame> frames, int64_t count) {
+  stacks_.for_each([&](profile::Sample sample) {
+    const uint32_t pid = sample.pid;
     auto [at, added] = index.try_emplace(pid, profiles.size());
     if (added) {
       ProcessProfile pp;
@@ -139,10 +154,6 @@ std::vector<ProcessProfile> SampleIntake::take_profiles(int64_t period_ns, int64
       pp.profile.duration_ns = end_unix_ns - start_unix_ns;
       profiles.push_back(std::move(pp));
     }
-    profile::Sample sample;
-    sample.pid = pid;
-    sample.frames = std::move(frames);
-    sample.count = count;
     profiles[at->second].profile.samples.push_back(std::move(sample));
   });
   memo_.clear();
@@ -152,13 +163,7 @@ std::vector<ProcessProfile> SampleIntake::take_profiles(int64_t period_ns, int64
 
 void SampleIntake::add_samples(profile::Profile& prof) const {
   // (stacks symbolized but only seen as before-context samples have count 0 and are left out)
-  stacks_.for_each([&](uint32_t pid, std::vector<profile::Frame> frames, int64_t count) {
-    profile::Sample s;
-    s.pid = pid;
-    s.frames = std::move(frames);
-    s.count = count;
-    prof.samples.push_back(std::move(s));
-  });
+  stacks_.for_each([&](profile::Sample s) { prof.samples.push_back(std::move(s)); });
 }
 
 }  // namespace ljprof::record

@@ -64,6 +64,7 @@ class SampleIntake {
   bool walked_before_its_rows(const lj_rec_sample& s, const FollowedProcess& p,
                               const ProcessContext& ctx) const;
   void note_end_site(const lj_rec_sample& s, const ProcessContext& ctx);
+  profile::SampleFiber fiber_of(const lj_rec_sample& s);
 
   ProcessFollower& follower_;
   KernelContexts& kernel_;

@@ -7,7 +7,7 @@ namespace ljprof::record {
 size_t StackTable::KeyHash::operator()(const Key& k) const {
   size_t h = std::hash<uint32_t>{}(k.pid);
   for (uint32_t id : k.frames) h = hash_combine(h, id);
-  return h;
+  return hash_combine(h, k.fiber);
 }
 
 // Every field operator== compares but the strings that follow from others (file from the
@@ -41,6 +41,14 @@ StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<uint32_t>&& ids) 
   return *stacks_.try_emplace(Key{pid, std::move(ids)}, 0).first;
 }
 
+StackTable::Entry& StackTable::on_fiber(const Entry& stack, const profile::SampleFiber& fiber) {
+  if (fiber.id == 0) return const_cast<Entry&>(stack);
+  auto [it, added] = fiber_ids_.try_emplace(fiber, static_cast<uint32_t>(fibers_.size() + 1));
+  if (added) fibers_.push_back(&it->first);
+  Key key{stack.first.pid, stack.first.frames, it->second};
+  return *stacks_.try_emplace(std::move(key), 0).first;
+}
+
 std::vector<profile::Frame> StackTable::frames(const Entry& e) const {
   std::vector<profile::Frame> out;
   out.reserve(e.first.frames.size());
@@ -48,15 +56,22 @@ std::vector<profile::Frame> StackTable::frames(const Entry& e) const {
   return out;
 }
 
-void StackTable::for_each(
-    const std::function<void(uint32_t, std::vector<profile::Frame>, int64_t)>& f) const {
+void StackTable::for_each(const std::function<void(profile::Sample)>& f) const {
   for (const Entry& e : stacks_) {
-    if (e.second > 0) f(e.first.pid, frames(e), e.second);
+    if (e.second <= 0) continue;
+    profile::Sample s;
+    s.pid = e.first.pid;
+    s.frames = frames(e);
+    s.count = e.second;
+    if (e.first.fiber != 0) s.fiber = *fibers_[e.first.fiber - 1];
+    f(std::move(s));
   }
 }
 
 void StackTable::clear() {
   stacks_.clear();
+  fibers_.clear();
+  fiber_ids_.clear();
   by_id_.clear();
   ids_.clear();
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@ class StackTable {
   struct Key {
     uint32_t pid = 0;
     std::vector<uint32_t> frames;  // frame ids, leaf first
+    uint32_t fiber = 0;            // fiber_id(): 0 for samples of no fiber
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -34,10 +36,14 @@ class StackTable {
   Entry& entry(uint32_t pid, std::vector<uint32_t>&& ids);
   // The id of a frame, added when new; ids stay valid until clear().
   uint32_t intern(profile::Frame&& f);
+  // The entry of `stack`'s pid and frames as run by `fiber` (a Tarantool fiber: the same
+  // frames on two fibers are two samples, labelled apart), added with count 0 when new. A fiber
+  // of id 0 is no fiber: `stack` itself.
+  Entry& on_fiber(const Entry& stack, const profile::SampleFiber& fiber);
   // The frames of an entry's stack, leaf first.
   std::vector<profile::Frame> frames(const Entry& e) const;
-  // Every entry with a count above 0, as (pid, frames, count).
-  void for_each(const std::function<void(uint32_t, std::vector<profile::Frame>, int64_t)>& f) const;
+  // Every entry with a count above 0, as a profile sample (pid, frames, count, fiber).
+  void for_each(const std::function<void(profile::Sample)>& f) const;
   size_t stack_count() const { return stacks_.size(); }
   size_t frame_count() const { return by_id_.size(); }
   void clear();
@@ -49,6 +55,8 @@ class StackTable {
   std::unordered_map<profile::Frame, uint32_t, FrameHash> ids_;
   std::vector<const profile::Frame*> by_id_;  // keys of ids_ (nodes do not move)
   std::unordered_map<Key, int64_t, KeyHash> stacks_;
+  std::map<profile::SampleFiber, uint32_t> fiber_ids_;  // fibers seen, numbered from 1
+  std::vector<const profile::SampleFiber*> fibers_;     // keys of fiber_ids_, by id - 1
 };
 
 }  // namespace ljprof::record

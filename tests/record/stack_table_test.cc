@@ -43,15 +43,34 @@ TEST(StackTable, EqualStacksShareAnEntryAndFramesAreStoredOnce) {
   EXPECT_EQ(t.frames(eb), b);
   // Only stacks with samples are visited (pid 8's has none).
   std::map<std::pair<uint32_t, std::vector<profile::Frame>>, int64_t> seen;
-  t.for_each([&](uint32_t pid, std::vector<profile::Frame> frames, int64_t n) {
-    seen[{pid, std::move(frames)}] = n;
-  });
+  t.for_each([&](profile::Sample s) { seen[{s.pid, std::move(s.frames)}] = s.count; });
   EXPECT_EQ(seen.size(), 2u);
   EXPECT_EQ((seen[{7u, a}]), 2);
   EXPECT_EQ((seen[{7u, b}]), 1);
   t.clear();
   EXPECT_EQ(t.stack_count(), 0u);
   EXPECT_EQ(t.frame_count(), 0u);
+}
+
+// The same frames run by two fibers are two samples, each with its fiber; a fiber of id 0 is no
+// fiber (the stack itself). Counts come from the test's own increments.
+TEST(StackTable, FibersKeepTheirSamplesApart) {
+  StackTable t;
+  const std::vector<profile::Frame> a = {native("leaf", 0x10), native("main", 0x20)};
+  StackTable::Entry& stack = t.entry(7, std::vector<profile::Frame>(a));
+  const profile::SampleFiber one{101, "worker"}, two{102, "worker"};
+  t.on_fiber(stack, one).second += 3;
+  t.on_fiber(stack, two).second += 1;
+  t.on_fiber(stack, one).second += 1;
+  t.on_fiber(stack, {}).second += 2;
+  EXPECT_EQ(&t.on_fiber(stack, {}), &stack);
+  std::map<uint64_t, int64_t> by_fiber;
+  t.for_each([&](profile::Sample s) {
+    EXPECT_EQ(s.frames, a);
+    EXPECT_EQ(s.fiber.name, s.fiber.id == 0 ? "" : "worker");
+    by_fiber[s.fiber.id] += s.count;
+  });
+  EXPECT_EQ(by_fiber, (std::map<uint64_t, int64_t>{{0, 2}, {101, 4}, {102, 1}}));
 }
 
 TEST(StackTable, FramesDifferingInAnyFieldAreDistinct) {
