@@ -1,6 +1,6 @@
-// `ljprof report FILE.pb.gz [--pid PID] [--top[=N]] [--folded FILE] [--flamegraph
-// FILE.html|.svg]`: turns a saved pprof profile (ours or any other profiler's) into the outputs
-// of report/.
+// `ljprof report FILE.pb.gz [--pid PID] [--fiber NAME] [--group-by fiber] [--top[=N]] [--folded
+// FILE] [--flamegraph FILE.html|.svg]`: turns a saved pprof profile (ours or any other profiler's)
+// into the outputs of report/.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cli/commands.h"
+#include "common/printable.h"
 #include "report/outputs.h"
 #include "report/pprof.h"
 
@@ -28,25 +29,57 @@ struct ReportFlags {
   std::string folded;
   std::string flamegraph;
   uint32_t pid = 0;
+  std::string group_by;
+  std::string fiber;
 };
 
+// --pid and --fiber: leaves the samples they select; false (after saying why) when none is left.
+bool select_samples(const ReportFlags& f, profile::Profile& profile) {
+  if (f.pid != 0) {
+    std::set<uint32_t> pids;  // for the error: the processes the profile has
+    for (const profile::Sample& s : profile.samples) pids.insert(s.pid);
+    if (!keep_process(profile, f.pid)) {
+      std::cerr << fmt::format(
+          "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n", f.input,
+          f.pid, pids.empty() ? "none" : fmt::format("{}", fmt::join(pids, ", ")));
+      return false;
+    }
+  }
+  if (!f.fiber.empty()) {
+    // Compared as printable text, which is what the profile holds and what outputs show.
+    const std::string name = printable_text(f.fiber);
+    std::set<std::string> names;  // for the error: the fibers the profile has
+    for (const profile::Sample& s : profile.samples) {
+      if (s.fiber.id != 0) names.insert(s.fiber.name);
+    }
+    std::erase_if(profile.samples, [&name](const profile::Sample& s) {
+      return s.fiber.id == 0 || s.fiber.name != name;
+    });
+    if (profile.samples.empty()) {
+      std::cerr << fmt::format(
+          "ljprof report: {} has no sample of a fiber named '{}' (--fiber); its fibers: {}\n",
+          f.input, name, names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")));
+      return false;
+    }
+  }
+  return true;
+}
+
 int run_report_command(const ReportFlags& f) {
+  report::OutputOptions out;
+  if (f.group_by == "fiber") {
+    out.group_by = report::GroupBy::Fiber;
+  } else if (!f.group_by.empty() && f.group_by != "none") {
+    std::cerr << fmt::format("ljprof report: --group-by {}: expected 'fiber' or 'none'\n",
+                             printable_text(f.group_by));
+    return 2;
+  }
   auto profile = report::read_pprof(f.input);
   if (!profile.ok()) {
     std::cerr << "ljprof report: " << profile.message() << "\n";
     return 2;
   }
-  if (f.pid != 0) {
-    std::set<uint32_t> pids;  // for the error: the processes the profile has
-    for (const profile::Sample& s : profile->samples) pids.insert(s.pid);
-    if (!keep_process(*profile, f.pid)) {
-      std::cerr << fmt::format(
-          "ljprof report: {} has no sample of process {} (--pid); its processes: {}\n", f.input,
-          f.pid, pids.empty() ? "none" : fmt::format("{}", fmt::join(pids, ", ")));
-      return 2;
-    }
-  }
-  report::OutputOptions out;
+  if (!select_samples(f, *profile)) return 2;
   out.folded_path = f.folded;
   out.flamegraph_path = f.flamegraph;
   out.top = f.top;
@@ -89,6 +122,19 @@ void add_report_command(CommandLine& cli) {
              "Only the samples of process PID (their 'pid' label): one process of a profile of "
              "several ('ljprof record -p A,B' or -a)")
       .type_name("PID");
+  cmd.option("--group-by", f->group_by,
+             "'fiber': folded stacks and the flame graph start each stack that ran on a "
+             "Tarantool fiber with a frame 'fiber:NAME' (its 'fiber' label; 'fiber:#ID' when "
+             "the fiber has no name) as the outermost frame, before the thread's root frame, "
+             "so every fiber is one group; fibers that share a name share the group. Samples "
+             "without a fiber get "
+             "no extra frame. The top table is not grouped. 'none' (default): stacks as they "
+             "are")
+      .type_name("fiber|none");
+  cmd.option("--fiber", f->fiber,
+             "Only the samples of Tarantool fibers named NAME (their 'fiber' label); samples "
+             "without a fiber are left out")
+      .type_name("NAME");
   cmd.run([f] { return run_report_command(*f); });
 }
 

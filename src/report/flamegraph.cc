@@ -303,14 +303,27 @@ bool ends_with_svg(const std::string& path) {
   return tail == ".svg";
 }
 
+// The child `name` (kind Root) of `parent`, `count` samples more; `parent` itself for "".
+BuildNode* group_node(BuildNode& parent, const std::string& name, int64_t count) {
+  if (name.empty()) return &parent;
+  BuildNode& child = parent.children[{name, profile::FrameKind::Root}];
+  if (child.name.empty()) {
+    child.name = name;
+    child.kind = profile::FrameKind::Root;
+  }
+  child.total += count;
+  return &child;
+}
+
 }  // namespace
 
-FlameNode flame_tree(const profile::Profile& profile) {
+FlameNode flame_tree(const profile::Profile& profile, GroupBy group_by) {
   BuildNode root{"all", profile::FrameKind::Root, 0, {}};
   for (const profile::Sample& s : profile.samples) {
     if (s.frames.empty() || s.count <= 0) continue;
     root.total += s.count;
     BuildNode* node = &root;
+    if (group_by == GroupBy::Fiber) node = group_node(root, fiber_group_label(s.fiber), s.count);
     size_t depth = 0;
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it, ++depth) {
       std::pair<std::string, profile::FrameKind> key{frame_label(*it), it->kind};
@@ -331,8 +344,8 @@ FlameNode flame_tree(const profile::Profile& profile) {
   return freeze(std::move(root));
 }
 
-std::string flamegraph_svg(const profile::Profile& profile) {
-  FlameNode root = flame_tree(profile);
+std::string flamegraph_svg(const profile::Profile& profile, GroupBy group_by) {
+  FlameNode root = flame_tree(profile, group_by);
   int depth = depth_of(root);
   double height = depth * kRow + 3 * kSvgPad + kRow;
   double inner = kSvgWidth - 2 * kSvgPad;
@@ -351,7 +364,7 @@ std::string flamegraph_svg(const profile::Profile& profile) {
   return out;
 }
 
-std::string flamegraph_html(const profile::Profile& profile) {
+std::string flamegraph_html(const profile::Profile& profile, GroupBy group_by) {
   nlohmann::json data;
   data["title"] = title_of(profile);
   nlohmann::json kinds = nlohmann::json::array();
@@ -365,7 +378,7 @@ std::string flamegraph_html(const profile::Profile& profile) {
   // the last line of defence.
   std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const size_t tree_at = json.find("\"@TREE@\"");
-  json.replace(tree_at, 8, tree_json(flame_tree(profile)));
+  json.replace(tree_at, 8, tree_json(flame_tree(profile, group_by)));
   // '<' only occurs inside JSON strings, where \u003c means the same; with no '<' at all the
   // blob can never contain "</script" or "<!--" and end the script element early.
   replace_all(&json, "<", "\\u003c");
@@ -380,10 +393,12 @@ std::string flamegraph_html(const profile::Profile& profile) {
   return html;
 }
 
-Status write_flamegraph(const profile::Profile& profile, const std::string& path) {
+Status write_flamegraph(const profile::Profile& profile, const std::string& path,
+                        GroupBy group_by) {
   std::string text;
   try {
-    text = ends_with_svg(path) ? flamegraph_svg(profile) : flamegraph_html(profile);
+    text = ends_with_svg(path) ? flamegraph_svg(profile, group_by)
+                               : flamegraph_html(profile, group_by);
   } catch (const std::exception& e) {
     return make_error("{}: building the flame graph failed: {}", path, e.what());
   }

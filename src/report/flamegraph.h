@@ -8,6 +8,7 @@
 
 #include "common/result.h"
 #include "profile/profile.h"
+#include "report/frames.h"
 
 namespace ljprof::report {
 
@@ -20,8 +21,10 @@ struct FlameNode {
   std::vector<FlameNode> children;
 };
 // Root is "all". Stacks deeper than 2048 frames end in one "[N deeper frames not shown]"
-// node (kind Unknown) so nothing recursing over the tree can exhaust the stack.
-FlameNode flame_tree(const profile::Profile& profile);
+// node (kind Unknown) so nothing recursing over the tree can exhaust the stack. GroupBy::Fiber
+// puts a node fiber_group_label() (report/frames.h; kind Root) between "all" and the stack of
+// each sample that ran on a fiber.
+FlameNode flame_tree(const profile::Profile& profile, GroupBy group_by = GroupBy::None);
 
 // `path` ending in ".svg" (any case): SVG, root at the bottom, one <g> per frame holding a
 // <rect>, a <text> and a <title> tooltip "label (N samples, P%)".
@@ -33,9 +36,10 @@ FlameNode flame_tree(const profile::Profile& profile);
 // and reports the share of samples they cover ("FILE.html#search=TERM" opens with TERM
 // searched); colour is by frame kind. Frames narrower than
 // 1/2000 of the zoomed width are not drawn (they would be sub-pixel).
-Status write_flamegraph(const profile::Profile& profile, const std::string& path);
+Status write_flamegraph(const profile::Profile& profile, const std::string& path,
+                        GroupBy group_by = GroupBy::None);
 
-std::string flamegraph_svg(const profile::Profile& profile);
-std::string flamegraph_html(const profile::Profile& profile);
+std::string flamegraph_svg(const profile::Profile& profile, GroupBy group_by = GroupBy::None);
+std::string flamegraph_html(const profile::Profile& profile, GroupBy group_by = GroupBy::None);
 
 }  // namespace ljprof::report

@@ -8,6 +8,7 @@
 
 #include "common/result.h"
 #include "profile/profile.h"
+#include "report/frames.h"
 
 namespace ljprof::report {
 
@@ -18,9 +19,13 @@ namespace ljprof::report {
 // as \xNN). Tools split lines on '\n' and take the count after the last space, so spaces in
 // labels are fine. Stacks whose text is equal merge; lines are sorted bytewise so
 // the output is deterministic. Samples with no frames or count <= 0 are left out.
-std::string folded_text(const profile::Profile& profile);
-void write_folded(const profile::Profile& profile, std::ostream& out);
-Status write_folded(const profile::Profile& profile, const std::string& path);  // "-" = stdout
+// GroupBy::Fiber starts the line of a sample that ran on a fiber with fiber_group_label()
+// (report/frames.h), escaped like a frame: "fiber:worker;main [root];... 7".
+std::string folded_text(const profile::Profile& profile, GroupBy group_by = GroupBy::None);
+void write_folded(const profile::Profile& profile, std::ostream& out,
+                  GroupBy group_by = GroupBy::None);
+Status write_folded(const profile::Profile& profile, const std::string& path,
+                    GroupBy group_by = GroupBy::None);  // "-" = stdout
 
 // frame_label() with the escaping above applied.
 std::string folded_frame(const profile::Frame& frame);

@@ -66,25 +66,34 @@ std::string function_label(const profile::Frame& frame) {
   return label(frame, lua ? frame.start_line : frame.line);
 }
 
+std::string fiber_group_label(const profile::SampleFiber& fiber) {
+  if (fiber.id == 0) return "";
+  if (fiber.name.empty()) return fmt::format("fiber:#{}", fiber.id);
+  return "fiber:" + printable_text(fiber.name);
+}
+
 std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample>& samples) {
-  using Key = std::tuple<const std::vector<profile::Frame>*, uint32_t, uint32_t>;
-  auto less = [](const Key& a, const Key& b) {
-    if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
-    if (std::get<2>(a) != std::get<2>(b)) return std::get<2>(a) < std::get<2>(b);
-    return *std::get<0>(a) < *std::get<0>(b);
+  // The key points into `samples`: (pid, tid, fiber, frames), compared in that order.
+  struct Key {
+    const profile::Sample* s;
+    bool operator<(const Key& o) const {
+      return std::tie(s->pid, s->tid, s->fiber, s->frames) <
+             std::tie(o.s->pid, o.s->tid, o.s->fiber, o.s->frames);
+    }
   };
-  std::map<Key, int64_t, decltype(less)> merged(less);
+  std::map<Key, int64_t> merged;
   for (const profile::Sample& s : samples) {
     if (s.count <= 0) continue;
-    merged[Key{&s.frames, s.pid, s.tid}] += s.count;
+    merged[Key{&s}] += s.count;
   }
   std::vector<profile::Sample> out;
   out.reserve(merged.size());
   for (const auto& [key, count] : merged) {
     profile::Sample s;
-    s.frames = *std::get<0>(key);
-    s.pid = std::get<1>(key);
-    s.tid = std::get<2>(key);
+    s.frames = key.s->frames;
+    s.pid = key.s->pid;
+    s.tid = key.s->tid;
+    s.fiber = key.s->fiber;
     s.count = count;
     out.push_back(std::move(s));
   }
@@ -92,7 +101,8 @@ std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample
 }
 
 bool same_sample(const profile::Sample& a, const profile::Sample& b) {
-  return a.frames == b.frames && a.count == b.count && a.pid == b.pid && a.tid == b.tid;
+  return a.frames == b.frames && a.count == b.count && a.pid == b.pid && a.tid == b.tid &&
+         a.fiber == b.fiber;
 }
 
 }  // namespace ljprof::report

@@ -28,10 +28,24 @@ std::string frame_label(const profile::Frame& frame);
 // functions, so every line of one Lua function lands in one row.
 std::string function_label(const profile::Frame& frame);
 
-// A sample's identical twins (same frames, pid and tid) merged into one with the summed
+// `--group-by`: what the folded stacks and the flame graph put at the root end of each stack.
+enum class GroupBy {
+  None,   // the stacks as they are
+  Fiber,  // one frame fiber_group_label() below the stack's root (the root of the root)
+};
+
+// The frame GroupBy::Fiber puts at the root end of a sample's stack (after the last of its
+// leaf-first frames, so it shows first in a folded line and right above "all" in a flame
+// graph): "fiber:NAME", NAME printable text (common/printable.h); "fiber:#ID" for a fiber
+// without a name; "" for a sample without a fiber (id 0), which gets no extra frame. Fibers
+// that share a name share the frame: their samples merge as one group.
+std::string fiber_group_label(const profile::SampleFiber& fiber);
+
+// A sample's identical twins (same frames, pid, tid and fiber) merged into one with the summed
 // count; samples with count <= 0 are dropped. Sorted, so equal profiles compare equal.
 std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample>& samples);
 
-bool same_sample(const profile::Sample& a, const profile::Sample& b);  // frames, count, pid and tid
+// Frames, count, pid, tid and fiber (id and name) all equal.
+bool same_sample(const profile::Sample& a, const profile::Sample& b);
 
 }  // namespace ljprof::report

@@ -11,8 +11,11 @@ namespace ljprof::report {
 
 Status write_outputs(const profile::Profile& profile, const OutputOptions& options) {
   if (!options.pprof_path.empty()) LJ_TRY(write_pprof(profile, options.pprof_path));
-  if (!options.folded_path.empty()) LJ_TRY(write_folded(profile, options.folded_path));
-  if (!options.flamegraph_path.empty()) LJ_TRY(write_flamegraph(profile, options.flamegraph_path));
+  if (!options.folded_path.empty())
+    LJ_TRY(write_folded(profile, options.folded_path, options.group_by));
+  if (!options.flamegraph_path.empty()) {
+    LJ_TRY(write_flamegraph(profile, options.flamegraph_path, options.group_by));
+  }
   if (options.top > 0) {
     std::ostream& out = options.top_out ? *options.top_out : std::cout;
     write_top(profile, out, options.top);

@@ -9,6 +9,7 @@
 
 #include "common/result.h"
 #include "profile/profile.h"
+#include "report/frames.h"
 
 namespace ljprof::report {
 
@@ -18,6 +19,9 @@ struct OutputOptions {
   std::string flamegraph_path;      // --flamegraph: .svg => SVG, else HTML; "" = none
   size_t top = 0;                   // --top N: table of the N hottest functions; 0 = none
   std::ostream* top_out = nullptr;  // where the table goes; nullptr = std::cout
+  // --group-by: a frame per group at the root end of the folded stacks and the flame graph
+  // (report/frames.h); the pprof file and the top table are not affected.
+  GroupBy group_by = GroupBy::None;
 
   bool any() const {
     return !pprof_path.empty() || !folded_path.empty() || !flamegraph_path.empty() || top > 0;

@@ -275,6 +275,20 @@ class Writer {
     l->set_num(value);
   }
 
+  // The fiber a sample ran on: string label "fiber" (its name, when it has one) and numeric
+  // label "fiber_id"; nothing for a sample without a fiber (id 0).
+  void write_fiber(pp::Sample* ps, const profile::SampleFiber& fiber) {
+    if (fiber.id == 0) return;
+    if (!fiber.name.empty()) {
+      pp::Label* name = ps->add_label();
+      name->set_key(strings_.index("fiber"));
+      name->set_str(strings_.index(fiber.name));
+    }
+    pp::Label* id = ps->add_label();
+    id->set_key(strings_.index("fiber_id"));
+    id->set_num(static_cast<int64_t>(fiber.id));  // read back as the same 64 bits
+  }
+
   void write_sample(const profile::Sample& s) {
     pp::Sample* ps = out_.add_sample();
     for (const profile::Frame& f : s.frames) ps->add_location_id(location_id(f));
@@ -282,6 +296,7 @@ class Writer {
     ps->add_value(saturating_mul(s.count, profile_.period_ns));
     add_label(ps, "pid", s.pid);
     add_label(ps, "tid", s.tid);
+    write_fiber(ps, s.fiber);
     // One "trace" label per JIT-compiled frame, leaf first: which trace ran it.
     for (const profile::Frame& f : s.frames) {
       if (f.kind != profile::FrameKind::Trace) continue;
@@ -491,8 +506,10 @@ class Reader {
       size_t trace_frame = 0;
       for (const pp::Label& l : s.label()) {
         LJ_ASSIGN_OR_RETURN(std::string key, str(l.key(), "label.key"));
-        LJ_TRY(str(l.str(), "label.str"));
+        LJ_ASSIGN_OR_RETURN(std::string value, str(l.str(), "label.str"));
         LJ_TRY(str(l.num_unit(), "label.num_unit"));
+        if (key == "fiber") sample.fiber.name = std::move(value);
+        if (key == "fiber_id") sample.fiber.id = static_cast<uint64_t>(l.num());
         if (l.num() >= 0 && l.num() <= UINT32_MAX) {
           if (key == "pid") sample.pid = static_cast<uint32_t>(l.num());
           if (key == "tid") sample.tid = static_cast<uint32_t>(l.num());
@@ -500,6 +517,9 @@ class Reader {
             assign_trace(sample.frames, trace_frame, static_cast<uint32_t>(l.num()));
         }
       }
+      // A name without a "fiber_id" (another producer's label) is no fiber of the model,
+      // where id 0 means none.
+      if (sample.fiber.id == 0) sample.fiber.name.clear();
       out->samples.push_back(std::move(sample));
     }
     return Ok{};

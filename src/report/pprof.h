@@ -23,9 +23,10 @@ namespace ljprof::report {
 //   memory_start's module offset. pprof's own rule, offset = pc - memory_start + file_offset,
 //   then gives back exactly Frame::module_offset. The mapping is marked has_functions (the
 //   names are already symbolized; pprof must not re-symbolize).
-// - non-zero Sample pid/tid as numeric labels "pid"/"tid"; one numeric label "trace" per
-//   frame of kind Trace, leaf first (the JIT trace that ran it); Profile::counters as comments
-//   "counter NAME=VALUE".
+// - non-zero Sample pid/tid as numeric labels "pid"/"tid"; a sample's fiber (fiber.id != 0)
+//   as the string label "fiber" (its name; left out when empty) and the numeric label
+//   "fiber_id" (the id's 64 bits as int64); one numeric label "trace" per frame of kind Trace,
+//   leaf first (the JIT trace that ran it); Profile::counters as comments "counter NAME=VALUE".
 // - every string is printable text (common/printable.h; protobuf requires UTF-8): a byte that
 //   is not part of a printable UTF-8 character is written as \xNN, the one thing that does not
 //   round-trip byte for byte.
@@ -45,12 +46,13 @@ struct PprofReadLimits {
   uint64_t max_total_frames = 1ull << 25;  // frames over all samples after expanding inlining
 };
 
-// Reads what write_pprof() writes exactly (kinds, modules, offsets, pid/tid, counters), and
-// any other pprof file (gzip or raw), its strings made printable text as the walk's are
-// (common/printable.h): functions without a "KIND:" system_name become Native,
-// inlined Lines become separate frames, the count is the "samples" value (else the last
-// sample type, pprof's default). Malformed input (bad gzip, bad protobuf, string/ID indexes
-// out of range, caps exceeded) is an error naming the file and the reason.
+// Reads what write_pprof() writes exactly (kinds, modules, offsets, pid/tid, fibers, counters),
+// and any other pprof file (gzip or raw), its strings made printable text as the walk's are
+// (common/printable.h): functions without a "KIND:" system_name become Native, inlined Lines
+// become separate frames, a "fiber" label without a non-zero "fiber_id" is no fiber, the count
+// is the "samples" value (else the last sample type, pprof's default). Malformed input (bad
+// gzip, bad protobuf, string/ID indexes out of range, caps exceeded) is an error naming the
+// file and the reason.
 Result<profile::Profile> read_pprof(const std::string& path, const PprofReadLimits& limits = {});
 
 }  // namespace ljprof::report

@@ -402,6 +402,51 @@ TEST(HostileNames, ProfileBuiltElsewhereStillWritesClean) {
   EXPECT_EQ(back.samples[0].frames[0].module, "/lib/" + kShown);
 }
 
+// A fiber name is the target's bytes too (fiber.name()): every writer, grouped by fiber or not,
+// stays clean, and the pprof label comes back as printable text.
+TEST(HostileNames, FiberNameThroughEveryWriter) {
+  profile::Frame root;
+  root.kind = profile::FrameKind::Root;
+  root.function = "main";
+  root.address = 0x1000;
+  profile::Profile p = profile_of({root});
+  p.samples[0].fiber = {77, kHostile};
+  const profile::Profile back = expect_every_writer_clean(p);
+  ASSERT_EQ(back.samples.size(), 1u);
+  EXPECT_EQ(back.samples[0].fiber, (profile::SampleFiber{77, kShown}));
+
+  std::string shown = "fiber:" + kShown;
+  EXPECT_EQ(fiber_group_label(p.samples[0].fiber), shown);
+  std::replace(shown.begin(), shown.end(), ';', ':');  // the folded format's own escape
+  const std::string folded = folded_text(p, GroupBy::Fiber);
+  EXPECT_EQ(unclean(folded, true), "") << folded;
+  EXPECT_EQ(folded, shown + ";main [root] 3\n");
+
+  const std::string html = flamegraph_html(p, GroupBy::Fiber);
+  EXPECT_EQ(unclean(html, true), "");
+  const std::string open = "<script type=\"application/json\" id=\"fg-data\">";
+  const size_t from = html.find(open) + open.size();
+  nlohmann::json data;
+  ASSERT_NO_THROW(
+      data = nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from)));
+  EXPECT_EQ(data["tree"][3][0][0], "fiber:" + kShown);  // the first child of "all"
+  const std::string svg = flamegraph_svg(p, GroupBy::Fiber);
+  EXPECT_EQ(unclean(svg, true), "");
+  TempDir dir;
+  const std::string svg_path = dir.file("fiber.svg");
+  ASSERT_TRUE(write_flamegraph(p, svg_path, GroupBy::Fiber).ok());
+  const test::CommandResult xml =
+      test::run({"python3", "-c", "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])",
+                 svg_path});
+  EXPECT_EQ(xml.exit_code, 0) << xml.err;
+
+  // A profile read back (`ljprof report`) through the same writers.
+  EXPECT_EQ(folded_text(back, GroupBy::Fiber), folded);
+  std::ostringstream top;
+  write_top(back, top, 10);
+  EXPECT_EQ(unclean(top.str(), true), "") << top.str();
+}
+
 // Another program's profile: protobuf has checked its strings are UTF-8, not that they are
 // printable; they enter the report model through the rule.
 TEST(HostileNames, PprofFromAnotherProgramIsReadAsPrintableText) {
