@@ -50,10 +50,10 @@ bool select_samples(const ReportFlags& f, profile::Profile& profile) {
     const std::string name = printable_text(f.fiber);
     std::set<std::string> names;  // for the error: the fibers the profile has
     for (const profile::Sample& s : profile.samples) {
-      if (s.fiber.id != 0) names.insert(s.fiber.name);
+      if (s.fiber.present()) names.insert(s.fiber.name);
     }
     std::erase_if(profile.samples, [&name](const profile::Sample& s) {
-      return s.fiber.id == 0 || s.fiber.name != name;
+      return !s.fiber.present() || s.fiber.name != name;
     });
     if (profile.samples.empty()) {
       std::cerr << fmt::format(

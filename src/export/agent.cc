@@ -150,7 +150,9 @@ void deliver_interval(const AgentOptions& o, const std::string& host,
     ip.until_unix_s = (cut.end_unix_ns + 999999999) / 1000000000;
     ip.sample_rate_hz = o.record.frequency_hz;
     for (const profile::Sample& s : pp.profile.samples) samples += static_cast<uint64_t>(s.count);
-    auto bytes = report::pprof_gzip_bytes(pp.profile);
+    // Pyroscope makes each sample label a series label: fiber names yes, fiber ids (a new one
+    // per fiber ever created) no.
+    auto bytes = report::pprof_gzip_bytes(pp.profile, report::FiberLabels::NameOnly);
     if (!bytes.ok()) {
       if (o.log) o.log(fmt::format("pid {}: profile not written: {}", ip.pid, bytes.message()));
       continue;

@@ -41,10 +41,13 @@ struct Frame {
 };
 
 // The Tarantool fiber a sample ran on (DESIGN.md "Labels ride on samples"): pprof labels
-// `fiber` and `fiber_id`. id 0: no fiber (not Tarantool, not its tx thread, or not readable).
+// `fiber` and `fiber_id`. Neither id nor name: no fiber (not Tarantool, not its tx thread, or not
+// readable). A name without an id: a fiber read back from a profile that carried only its name
+// (the agent's, report/pprof.h FiberLabels::NameOnly).
 struct SampleFiber {
-  uint64_t id = 0;   // fiber.fid: never reused within a process
+  uint64_t id = 0;   // fiber.fid: never reused within a process; 0 when unknown
   std::string name;  // fiber.name at sample time, printable text
+  bool present() const { return id != 0 || !name.empty(); }
   friend bool operator==(const SampleFiber&, const SampleFiber&) = default;
   friend auto operator<=>(const SampleFiber&, const SampleFiber&) = default;
 };

@@ -67,7 +67,7 @@ std::string function_label(const profile::Frame& frame) {
 }
 
 std::string fiber_group_label(const profile::SampleFiber& fiber) {
-  if (fiber.id == 0) return "";
+  if (!fiber.present()) return "";
   if (fiber.name.empty()) return fmt::format("fiber:#{}", fiber.id);
   return "fiber:" + printable_text(fiber.name);
 }

@@ -169,8 +169,8 @@ using FunctionKey = std::tuple<profile::FrameKind, std::string, std::string, int
 // written, so the steps run in this order: header, mappings, samples, counters.
 class Writer {
  public:
-  Writer(const profile::Profile& profile, const std::string& path)
-      : profile_(profile), path_(path) {}
+  Writer(const profile::Profile& profile, const std::string& path, FiberLabels fibers)
+      : profile_(profile), path_(path), fibers_(fibers) {}
 
   Result<std::string> serialize() {
     std::vector<profile::Sample> samples = aggregate_samples(profile_.samples);
@@ -276,14 +276,15 @@ class Writer {
   }
 
   // The fiber a sample ran on: string label "fiber" (its name, when it has one) and numeric
-  // label "fiber_id"; nothing for a sample without a fiber (id 0).
+  // label "fiber_id" (when known and wanted); nothing for a sample without a fiber.
   void write_fiber(pp::Sample* ps, const profile::SampleFiber& fiber) {
-    if (fiber.id == 0) return;
+    if (!fiber.present()) return;
     if (!fiber.name.empty()) {
       pp::Label* name = ps->add_label();
       name->set_key(strings_.index("fiber"));
       name->set_str(strings_.index(fiber.name));
     }
+    if (fibers_ == FiberLabels::NameOnly || fiber.id == 0) return;
     pp::Label* id = ps->add_label();
     id->set_key(strings_.index("fiber_id"));
     id->set_num(static_cast<int64_t>(fiber.id));  // read back as the same 64 bits
@@ -314,6 +315,7 @@ class Writer {
 
   const profile::Profile& profile_;
   const std::string& path_;
+  FiberLabels fibers_;
   pp::Profile out_;
   StringTable strings_{&out_};
   std::map<MappingKey, uint64_t> mapping_ids_;
@@ -517,9 +519,6 @@ class Reader {
             assign_trace(sample.frames, trace_frame, static_cast<uint32_t>(l.num()));
         }
       }
-      // A name without a "fiber_id" (another producer's label) is no fiber of the model,
-      // where id 0 means none.
-      if (sample.fiber.id == 0) sample.fiber.name.clear();
       out->samples.push_back(std::move(sample));
     }
     return Ok{};
@@ -558,17 +557,18 @@ class Reader {
 
 // The one encoder behind write_pprof() and pprof_gzip_bytes(); `what` starts its error messages
 // (the file's path, or a word saying what is being encoded).
-Result<std::string> encode_gzip(const profile::Profile& profile, const std::string& what) {
-  LJ_ASSIGN_OR_RETURN(std::string raw, Writer(profile, what).serialize());
+Result<std::string> encode_gzip(const profile::Profile& profile, const std::string& what,
+                                FiberLabels fibers = FiberLabels::NameAndId) {
+  LJ_ASSIGN_OR_RETURN(std::string raw, Writer(profile, what, fibers).serialize());
   return gzip(what, raw);
 }
 
 }  // namespace
 
-Result<std::string> pprof_gzip_bytes(const profile::Profile& profile) {
+Result<std::string> pprof_gzip_bytes(const profile::Profile& profile, FiberLabels fibers) {
   // protobuf and the allocator may throw (bad_alloc); nothing may escape this module.
   try {
-    return encode_gzip(profile, "pprof profile");
+    return encode_gzip(profile, "pprof profile", fibers);
   } catch (const std::exception& e) {
     return make_error("encoding the pprof profile failed: {}", e.what());
   }

@@ -23,7 +23,7 @@ namespace ljprof::report {
 //   memory_start's module offset. pprof's own rule, offset = pc - memory_start + file_offset,
 //   then gives back exactly Frame::module_offset. The mapping is marked has_functions (the
 //   names are already symbolized; pprof must not re-symbolize).
-// - non-zero Sample pid/tid as numeric labels "pid"/"tid"; a sample's fiber (fiber.id != 0)
+// - non-zero Sample pid/tid as numeric labels "pid"/"tid"; a sample's fiber (SampleFiber::present)
 //   as the string label "fiber" (its name; left out when empty) and the numeric label
 //   "fiber_id" (the id's 64 bits as int64); one numeric label "trace" per frame of kind Trace,
 //   leaf first (the JIT trace that ran it); Profile::counters as comments "counter NAME=VALUE".
@@ -32,10 +32,16 @@ namespace ljprof::report {
 //   round-trip byte for byte.
 Status write_pprof(const profile::Profile& profile, const std::string& path);
 
+// Which labels a sample's fiber gets. NameOnly leaves out "fiber_id": a backend that makes every
+// sample label a series label (Pyroscope's ingest) would make a series of every fiber ever
+// created, since ids are never reused.
+enum class FiberLabels { NameAndId, NameOnly };
+
 // The bytes write_pprof() writes to its file (the gzip-compressed serialized profile.proto), for
 // a consumer that sends them elsewhere (export/: Pyroscope ingest, the rotating output
 // directory).
-Result<std::string> pprof_gzip_bytes(const profile::Profile& profile);
+Result<std::string> pprof_gzip_bytes(const profile::Profile& profile,
+                                     FiberLabels fibers = FiberLabels::NameAndId);
 
 // Caps on what read_pprof() accepts, so a hostile file cannot make it allocate without bound.
 struct PprofReadLimits {
@@ -49,7 +55,7 @@ struct PprofReadLimits {
 // Reads what write_pprof() writes exactly (kinds, modules, offsets, pid/tid, fibers, counters),
 // and any other pprof file (gzip or raw), its strings made printable text as the walk's are
 // (common/printable.h): functions without a "KIND:" system_name become Native, inlined Lines
-// become separate frames, a "fiber" label without a non-zero "fiber_id" is no fiber, the count
+// become separate frames, a "fiber" label without a "fiber_id" is a fiber of unknown id, the count
 // is the "samples" value (else the last sample type, pprof's default). Malformed input (bad
 // gzip, bad protobuf, string/ID indexes out of range, caps exceeded) is an error naming the
 // file and the reason.

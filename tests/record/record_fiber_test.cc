@@ -20,7 +20,7 @@ namespace {
 std::map<std::string, double> fiber_counts(const std::string& tags) {
   std::map<std::string, double> out;
   std::istringstream in(tags);
-  static const std::regex row(R"(^\s+(\d+) \([0-9.]+%\): (.+)$)");
+  static const std::regex row(R"(^\s+([0-9.]+) \( *[0-9.]+%\): (.+)$)");
   bool inside = false;
   for (std::string line; std::getline(in, line);) {
     if (line.find(": Total ") != std::string::npos) {
@@ -48,7 +48,8 @@ TEST(RecordFibers, EachSampleNamesItsFiberInTheFibersOwnShare) {
       std::regex_search(rec.out, m, std::regex(R"(fibers heavy=([0-9.]+) light=([0-9.]+))")))
       << rec.out;
   const double heavy_s = std::stod(m[1]), light_s = std::stod(m[2]);
-  const test::CommandResult tags = test::go_tool_pprof(dir, {"-tags", profile});
+  const test::CommandResult tags =
+      test::go_tool_pprof(dir, {"-tags", "-sample_index=samples", profile});
   ASSERT_EQ(tags.exit_code, 0) << tags.err;
   std::map<std::string, double> counts = fiber_counts(tags.out);
   const double heavy = counts["heavy"], light = counts["light"];

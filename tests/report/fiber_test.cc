@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -137,6 +138,25 @@ TEST(Fiber, PprofRoundTrip) {
   EXPECT_EQ(total_of(back->samples, UINT64_MAX), 1);
   EXPECT_EQ(total_of(back->samples, 7), 2);
   for (const profile::Sample& s : back->samples) EXPECT_EQ(s.fiber.name, "");
+}
+
+// The agent's profiles (FiberLabels::NameOnly) carry fiber names and no ids; read back, each
+// sample keeps its fiber's name with id 0 (present: grouped and filtered by name).
+TEST(Fiber, NameOnlyProfilesKeepNamesWithoutIds) {
+  TempDir dir;
+  const std::string path = dir.file("agent.pb.gz");
+  auto bytes = pprof_gzip_bytes(two_fiber_profile(), FiberLabels::NameOnly);
+  ASSERT_TRUE(bytes.ok()) << bytes.message();
+  std::ofstream(path, std::ios::binary) << *bytes;
+  auto back = read_pprof(path);
+  ASSERT_TRUE(back.ok()) << back.message();
+  std::map<std::string, int64_t> by_name;
+  for (const profile::Sample& s : back->samples) {
+    EXPECT_EQ(s.fiber.id, 0u);
+    EXPECT_EQ(s.fiber.present(), !s.fiber.name.empty());
+    by_name[s.fiber.name] += s.count;
+  }
+  EXPECT_EQ(by_name, (std::map<std::string, int64_t>{{"", 4}, {"gc", 3}, {"worker", 9}}));
 }
 
 // `go tool pprof -tags`: one block per label key ("fiber: Total 12.0"), then "N (P%): VALUE"
