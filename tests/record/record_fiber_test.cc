@@ -1,6 +1,7 @@
-// Every CPU sample of a Tarantool process names the fiber it ran on: two named fibers that
-// share the tx thread 3:1 by their own clocks (tests/record/workloads/fibers.lua) get the
-// `fiber` label in that share, as `go tool pprof -tags` reads it from the profile.
+// Every CPU sample of a Tarantool process names the fiber it ran on (tests/record/workloads/
+// fibers.lua; `go tool pprof -tags` reads the labels from the profile): two named fibers that
+// share the tx thread 3:1 by their own clocks get the `fiber` label in that share, and fibers
+// that live 5 ms each are named in their samples.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,15 +17,15 @@
 namespace ljprof {
 namespace {
 
-// The counts `go tool pprof -tags` prints under "fiber: Total N", by label value.
-std::map<std::string, double> fiber_counts(const std::string& tags) {
+// The counts `go tool pprof -tags` prints under "KEY: Total N", by label value.
+std::map<std::string, double> tag_counts(const std::string& tags, const std::string& key) {
   std::map<std::string, double> out;
   std::istringstream in(tags);
   static const std::regex row(R"(^\s+([0-9.]+) \( *[0-9.]+%\): (.+)$)");
   bool inside = false;
   for (std::string line; std::getline(in, line);) {
     if (line.find(": Total ") != std::string::npos) {
-      inside = line.find(" fiber: Total ") != std::string::npos;
+      inside = line.find(" " + key + ": Total ") != std::string::npos;
       continue;
     }
     std::smatch m;
@@ -51,7 +52,7 @@ TEST(RecordFibers, EachSampleNamesItsFiberInTheFibersOwnShare) {
   const test::CommandResult tags =
       test::go_tool_pprof(dir, {"-tags", "-sample_index=samples", profile});
   ASSERT_EQ(tags.exit_code, 0) << tags.err;
-  std::map<std::string, double> counts = fiber_counts(tags.out);
+  std::map<std::string, double> counts = tag_counts(tags.out, "fiber");
   const double heavy = counts["heavy"], light = counts["light"];
   // The floor: half of 999 samples per second the two fibers measured; "the recording was real".
   ASSERT_GT(heavy + light, 0.5 * 999 * (heavy_s + light_s)) << tags.out;
@@ -62,6 +63,38 @@ TEST(RecordFibers, EachSampleNamesItsFiberInTheFibersOwnShare) {
   EXPECT_NEAR(sampled, measured, 5.0) << tags.out;
   // fiber_id is a numeric label: both fibers have one.
   EXPECT_NE(tags.out.find(" fiber_id: Total "), std::string::npos) << tags.out;
+  test::run({"rm", "-rf", dir});
+}
+
+// A fiber created every 10 ms burns 5 ms in short_burn and ends: its samples carry its name
+// (the kernel reads the running fiber at sample time, so a fiber gone by the time the agent
+// symbolizes is still named) and its own id.
+TEST(RecordFibers, FibersOfAFewMillisecondsAreNamed) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  const std::string dir = testing::TempDir() + "/ljprof-record-short-fibers";
+  test::run({"rm", "-rf", dir});
+  std::filesystem::create_directories(dir);
+  const std::string profile = dir + "/cpu.pb.gz";
+  const test::CommandResult rec =
+      test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "-o", profile, "--",
+                 "/usr/bin/tarantool", test::record_workloads_dir() + "/fibers.lua", "1", "short"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(rec.out, m, std::regex(R"(fibers short=(\d+))"))) << rec.out;
+  const double started = std::stod(m[1]);
+  const test::CommandResult tags =
+      test::go_tool_pprof(dir, {"-tags", "-sample_index=samples", "-focus=short_burn", profile});
+  ASSERT_EQ(tags.exit_code, 0) << tags.err;
+  double all = 0;
+  for (const auto& [name, n] : tag_counts(tags.out, "pid")) all += n;
+  const std::map<std::string, double> names = tag_counts(tags.out, "fiber");
+  const double named = names.count("short") ? names.at("short") : 0;
+  // A second of 5 ms bursts at 999 Hz; the floor only says the recording was real.
+  ASSERT_GT(all, 0.25 * 999) << tags.out;
+  EXPECT_GE(named, 0.95 * all) << tags.out;
+  // Each fiber its own id: most of the fibers were sampled, each under its id.
+  EXPECT_GE(static_cast<double>(tag_counts(tags.out, "fiber_id").size()), 0.5 * started)
+      << tags.out;
   test::run({"rm", "-rf", dir});
 }
 
