@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/output_options.h"
 #include "cli/recording.h"
 #include "record/recorder.h"
 #include "report/outputs.h"
@@ -22,6 +23,7 @@ struct RecordFlags {
   std::string pprof;
   std::string folded;
   std::string flamegraph;
+  std::string group_by;
   size_t top = 0;
   bool quiet = false;
   bool stats = false;
@@ -51,6 +53,7 @@ Result<RecordCommandOptions> record_command_options(const RecordFlags& f) {
   o.outputs.flamegraph_path = f.flamegraph;
   o.outputs.top = f.top;
   o.outputs.top_out = &std::cout;
+  LJ_ASSIGN_OR_RETURN(o.outputs.group_by, parse_group_by(f.group_by));
   if (!o.outputs.any()) {
     o.outputs.pprof_path = "ljprof.pb.gz";
     o.outputs.top = 20;
@@ -122,6 +125,7 @@ void add_record_command(CommandLine& cli) {
   cmd.option("--folded", f->folded, "Write folded stacks to FILE ('-' = stdout)");
   cmd.option("--flamegraph", f->flamegraph,
              "Write a flame graph: FILE.svg = SVG, otherwise self-contained HTML");
+  add_group_by_option(cmd, f->group_by);
   cmd.flag("--top{20}", f->top, "Print the N hottest functions (default 20)");
   cmd.flag("-q,--quiet", f->quiet, "No progress line while recording");
   cmd.flag("--stats", f->stats,

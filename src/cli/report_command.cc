@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cli/commands.h"
+#include "cli/output_options.h"
 #include "common/printable.h"
 #include "report/outputs.h"
 #include "report/pprof.h"
@@ -67,13 +68,12 @@ bool select_samples(const ReportFlags& f, profile::Profile& profile) {
 
 int run_report_command(const ReportFlags& f) {
   report::OutputOptions out;
-  if (f.group_by == "fiber") {
-    out.group_by = report::GroupBy::Fiber;
-  } else if (!f.group_by.empty() && f.group_by != "none") {
-    std::cerr << fmt::format("ljprof report: --group-by {}: expected 'fiber' or 'none'\n",
-                             printable_text(f.group_by));
+  auto group_by = parse_group_by(f.group_by);
+  if (!group_by.ok()) {
+    std::cerr << "ljprof report: " << group_by.message() << "\n";
     return 2;
   }
+  out.group_by = *group_by;
   auto profile = report::read_pprof(f.input);
   if (!profile.ok()) {
     std::cerr << "ljprof report: " << profile.message() << "\n";
@@ -122,15 +122,7 @@ void add_report_command(CommandLine& cli) {
              "Only the samples of process PID (their 'pid' label): one process of a profile of "
              "several ('ljprof record -p A,B' or -a)")
       .type_name("PID");
-  cmd.option("--group-by", f->group_by,
-             "'fiber': folded stacks and the flame graph start each stack that ran on a "
-             "Tarantool fiber with a frame 'fiber:NAME' (its 'fiber' label; 'fiber:#ID' when "
-             "the fiber has no name) as the outermost frame, before the thread's root frame, "
-             "so every fiber is one group; fibers that share a name share the group. Samples "
-             "without a fiber get "
-             "no extra frame. The top table is not grouped. 'none' (default): stacks as they "
-             "are")
-      .type_name("fiber|none");
+  add_group_by_option(cmd, f->group_by);
   cmd.option("--fiber", f->fiber,
              "Only the samples of Tarantool fibers named NAME (their 'fiber' label); samples "
              "without a fiber are left out")
