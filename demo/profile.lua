@@ -1,4 +1,5 @@
--- `make demo` profiling workload for Tarantool: fibers doing Lua work, JSON encoding in C
+-- `make demo` profiling workload for Tarantool: three named fibers (checksum, orders, render)
+-- doing Lua work, JSON encoding in C
 -- (a C function called from Lua), string building with a Lua callback under string.gsub, and
 -- an FFI call. Runs for the number of seconds in arg[1] (default 5) and exits.
 local fiber = require('fiber')
@@ -37,9 +38,10 @@ local function worker(kind)
   end
 end
 
-local fibers = {}
+local fibers, names = {}, { 'checksum', 'orders', 'render' }
 for kind = 1, 3 do
   fibers[kind] = fiber.new(worker, kind)
+  fibers[kind]:name(names[kind])
   fibers[kind]:set_joinable(true)
 end
 for _, f in ipairs(fibers) do f:join() end
