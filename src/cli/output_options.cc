@@ -13,7 +13,8 @@ void add_group_by_option(Command& cmd, std::string& group_by) {
              "the fiber has no name) as the outermost frame, before the thread's root frame, "
              "so every fiber is one group; fibers that share a name share the group. Samples "
              "without a fiber get "
-             "no extra frame. The top table is not grouped. 'none' (default): stacks as they "
+             "no extra frame. The top table gets one section per fiber (\"(no fiber)\" for the "
+             "rest), the fibers with most samples first. 'none' (default): stacks as they "
              "are")
       .type_name("fiber|none");
 }

@@ -18,7 +18,11 @@ Status write_outputs(const profile::Profile& profile, const OutputOptions& optio
   }
   if (options.top > 0) {
     std::ostream& out = options.top_out ? *options.top_out : std::cout;
-    write_top(profile, out, options.top);
+    if (options.group_by == GroupBy::Fiber) {
+      write_top_by_fiber(profile, out, options.top);
+    } else {
+      write_top(profile, out, options.top);
+    }
     out.flush();
     if (!out) return make_error("writing the top table failed");
   }

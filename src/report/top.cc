@@ -63,4 +63,32 @@ void write_top(const profile::Profile& profile, std::ostream& out, size_t n) {
   }
 }
 
+void write_top_by_fiber(const profile::Profile& profile, std::ostream& out, size_t n) {
+  std::map<std::string, profile::Profile> groups;
+  int64_t total = 0;
+  for (const profile::Sample& s : profile.samples) {
+    if (s.frames.empty() || s.count <= 0) continue;
+    const std::string label = fiber_group_label(s.fiber);
+    profile::Profile& g = groups[label.empty() ? "(no fiber)" : label];
+    g.period_ns = profile.period_ns;
+    g.samples.push_back(s);
+    total += s.count;
+  }
+  std::vector<std::pair<int64_t, const std::string*>> order;
+  for (const auto& [label, g] : groups) {
+    int64_t count = 0;
+    for (const profile::Sample& s : g.samples) count += s.count;
+    order.emplace_back(count, &label);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : *a.second < *b.second;
+  });
+  for (const auto& [count, label] : order) {
+    out << fmt::format(
+        "== {}: {} samples, {:.2f}% of all\n", *label, count,
+        total > 0 ? 100.0 * static_cast<double>(count) / static_cast<double>(total) : 0.0);
+    write_top(groups.at(*label), out, n);
+  }
+}
+
 }  // namespace ljprof::report

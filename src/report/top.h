@@ -24,4 +24,9 @@ std::vector<TopRow> top_rows(const profile::Profile& profile);
 // Header line, then `flat flat% sum% cum cum% kind name` for the first `n` rows.
 void write_top(const profile::Profile& profile, std::ostream& out, size_t n);
 
+// One top table per Tarantool fiber (report/frames.h fiber_group_label; samples without a fiber
+// form the group "(no fiber)"), groups by sample count descending, each under a line
+// "== fiber:NAME: K samples, P% of all".
+void write_top_by_fiber(const profile::Profile& profile, std::ostream& out, size_t n);
+
 }  // namespace ljprof::report

@@ -16,6 +16,7 @@
 #include "report/folded.h"
 #include "report/frames.h"
 #include "report/pprof.h"
+#include "report/top.h"
 #include "support/test_support.h"
 
 namespace ljprof::report {
@@ -265,6 +266,29 @@ TEST(Fiber, FoldedGroupedByFiber) {
             "fiber:a:b;main [root] 1\n");
   EXPECT_EQ(fiber_group_label({}), "");
   EXPECT_EQ(fiber_group_label({9, "x\ny"}), "fiber:x\\x0ay");
+}
+
+// The top table grouped by fiber: one section per fiber label, most samples first, each a top
+// table of its own samples. The counts follow from two_fiber_profile's samples: "worker" (ids
+// 101 and 103) 5+1+1+2 = 9, "(no fiber)" 4, "gc" 3; 16 in all.
+TEST(Fiber, TopTableGroupedByFiber) {
+  std::ostringstream out;
+  write_top_by_fiber(two_fiber_profile(), out, 5);
+  const std::string text = out.str();
+  const size_t worker = text.find("== fiber:worker: 9 samples, 56.25% of all\n");
+  const size_t none = text.find("== (no fiber): 4 samples, 25.00% of all\n");
+  const size_t gc = text.find("== fiber:gc: 3 samples, 18.75% of all\n");
+  ASSERT_NE(worker, std::string::npos) << text;
+  ASSERT_NE(none, std::string::npos) << text;
+  ASSERT_NE(gc, std::string::npos) << text;
+  EXPECT_LT(worker, none);
+  EXPECT_LT(none, gc);
+  // Each section is a whole top table over its own samples.
+  EXPECT_NE(text.find("9 samples total", worker), std::string::npos) << text;
+  const std::string gc_section = text.substr(gc);
+  EXPECT_NE(gc_section.find("3 samples total"), std::string::npos) << gc_section;
+  EXPECT_NE(gc_section.find("handler"), std::string::npos) << gc_section;
+  EXPECT_EQ(gc_section.find("other"), std::string::npos) << gc_section;
 }
 
 TEST(Fiber, FlameTreeGroupedByFiber) {
