@@ -62,6 +62,9 @@ LJ_INLINE uint32_t build_exec_context(uint32_t tgid, const struct lj_rec_exec_te
   if (t->lj.version == 0) proc->vm_bias = 0;
   proc->g_hint = 0;
   proc->trace_hint = 0;
+  /* The slot may have held a forked Tarantool's context: no fiber layout (record_types.h
+   * lj_rec_fiber_layout) until the agent publishes this process's own context. */
+  proc->fiber.main_cord = 0;
   proc->owner_pid = tgid;
   count(LJ_REC_CTR_EXEC_CONTEXTS);
   return slot;
