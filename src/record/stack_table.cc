@@ -41,12 +41,20 @@ StackTable::Entry& StackTable::entry(uint32_t pid, std::vector<uint32_t>&& ids) 
   return *stacks_.try_emplace(Key{pid, std::move(ids)}, 0).first;
 }
 
-StackTable::Entry& StackTable::on_fiber(const Entry& stack, const profile::SampleFiber& fiber) {
-  if (fiber.id == 0) return const_cast<Entry&>(stack);
+size_t StackTable::OnFiberHash::operator()(const std::pair<const Entry*, uint32_t>& k) const {
+  return hash_combine(std::hash<const Entry*>{}(k.first), k.second);
+}
+
+StackTable::Entry& StackTable::on_fiber(Entry& stack, const profile::SampleFiber& fiber) {
+  if (fiber.id == 0) return stack;
   auto [it, added] = fiber_ids_.try_emplace(fiber, static_cast<uint32_t>(fibers_.size() + 1));
   if (added) fibers_.push_back(&it->first);
-  Key key{stack.first.pid, stack.first.frames, it->second};
-  return *stacks_.try_emplace(std::move(key), 0).first;
+  Entry*& known = on_fiber_[{&stack, it->second}];
+  if (known == nullptr) {
+    Key key{stack.first.pid, stack.first.frames, it->second};
+    known = &*stacks_.try_emplace(std::move(key), 0).first;
+  }
+  return *known;
 }
 
 std::vector<profile::Frame> StackTable::frames(const Entry& e) const {
@@ -70,6 +78,7 @@ void StackTable::for_each(const std::function<void(profile::Sample)>& f) const {
 
 void StackTable::clear() {
   stacks_.clear();
+  on_fiber_.clear();
   fibers_.clear();
   fiber_ids_.clear();
   by_id_.clear();

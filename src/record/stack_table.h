@@ -21,7 +21,7 @@ class StackTable {
   struct Key {
     uint32_t pid = 0;
     std::vector<uint32_t> frames;  // frame ids, leaf first
-    uint32_t fiber = 0;            // fiber_id(): 0 for samples of no fiber
+    uint32_t fiber = 0;            // the fiber's number in fibers_ + 1; 0 for samples of no fiber
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -39,7 +39,7 @@ class StackTable {
   // The entry of `stack`'s pid and frames as run by `fiber` (a Tarantool fiber: the same
   // frames on two fibers are two samples, labelled apart), added with count 0 when new. A fiber
   // of id 0 is no fiber: `stack` itself.
-  Entry& on_fiber(const Entry& stack, const profile::SampleFiber& fiber);
+  Entry& on_fiber(Entry& stack, const profile::SampleFiber& fiber);
   // The frames of an entry's stack, leaf first.
   std::vector<profile::Frame> frames(const Entry& e) const;
   // Every entry with a count above 0, as a profile sample (pid, frames, count, fiber).
@@ -57,6 +57,12 @@ class StackTable {
   std::unordered_map<Key, int64_t, KeyHash> stacks_;
   std::map<profile::SampleFiber, uint32_t> fiber_ids_;  // fibers seen, numbered from 1
   std::vector<const profile::SampleFiber*> fibers_;     // keys of fiber_ids_, by id - 1
+  // (stack entry, fiber number) -> the fiber's entry of that stack: every sample of a Tarantool
+  // main thread takes this path, and the lookup spares copying and hashing the stack's frames.
+  struct OnFiberHash {
+    size_t operator()(const std::pair<const Entry*, uint32_t>& k) const;
+  };
+  std::unordered_map<std::pair<const Entry*, uint32_t>, Entry*, OnFiberHash> on_fiber_;
 };
 
 }  // namespace ljprof::record
