@@ -8,6 +8,11 @@
 #include "common/printable.h"
 #include "core/core_walk.h"
 
+extern "C" {
+#include "abi/walk_types.h"
+#include "walker/native_walk.h"
+}
+
 namespace ljprof::core {
 
 namespace {
@@ -19,6 +24,13 @@ constexpr uint32_t kMaxFiberName = 256;
 // fids count up from FIBER_ID_MAX_RESERVED (100) one per fiber created; 2^48 of them is beyond
 // any process's lifetime, so a larger one is a corrupt word, not a fiber id.
 constexpr uint64_t kMaxFiberId = uint64_t{1} << 48;
+
+// tarantool third_party/coro/coro.c, x86-64 CORO_ASM coro_transfer (the same in Debian's
+// /usr/bin/tarantool 2.6: objdump -d shows push rbp, rbx, r12, r13, r14, r15; mov rsp,(rdi); ...;
+// pop r15..rbp; pop rcx; jmp *rcx): the saved sp points at r15, and the words above it are r14,
+// r13, r12, rbx, rbp, then the return address into coro_transfer's caller.
+constexpr uint64_t kSavedR15 = 0, kSavedR14 = 8, kSavedR13 = 16, kSavedR12 = 24, kSavedRbx = 32,
+                   kSavedRbp = 40, kSavedReturn = 48, kSavedWords = 7;
 
 bool read_word(const ljprof_mem_reader& mem, uint64_t addr, uint64_t* v, uint32_t size = 8) {
   *v = 0;
@@ -61,7 +73,59 @@ Result<FiberName> CoreWalker::read_fiber(const luajit::FiberLayout& layout, uint
     return make_error("fiber {}: fiber.storage.lua.stack at {:#x} is unreadable", f.id,
                       fiber + layout.fiber_lua_state);
   }
+  if (!read_word(mem, fiber + layout.fiber_ctx_sp, &f.saved_sp)) {
+    return make_error("fiber {}: fiber.ctx.sp at {:#x} is unreadable", f.id,
+                      fiber + layout.fiber_ctx_sp);
+  }
   return f;
+}
+
+Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
+  if (core_.arch() != elf::Arch::X86_64) {
+    return make_error("fiber {}: saved contexts are read on x86-64 only (Lua frames only)",
+                      fiber.id);
+  }
+  const ljprof_mem_reader mem = core_.mem_reader();
+  const uint64_t sp = fiber.saved_sp;
+  uint64_t words[kSavedWords] = {};
+  if (sp == 0 || (sp & 7) != 0 ||
+      mem.read_mem(mem.ctx, sp, words, static_cast<uint32_t>(sizeof words)) != 0) {
+    return make_error(
+        "fiber {}: its saved context at fiber.ctx.sp {:#x} is unreadable (coro_transfer's {} "
+        "saved words)",
+        fiber.id, sp, kSavedWords);
+  }
+  auto saved = [&](uint64_t offset) { return words[offset / 8]; };
+  lj_native_regs regs{};
+  regs.pc = saved(kSavedReturn);
+  regs.sp = sp + kSavedWords * 8;  // after coro_transfer's `pop rcx`
+  regs.fp = saved(kSavedRbp);
+  regs.fp_valid = 1;
+  // vm_x64.dasc keeps PC in rbx; it is used only if the pc is in the VM (it is not: the fiber is
+  // in coro_transfer's caller).
+  regs.vm_pc = saved(kSavedRbx);
+  if (luajit_) {
+    // DWARF numbers of the callee-saved registers coro_transfer saved (luajit_info.h dispatch_reg).
+    const std::pair<uint8_t, uint64_t> callee_saved[] = {
+        {3, saved(kSavedRbx)},  {6, saved(kSavedRbp)},  {12, saved(kSavedR12)},
+        {13, saved(kSavedR13)}, {14, saved(kSavedR14)}, {15, saved(kSavedR15)}};
+    for (const auto& [reg, value] : callee_saved) {
+      if (reg != info_.dispatch_reg) continue;
+      regs.dispatch = value;
+      regs.dispatch_valid = 1;
+    }
+  }
+  lj_walk_env env = walk_env();
+  auto result = std::make_unique<lj_walk_result>();
+  lj_walk_native(&env, luajit_ ? &info_ : nullptr, &regs, g_hint_, vm_bias_, result.get());
+  ThreadStack out;
+  add_frames(*result, env, out);
+  if (!out.reached_root) {
+    return make_error(
+        "fiber {}: the walk from its saved context (pc {:#x}) ended at {}, not a root", fiber.id,
+        regs.pc, out.end);
+  }
+  return out;
 }
 
 Result<FiberList> CoreWalker::walk_fibers() const {

@@ -229,14 +229,19 @@ void CoreWalker::add_frames(const lj_walk_result& result, const lj_walk_env& env
   out.end = symbolize::walk_end_name(result.end);
 }
 
-ThreadStack CoreWalker::walk(const Thread& thread) const {
-  ThreadStack out;
-  out.tid = thread.tid;
-  out.signal = thread.signal;
+lj_walk_env CoreWalker::walk_env() const {
   lj_walk_env env{};
   env.mem = core_.mem_reader();
   env.lookup = &lookup_callback;
   env.lookup_ctx = const_cast<CoreWalker*>(this);
+  return env;
+}
+
+ThreadStack CoreWalker::walk(const Thread& thread) const {
+  ThreadStack out;
+  out.tid = thread.tid;
+  out.signal = thread.signal;
+  lj_walk_env env = walk_env();
   lj_native_regs regs{};
   regs.pc = thread.pc;
   regs.sp = thread.sp;
@@ -284,10 +289,7 @@ Result<CoroutineList> CoreWalker::walk_coroutines(uint64_t g) const {
         luajit_file_);
   }
   if (g == 0) return make_error("no global_State was proven from any thread's stack");
-  lj_walk_env env{};
-  env.mem = core_.mem_reader();
-  env.lookup = &lookup_callback;
-  env.lookup_ctx = const_cast<CoreWalker*>(this);
+  lj_walk_env env = walk_env();
   const uint32_t ref = info_.ref_size;
   auto read_ref = [&](uint64_t addr, uint64_t* v) {
     *v = 0;

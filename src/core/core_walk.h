@@ -56,6 +56,7 @@ struct FiberName {
   uint64_t id = 0;         // fiber.fid
   std::string name;        // fiber.name, printable (common/printable.h)
   uint64_t lua_state = 0;  // fiber.storage.lua.stack (0: a C fiber, or no Lua state yet)
+  uint64_t saved_sp = 0;   // fiber.ctx.sp: where a switched-out fiber's coro_transfer saved it
 };
 
 struct FiberList {
@@ -83,6 +84,11 @@ class CoreWalker {
   // fid that is 0, repeated or absurd, or a name that is unreadable or unterminated: a corrupt
   // list never names anything.
   Result<FiberList> walk_fibers() const;
+  // The full stack (native and Lua frames) of a switched-out fiber of that list, walked from the
+  // registers its coro_transfer saved at fiber.ctx.sp (x86-64 only). An error, one line naming
+  // the fiber and the rule, when the core is not x86-64, the saved words are unreadable or the
+  // walk does not end at a proven root (the caller keeps the fiber's Lua-only stack then).
+  Result<ThreadStack> walk_fiber(const FiberName& fiber) const;
   // The file carrying LuaJIT is a Tarantool executable (so it has fibers to name).
   bool tarantool() const { return tarantool_; }
 
@@ -111,6 +117,7 @@ class CoreWalker {
   void symbolize_native(symbolize::Frame& frame, bool exact_pc) const;
   bool in_ffi_call_trampoline(const symbolize::Frame& frame) const;
   void add_frames(const ::lj_walk_result& result, const ::lj_walk_env& env, ThreadStack& out) const;
+  ::lj_walk_env walk_env() const;
   void find_global_state();
   void load_vdso();
   Result<FiberName> read_fiber(const luajit::FiberLayout& layout, uint64_t fiber) const;

@@ -22,6 +22,8 @@ std::vector<FiberMember> fiber_members() {
   // tarantool src/lib/core/fiber.h: struct cord { struct fiber *fiber; ... struct rlist alive; },
   // struct fiber { ... fid; ... struct rlist link; ... storage.lua.stack; char *name; };
   // src/lib/salad/rlist.h: struct rlist { struct rlist *prev, *next; }.
+  // third_party/coro/coro.h (CORO_ASM): struct fiber { coro_context ctx; ... }, coro_context
+  // { void **sp; }.
   return {
       {"cord", "fiber", &FiberLayout::cord_fiber, {8}},
       {"cord", "alive", &FiberLayout::cord_alive, {16}},
@@ -30,6 +32,7 @@ std::vector<FiberMember> fiber_members() {
       {"fiber", "fid", &FiberLayout::fiber_fid, {4, 8}},
       {"fiber", "name", &FiberLayout::fiber_name, {8}},
       {"fiber", "storage.lua.stack", &FiberLayout::fiber_lua_state, {8}},
+      {"fiber", "ctx.sp", &FiberLayout::fiber_ctx_sp, {8}},
   };
 }
 
@@ -80,7 +83,8 @@ std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayou
           {"fiber.fid", l.fiber_fid},
           {"sizeof(fiber.fid)", l.fid_size},
           {"fiber.name", l.fiber_name},
-          {"fiber.storage.lua.stack", l.fiber_lua_state}};
+          {"fiber.storage.lua.stack", l.fiber_lua_state},
+          {"fiber.ctx.sp", l.fiber_ctx_sp}};
 }
 
 }  // namespace ljprof::luajit

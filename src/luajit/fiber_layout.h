@@ -25,6 +25,9 @@ struct FiberLayout {
   uint32_t fid_size = 0;         // 4 (uint32_t, 2.x) or 8 (uint64_t, 3.x)
   uint32_t fiber_name = 0;       // fiber.name (char *)
   uint32_t fiber_lua_state = 0;  // fiber.storage.lua.stack (struct lua_State *)
+  // fiber.ctx.sp: the saved stack pointer of a switched-out fiber (third_party/coro/coro.h
+  // struct coro_context { void **sp; } under CORO_ASM), where coro_transfer pushed its registers.
+  uint32_t fiber_ctx_sp = 0;
 };
 
 // The layout of `elf` (a Tarantool executable). Fails closed, naming what is missing: no
@@ -34,7 +37,7 @@ Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf);
 
 // The layout as (name, value) rows in declaration order, for `ljprof inspect`:
 // "main_cord", "cord.fiber", "cord.alive", "rlist.next", "fiber.link", "fiber.fid",
-// "sizeof(fiber.fid)", "fiber.name", "fiber.storage.lua.stack".
+// "sizeof(fiber.fid)", "fiber.name", "fiber.storage.lua.stack", "fiber.ctx.sp".
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& layout);
 
 }  // namespace ljprof::luajit

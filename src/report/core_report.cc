@@ -94,9 +94,22 @@ void add_coroutines(Json& out, std::string& text, const CoreWalker& walker, uint
     c["status"] = co.status;
     auto fiber = by_state.find(co.lua_state);
     if (fiber != by_state.end()) {
-      c["fiber"] = fiber_json(*fiber->second);
-      add_stack(c, text, co.stack,
-                fmt::format("{} ({}, Lua frames only)", fiber_title(*fiber->second), co.status));
+      const core::FiberName& f = *fiber->second;
+      c["fiber"] = fiber_json(f);
+      // A switched-out fiber's full stack, from the registers coro_transfer saved; else its Lua
+      // frames, with the one line saying why.
+      auto full = f.fiber != fibers->running.fiber
+                      ? walker.walk_fiber(f)
+                      : Result<ThreadStack>(make_error("fiber {} is the running one", f.id));
+      if (full.ok()) {
+        add_stack(c, text, *full, fmt::format("{} (suspended)", fiber_title(f)));
+      } else {
+        const std::string why = printable_text(full.message());
+        c["full_stack_error"] = why;
+        text += fmt::format("{}: Lua frames only: {}\n", fiber_title(f), why);
+        add_stack(c, text, co.stack,
+                  fmt::format("{} ({}, Lua frames only)", fiber_title(f), co.status));
+      }
     } else {
       add_stack(c, text, co.stack,
                 fmt::format("Coroutine {:#x} ({}, Lua frames only)", co.lua_state, co.status));

@@ -74,8 +74,8 @@ TEST(FiberLayout, TarantoolMatchesGdb) {
       gdb_values(kTarantool,
                  {"(long)&main_cord", at("cord", "fiber"), at("cord", "alive"), at("rlist", "next"),
                   at("fiber", "link"), at("fiber", "fid"), "sizeof(((struct fiber*)0)->fid)",
-                  at("fiber", "name"), at("fiber", "storage.lua.stack")});
-  ASSERT_EQ(want.size(), 9u);
+                  at("fiber", "name"), at("fiber", "storage.lua.stack"), at("fiber", "ctx.sp")});
+  ASSERT_EQ(want.size(), 10u);
   EXPECT_EQ(l.main_cord, want[0]);
   EXPECT_EQ(l.cord_fiber, want[1]);
   EXPECT_EQ(l.cord_alive, want[2]);
@@ -85,6 +85,7 @@ TEST(FiberLayout, TarantoolMatchesGdb) {
   EXPECT_EQ(l.fid_size, want[6]);
   EXPECT_EQ(l.fiber_name, want[7]);
   EXPECT_EQ(l.fiber_lua_state, want[8]);
+  EXPECT_EQ(l.fiber_ctx_sp, want[9]);
 }
 
 TEST(FiberLayout, TarantoolMatchesPahole) {

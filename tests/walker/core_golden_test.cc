@@ -25,78 +25,26 @@
 
 #include "support/test_support.h"
 #include "traceback_oracle.h"
+#include "workload_core.h"
 
 namespace ljprof {
 namespace {
 
 using Json = nlohmann::json;
 namespace fs = std::filesystem;
+using test::coroutine_of_fiber;
+using test::describe;
+using test::Dump;
+using test::dump_core;
+using test::expect_lua_frames_match;
 using test::ExpectedFrame;
+using test::hex;
+using test::is_live;
 using test::lines_of;
 using test::parse_tracebacks;
-
-struct Target {
-  std::string label;
-  std::string exe;  // the program the workload runs under
-  bool arm64 = false;
-};
-
-// gtest prints parameters in test names and failures: show the target, not its bytes.
-void PrintTo(const Target& target, std::ostream* os) {
-  *os << target.label;
-}
-
-struct Dump {
-  std::string dir;
-  std::string core;
-  std::string out;
-};
-
-// Workloads named spin_* never crash: they loop in Lua after printing their traceback and are
-// dumped live with gcore, so the leaf pc is in the interpreter, not in a C function.
-bool is_live(const std::string& workload) {
-  return workload.rfind("spin_", 0) == 0;
-}
-
-// Runs `workload` under `target` in a fresh directory and returns the core it dumped.
-Dump dump_core(const Target& target, const std::string& workload) {
-  char tmpl[] = "/tmp/ljprof-golden-XXXXXX";
-  Dump d;
-  d.dir = mkdtemp(tmpl);
-  const fs::path src = fs::path(test::source_dir()) / "tests/walker/workloads";
-  for (const char* name : {"common.lua", workload.c_str()}) {
-    fs::copy_file(src / name, fs::path(d.dir) / name);
-  }
-  test::CommandResult r;
-  if (is_live(workload)) {
-    // Start it, wait (bounded) until it printed its traceback, gcore it, kill it.
-    d.core = d.dir + "/core";
-    r = test::run(
-        {"env", "-C", d.dir, "bash", "-c",
-         "\"$0\" \"$1\" >out 2>&1 & pid=$!; "
-         "for i in $(seq 100); do grep -q ljprof-traceback-end out && break; sleep 0.1; done; "
-         "gcore -o core.$pid $pid >/dev/null 2>&1; mv core.$pid.$pid core; kill -9 $pid; "
-         "cat out",
-         target.exe, workload});
-  } else if (target.arm64) {
-    // qemu-user writes the guest's core itself (qemu_<prog>_<date>_<pid>.core in the cwd).
-    r = test::run(
-        {"env", "-C", d.dir, "bash", "-c",
-         "ulimit -c unlimited; exec qemu-aarch64-static -L /usr/aarch64-linux-gnu \"$0\" \"$1\"",
-         target.exe, workload});
-    for (const auto& e : fs::directory_iterator(d.dir)) {
-      if (e.path().extension() == ".core") d.core = e.path();
-    }
-  } else {
-    // gdb stops the process at the SIGABRT and writes the core, whatever core_pattern says.
-    d.core = d.dir + "/core";
-    r = test::run({"env", "-C", d.dir, "gdb", "-nx", "-batch", "-ex", "run", "-ex",
-                   "generate-core-file " + d.core, "--args", target.exe, workload});
-  }
-  d.out = r.out;
-  EXPECT_TRUE(fs::exists(d.core)) << "no core for " << workload << "\n" << r.out << r.err;
-  return d;
-}
+using test::printed_fibers;
+using test::PrintedFiber;
+using test::Target;
 
 // [begin, end) of LuaJIT's interpreter FDE (link-time), from readelf.
 std::pair<uint64_t, uint64_t> interpreter_fde(const std::string& binary, bool arm64) {
@@ -181,81 +129,6 @@ Json ljprof_core(const Target& target, const Dump& d) {
   test::CommandResult r = test::run(argv);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return Json::parse(r.out);
-}
-
-uint64_t hex(const Json& v) {
-  return std::stoull(v.get<std::string>(), nullptr, 16);
-}
-
-std::string describe(const Json& frames) {
-  std::string s;
-  for (const Json& f : frames) s += "  " + f.dump() + "\n";
-  return s;
-}
-
-void expect_lua_frames_match(const Json& frames, std::vector<std::vector<ExpectedFrame>> blocks,
-                             size_t c_frames_between_blocks, bool leading_ffi_call) {
-  // Innermost block last printed: blocks were printed outermost thread first (the resuming
-  // thread prints before the coroutine runs).
-  std::vector<ExpectedFrame> expected;
-  for (size_t b = blocks.size(); b-- > 0;) {
-    expected.insert(expected.end(), blocks[b].begin(), blocks[b].end());
-    if (b > 0) {
-      for (size_t i = 0; i < c_frames_between_blocks; ++i) {
-        ExpectedFrame c;
-        c.is_c = true;
-        c.check_name = false;
-        c.text = "[C] (the resume call, after the outer traceback was printed)";
-        expected.push_back(c);
-      }
-    }
-  }
-  std::vector<Json> ours;
-  for (const Json& f : frames) {
-    if (f["kind"] == "lua" || f["kind"] == "cfunc") ours.push_back(f);
-  }
-  // The first C function is the FFI call to abort(), made after the traceback was printed.
-  ASSERT_FALSE(ours.empty());
-  if (leading_ffi_call) {
-    ASSERT_EQ(ours.front()["kind"], "cfunc") << describe(frames);
-    ours.erase(ours.begin());
-  }
-  // A traceback of a deep stack prints the innermost levels, "...", then the outermost: match
-  // the part before the gap from the top and the part after it from the bottom.
-  size_t gap = expected.size();
-  for (size_t i = 0; i < expected.size(); ++i) {
-    if (expected[i].gap) gap = i;
-  }
-  if (gap == expected.size()) {
-    ASSERT_EQ(ours.size(), expected.size()) << describe(frames);
-  } else {
-    ASSERT_GT(ours.size(), expected.size() - 1) << describe(frames);
-  }
-  for (size_t i = 0; i < expected.size(); ++i) {
-    if (i == gap) continue;
-    const ExpectedFrame& e = expected[i];
-    const Json& f = i < gap ? ours[i] : ours[ours.size() - (expected.size() - i)];
-    SCOPED_TRACE("frame " + std::to_string(i) + ": expected " + e.text + ", got " + f.dump());
-    if (e.check_name) {
-      EXPECT_EQ(f["name"], e.name ? Json(*e.name) : Json(nullptr));
-      EXPECT_FALSE(f.contains("name_error"));
-    }
-    if (e.is_c) {
-      EXPECT_EQ(f["kind"], "cfunc");
-      if (e.c_entry) {
-        EXPECT_EQ(hex(f["pc"]), *e.c_entry);
-      }
-      continue;
-    }
-    ASSERT_EQ(f["kind"], "lua");
-    EXPECT_EQ(f["source"], e.source);
-    ASSERT_FALSE(f["line"].is_null());
-    EXPECT_EQ(f["line"], e.line);
-    EXPECT_EQ(f["main_chunk"], e.main_chunk);
-    if (e.firstline) {
-      EXPECT_EQ(f["firstline"], *e.firstline);
-    }
-  }
 }
 
 void expect_native_frames_match_gdb(const std::string& exe, const std::string& vm_file,
@@ -522,27 +395,6 @@ TEST(CoreAllFibersTarantool, SleepingFiberMatchesItsTraceback) {
 // named fibers, its own id and name ("ljprof-fiber ID NAME") and its traceback, then the main
 // fiber's ("ljprof-running ID NAME") and aborts. Every fiber must be named with its own frames,
 // and the crashing thread with the running fiber.
-struct PrintedFiber {
-  uint64_t id = 0;
-  std::string name;
-};
-
-std::vector<PrintedFiber> printed_fibers(const std::string& out, const std::string& tag) {
-  std::vector<PrintedFiber> fibers;
-  const std::regex re("^" + tag + " (\\d+) (.*)$");
-  for (const std::string& line : lines_of(out)) {
-    std::smatch m;
-    if (std::regex_match(line, m, re)) fibers.push_back({std::stoull(m[1]), m[2]});
-  }
-  return fibers;
-}
-
-const Json* coroutine_of_fiber(const Json& j, uint64_t id) {
-  for (const Json& co : j["coroutines"]) {
-    if (co.contains("fiber") && co["fiber"]["id"] == id) return &co;
-  }
-  return nullptr;
-}
 
 test::CommandResult ljprof_all_fibers(const std::string& core, bool json) {
   std::vector<std::string> argv = {test::ljprof_bin(), "core", "--all-fibers", core};

@@ -3,6 +3,9 @@
 -- each prints its own id and name (ljprof-fiber ID NAME) and its traceback, on the line of the
 -- call it suspends in; then the main fiber prints its id and name (ljprof-running ID NAME) and
 -- aborts. `ljprof core --all-fibers` must name each fiber and give the same Lua frames.
+-- Before aborting it prints fiber.info() as YAML between "ljprof-fiber-info-begin" and
+-- "ljprof-fiber-info-end": Debian's tarantool 2.6 (ENABLE_BACKTRACE) lists each fiber's C
+-- backtrace there, the oracle for the suspended fibers' native frames.
 local fiber = require("fiber")
 local common = require("common")
 local function show(tag)
@@ -25,6 +28,8 @@ for _, entry in ipairs(names) do
   f:name(entry[1])
   fiber.yield()  -- lets the new fiber run up to its suspension
 end
+io.stdout:write("ljprof-fiber-info-begin\n", require("yaml").encode(fiber.info()),
+  "ljprof-fiber-info-end\n")
 local self = fiber.self()
 io.stdout:write("ljprof-running ", self:id(), " ", self:name(), "\n")
 common.crash()

@@ -1,0 +1,154 @@
+// Full stacks of switched-out Tarantool fibers (ljprof core --all-fibers, x86-64): each fiber of
+// named_fibers.lua is walked from the registers its coro_transfer saved at fiber.ctx.sp. Oracles:
+//  - the machine code of coro_transfer in /usr/bin/tarantool (objdump -d): the order of the saved
+//    words the walk reads (core/core_fibers.cc);
+//  - the fiber's own debug.traceback(), printed by the fiber: its Lua frames;
+//  - the fiber's C backtrace in fiber.info() (Debian's tarantool 2.6 is built with
+//    ENABLE_BACKTRACE), printed by the workload before it aborts: its native frames, by name and
+//    in order;
+//  - the stack ends at the x86-64 fiber root coro_init (third_party/coro/coro.c, its
+//    `.cfi_undefined rip` after the first switch).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "support/test_support.h"
+#include "traceback_oracle.h"
+#include "workload_core.h"
+
+namespace ljprof {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+const test::Target kTarantool{"tarantool_amd64", "/usr/bin/tarantool", false};
+
+// The instructions of `function` in `binary`, as objdump prints them ("push   %rbp").
+std::vector<std::string> disassembly(const std::string& binary, const std::string& function) {
+  test::CommandResult r =
+      test::run({"objdump", "-d", "--no-show-raw-insn", "--disassemble=" + function, binary});
+  static const std::regex insn(R"(^\s+[0-9a-f]+:\s+(\S.*?)\s*$)");
+  std::vector<std::string> out;
+  for (const std::string& line : test::lines_of(r.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, insn)) {
+      out.push_back(std::regex_replace(std::string(m[1]), std::regex(R"(\s+)"), " "));
+    }
+  }
+  return out;
+}
+
+// The walk reads, from the saved sp up: r15, r14, r13, r12, rbx, rbp, the return address. That
+// holds only if coro_transfer pushes rbp first and r15 last, stores rsp, and returns with
+// `pop rcx; jmp *rcx` after popping the six.
+TEST(FiberStacks, CoroTransferSavesWhatTheWalkReads) {
+  ASSERT_TRUE(test::file_exists(kTarantool.exe));
+  const std::vector<std::string> got = disassembly(kTarantool.exe, "coro_transfer");
+  const std::vector<std::string> want = {
+      "push %rbp",       "push %rbx",       "push %r12", "push %r13", "push %r14", "push %r15",
+      "mov %rsp,(%rdi)", "mov (%rsi),%rsp", "pop %r15",  "pop %r14",  "pop %r13",  "pop %r12",
+      "pop %rbx",        "pop %rbp",        "pop %rcx",  "jmp *%rcx"};
+  ASSERT_GE(got.size(), want.size());
+  EXPECT_EQ(std::vector<std::string>(got.begin(), got.begin() + want.size()), want);
+}
+
+// A C function name as fiber.info() and our frames both show it, without a C++ signature.
+std::string bare_name(const std::string& name) {
+  return name.substr(0, name.find('('));
+}
+
+// Per fiber id, the C function names of its fiber.info() backtrace, outermost last. Frames
+// shown as "??" or without a name are left out, and so are the LuaJIT VM's own (lj_BC_*,
+// lj_vm_*): the walker shows the VM's C frame as the Lua frames it runs. Frame #0 is left out
+// too: for a switched-out fiber it is no call site (measured on Debian's 2.6: "0x1 in +63", or
+// the entry address of the Lua C function it blocks in, named as the end of the function before
+// it, e.g. lbox_fiber_sleep's entry as "lbox_fiber_testcancel+80").
+std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::string& out) {
+  static const std::regex fid_re(R"(^(\d+):$)");
+  static const std::regex c_re(R"re(^\s+- C: ['"]#(\d+)\s+0x[0-9a-f]+ in (.*)\+\d+['"]$)re");
+  std::map<uint64_t, std::vector<std::string>> by_fid;
+  bool inside = false;
+  uint64_t fid = 0;
+  for (const std::string& line : test::lines_of(out)) {
+    if (line == "ljprof-fiber-info-begin" || line == "ljprof-fiber-info-end") {
+      inside = line == "ljprof-fiber-info-begin";
+      continue;
+    }
+    std::smatch m;
+    if (!inside) continue;
+    if (std::regex_match(line, m, fid_re)) {
+      fid = std::stoull(m[1]);
+      by_fid[fid];
+    } else if (fid != 0 && std::regex_match(line, m, c_re) && m[1] != "0") {
+      const std::string name = bare_name(m[2]);
+      if (name.empty() || name == "??" || name.rfind("lj_BC_", 0) == 0 ||
+          name.rfind("lj_vm_", 0) == 0) {
+        continue;
+      }
+      by_fid[fid].push_back(name);
+    }
+  }
+  return by_fid;
+}
+
+TEST(FiberStacks, SuspendedFibersShowTheirFullStacks) {
+  ASSERT_TRUE(test::file_exists(kTarantool.exe));
+  test::Dump d = test::dump_core(kTarantool, "named_fibers.lua");
+  ASSERT_TRUE(fs::exists(d.core));
+  auto blocks = test::parse_tracebacks(d.out);
+  std::vector<test::PrintedFiber> fibers = test::printed_fibers(d.out, "ljprof-fiber");
+  auto backtraces = fiber_info_backtraces(d.out);
+  ASSERT_EQ(blocks.size(), 4u) << d.out;  // the three fibers', then the crash
+  ASSERT_EQ(fibers.size(), 3u) << d.out;
+  test::CommandResult r = test::run({test::ljprof_bin(), "core", "--json", "--all-fibers", d.core});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  test::CommandResult text = test::run({test::ljprof_bin(), "core", "--all-fibers", d.core});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (size_t i = 0; i < fibers.size(); ++i) {
+    SCOPED_TRACE(fmt::format("fiber {} {}", fibers[i].id, fibers[i].name));
+    const Json* found = test::coroutine_of_fiber(j, fibers[i].id);
+    ASSERT_NE(found, nullptr) << j["coroutines"].dump(1);
+    const Json& frames = (*found)["frames"];
+    EXPECT_FALSE(found->contains("full_stack_error")) << (*found)["full_stack_error"];
+    EXPECT_TRUE((*found)["reached_root"].get<bool>()) << (*found)["end"];
+    ASSERT_FALSE(frames.empty());
+    EXPECT_EQ(frames.back()["kind"], "root") << test::describe(frames);
+    EXPECT_EQ(frames.back()["symbol"], "coro_init") << test::describe(frames);
+    // The Lua frames, as the fiber's own traceback (the leading C function is the blocking call
+    // made after it was printed).
+    test::expect_lua_frames_match(frames, {blocks[i]}, 0, true);
+    // The native frames hold fiber.info()'s C backtrace of this fiber, in its order.
+    const std::vector<std::string>& want = backtraces[fibers[i].id];
+    EXPECT_GE(want.size(), 4u) << "fiber.info() printed no C backtrace for it\n" << d.out;
+    std::vector<std::string> ours;
+    for (const Json& f : frames) {
+      if (f["kind"] != "lua" && f["symbol"].is_string()) {
+        ours.push_back(bare_name(f["symbol"].get<std::string>()));
+      }
+    }
+    size_t at = 0;
+    for (const std::string& name : want) {
+      while (at < ours.size() && ours[at] != name) ++at;
+      EXPECT_LT(at, ours.size()) << name << " (fiber.info) is missing or out of order in ours:\n"
+                                 << test::describe(frames);
+      if (at < ours.size()) ++at;
+    }
+    EXPECT_NE(
+        text.out.find(fmt::format("Fiber {} \"{}\" (suspended):\n", fibers[i].id, fibers[i].name)),
+        std::string::npos)
+        << text.out;
+  }
+  fs::remove_all(d.dir);
+}
+
+}  // namespace
+}  // namespace ljprof

@@ -1,0 +1,60 @@
+// What the golden walker tests share: running a workload (tests/walker/workloads) under a
+// target until it dumps a core, and the Lua-frame oracle against its printed tracebacks.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "traceback_oracle.h"
+
+namespace ljprof::test {
+
+struct Target {
+  std::string label;
+  std::string exe;  // the program the workload runs under
+  bool arm64 = false;
+};
+
+// gtest prints parameters in test names and failures: show the target, not its bytes.
+void PrintTo(const Target& target, std::ostream* os);
+
+struct Dump {
+  std::string dir;
+  std::string core;
+  std::string out;
+};
+
+// Workloads named spin_* never crash: they loop in Lua after printing their traceback and are
+// dumped live with gcore, so the leaf pc is in the interpreter, not in a C function.
+bool is_live(const std::string& workload);
+
+// Runs `workload` under `target` in a fresh directory and returns the core it dumped.
+Dump dump_core(const Target& target, const std::string& workload);
+
+// A JSON "0x…" address.
+uint64_t hex(const nlohmann::json& v);
+// The frames, one JSON object a line, for failure messages.
+std::string describe(const nlohmann::json& frames);
+
+// The Lua and C-function frames of `frames` equal the traceback blocks (innermost printed last),
+// with `c_frames_between_blocks` unchecked C frames between blocks (the resume calls) and, when
+// `leading_ffi_call`, one leading C function (the call made after the traceback was printed).
+void expect_lua_frames_match(const nlohmann::json& frames,
+                             std::vector<std::vector<ExpectedFrame>> blocks,
+                             size_t c_frames_between_blocks, bool leading_ffi_call);
+
+// "TAG ID NAME" lines a fiber workload printed (named_fibers.lua).
+struct PrintedFiber {
+  uint64_t id = 0;
+  std::string name;
+};
+
+std::vector<PrintedFiber> printed_fibers(const std::string& out, const std::string& tag);
+
+// The --all-fibers coroutine object of fiber `id`, or nullptr.
+const nlohmann::json* coroutine_of_fiber(const nlohmann::json& j, uint64_t id);
+
+}  // namespace ljprof::test
