@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
       "Exit status: 0 success, 1 a check failed, 2 bad input or usage.");
   ljprof::cli::add_inspect_command(cli);
   ljprof::cli::add_core_command(cli);
+  ljprof::cli::add_fibers_command(cli);
   ljprof::cli::add_cfi_command(cli);
   ljprof::cli::add_record_command(cli);
   ljprof::cli::add_report_command(cli);

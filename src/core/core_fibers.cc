@@ -3,7 +3,10 @@
 // a corrupt one.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include "common/printable.h"
 #include "core/core_walk.h"
@@ -37,47 +40,126 @@ bool read_word(const ljprof_mem_reader& mem, uint64_t addr, uint64_t* v, uint32_
   return mem.read_mem(mem.ctx, addr, v, size) == 0;
 }
 
+// The bytes of struct fiber that read_fiber uses, read at once: a live process is read through
+// one pread per call, and a fiber's fields are a few hundred bytes apart at most.
+struct FiberBlock {
+  uint32_t begin = 0, end = 0;  // offsets in struct fiber
+};
+
+FiberBlock fiber_block(const luajit::FiberLayout& l) {
+  const uint32_t offsets[] = {
+      l.fiber_fid, l.fiber_name,  l.fiber_lua_state,          l.fiber_ctx_sp,
+      l.fiber_csw, l.fiber_flags, l.fiber_link + l.rlist_next};
+  FiberBlock b{UINT32_MAX, 0};
+  for (uint32_t o : offsets) {
+    b.begin = std::min(b.begin, o);
+    b.end = std::max(b.end, o + 8);
+  }
+  return b;
+}
+
+// A NUL-terminated name of at most kMaxFiberName bytes, read up to the end of each 64-byte block.
+Result<std::string> read_name(const ljprof_mem_reader& mem, uint64_t fid, uint64_t name) {
+  std::string raw;
+  while (raw.size() < kMaxFiberName) {
+    char chunk[64];
+    const uint64_t at = name + raw.size();
+    const uint32_t n = static_cast<uint32_t>(64 - (at & 63));
+    if (mem.read_mem(mem.ctx, at, chunk, n) != 0) {
+      // The block may end past a readable page: read byte by byte up to the NUL.
+      for (uint32_t i = 0; i < n; ++i) {
+        if (mem.read_mem(mem.ctx, at + i, chunk + i, 1) != 0) {
+          return make_error("fiber {}: its name at {:#x} is unreadable", fid, at + i);
+        }
+        if (chunk[i] == '\0') break;
+      }
+    }
+    const void* nul = std::memchr(chunk, 0, n);
+    if (nul != nullptr) {
+      raw.append(chunk, static_cast<const char*>(nul) - chunk);
+      return printable_text(raw);
+    }
+    raw.append(chunk, n);
+  }
+  return make_error("fiber {}: its name at {:#x} has no NUL in {} bytes", fid, name, kMaxFiberName);
+}
+
 }  // namespace
 
 Result<FiberName> CoreWalker::read_fiber(const luajit::FiberLayout& layout, uint64_t fiber) const {
   const ljprof_mem_reader mem = core_.mem_reader();
+  const FiberBlock block = fiber_block(layout);
+  std::vector<uint8_t> bytes(block.end - block.begin);
+  if (mem.read_mem(mem.ctx, fiber + block.begin, bytes.data(),
+                   static_cast<uint32_t>(bytes.size())) != 0) {
+    return make_error("fiber {:#x}: its fields at {:#x}..{:#x} are unreadable", fiber,
+                      fiber + block.begin, fiber + block.end);
+  }
+  auto field = [&](uint32_t offset, uint32_t size) {
+    uint64_t v = 0;
+    std::memcpy(&v, bytes.data() + (offset - block.begin), size);
+    return v;
+  };
   FiberName f;
   f.fiber = fiber;
-  if (!read_word(mem, fiber + layout.fiber_fid, &f.id, layout.fid_size)) {
-    return make_error("fiber {:#x}: fiber.fid at {:#x} is unreadable", fiber,
-                      fiber + layout.fiber_fid);
-  }
+  f.id = field(layout.fiber_fid, layout.fid_size);
   if (f.id == 0 || f.id >= kMaxFiberId) {
     return make_error("fiber {:#x}: fiber.fid {} is not a fiber id (0 or over 2^48)", fiber, f.id);
   }
-  uint64_t name = 0;
-  if (!read_word(mem, fiber + layout.fiber_name, &name)) {
-    return make_error("fiber {:#x}: fiber.name at {:#x} is unreadable", fiber,
-                      fiber + layout.fiber_name);
-  }
-  std::string raw;
-  for (uint32_t i = 0;; ++i) {
-    if (i == kMaxFiberName) {
-      return make_error("fiber {}: its name at {:#x} has no NUL in {} bytes", f.id, name,
-                        kMaxFiberName);
-    }
-    char c = 0;
-    if (mem.read_mem(mem.ctx, name + i, &c, 1) != 0) {
-      return make_error("fiber {}: its name at {:#x} is unreadable", f.id, name + i);
-    }
-    if (c == '\0') break;
-    raw.push_back(c);
-  }
-  f.name = printable_text(raw);
-  if (!read_word(mem, fiber + layout.fiber_lua_state, &f.lua_state)) {
-    return make_error("fiber {}: fiber.storage.lua.stack at {:#x} is unreadable", f.id,
-                      fiber + layout.fiber_lua_state);
-  }
-  if (!read_word(mem, fiber + layout.fiber_ctx_sp, &f.saved_sp)) {
-    return make_error("fiber {}: fiber.ctx.sp at {:#x} is unreadable", f.id,
-                      fiber + layout.fiber_ctx_sp);
-  }
+  LJ_ASSIGN_OR_RETURN(f.name, read_name(mem, f.id, field(layout.fiber_name, 8)));
+  f.lua_state = field(layout.fiber_lua_state, 8);
+  f.saved_sp = field(layout.fiber_ctx_sp, 8);
+  f.csw = static_cast<uint32_t>(field(layout.fiber_csw, 4));
+  f.dead = (field(layout.fiber_flags, 4) & layout.flag_dead) != 0;
+  f.link_next = field(layout.fiber_link + layout.rlist_next, 8);
   return f;
+}
+
+const luajit::FiberLayout* CoreWalker::fiber_layout() const {
+  if (!luajit_file_index_ || !tarantool_) return nullptr;
+  if (!fiber_layout_) {
+    fiber_layout_ = luajit::read_fiber_layout(*core_.files()[*luajit_file_index_].elf);
+  }
+  return fiber_layout_->ok() ? &**fiber_layout_ : nullptr;
+}
+
+Result<FiberName> CoreWalker::reread_fiber(const FiberName& fiber) const {
+  const luajit::FiberLayout* layout = fiber_layout();
+  if (layout == nullptr) return make_error("no fiber layout");
+  return read_fiber(*layout, fiber.fiber);
+}
+
+uint64_t CoreWalker::running_fiber() const {
+  const luajit::FiberLayout* layout = fiber_layout();
+  uint64_t running = 0;
+  if (layout != nullptr) {
+    read_word(core_.mem_reader(), layout->main_cord + vm_bias_ + layout->cord_fiber, &running);
+  }
+  return running;
+}
+
+// The fibers on `cord`'s ready list: rlist_foreach_entry(fiber, &cord->ready, state).
+Result<std::set<uint64_t>> CoreWalker::read_ready(const luajit::FiberLayout& layout,
+                                                  uint64_t cord) const {
+  const ljprof_mem_reader mem = core_.mem_reader();
+  const uint64_t head = cord + layout.cord_ready;
+  std::set<uint64_t> ready;
+  uint64_t node = 0;
+  if (!read_word(mem, head + layout.rlist_next, &node)) {
+    return make_error("main_cord.ready.next at {:#x} is unreadable", head + layout.rlist_next);
+  }
+  while (node != head) {
+    if (ready.size() >= kMaxFibers) {
+      return make_error("main_cord.ready holds over {} fibers (cap)", kMaxFibers);
+    }
+    if (node < layout.fiber_state || !ready.insert(node - layout.fiber_state).second) {
+      return make_error("main_cord.ready loops back to {:#x} or links a NULL fiber", node);
+    }
+    if (!read_word(mem, node + layout.rlist_next, &node)) {
+      return make_error("main_cord.ready: a link after {:#x} is unreadable", node);
+    }
+  }
+  return ready;
 }
 
 Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
@@ -132,8 +214,8 @@ Result<FiberList> CoreWalker::walk_fibers() const {
   if (!luajit_file_index_ || !tarantool_) {
     return make_error("the core's LuaJIT file is not a Tarantool executable");
   }
-  const MappedFile& file = core_.files()[*luajit_file_index_];
-  LJ_ASSIGN_OR_RETURN(luajit::FiberLayout layout, luajit::read_fiber_layout(*file.elf));
+  if (fiber_layout() == nullptr) return fiber_layout_->error();
+  const luajit::FiberLayout& layout = *fiber_layout();
   const ljprof_mem_reader mem = core_.mem_reader();
   const uint64_t cord = layout.main_cord + vm_bias_;
   FiberList out;
@@ -142,6 +224,11 @@ Result<FiberList> CoreWalker::walk_fibers() const {
     return make_error("main_cord.fiber at {:#x} is unreadable or NULL", cord + layout.cord_fiber);
   }
   LJ_ASSIGN_OR_RETURN(out.running, read_fiber(layout, running));
+  LJ_ASSIGN_OR_RETURN(out.ready, read_ready(layout, cord));
+  char name[40] = {};
+  if (mem.read_mem(mem.ctx, cord + layout.cord_name, name, sizeof name) == 0) {
+    out.cord = printable_text(std::string(name, strnlen(name, sizeof name)));
+  }
   // rlist_foreach_entry(fiber, &cord->alive, link) (src/lib/salad/rlist.h): from head.next until
   // the head again.
   const uint64_t head = cord + layout.cord_alive;
@@ -164,11 +251,8 @@ Result<FiberList> CoreWalker::walk_fibers() const {
     if (!seen_ids.insert(f.id).second) {
       return make_error("main_cord.alive holds fiber id {} twice", f.id);
     }
+    node = f.link_next;
     out.fibers.push_back(std::move(f));
-    if (!read_word(mem, node + layout.rlist_next, &node)) {
-      return make_error("main_cord.alive: the link after fiber {} is unreadable",
-                        out.fibers.back().id);
-    }
   }
   return out;
 }

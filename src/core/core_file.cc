@@ -160,6 +160,7 @@ int CoreFile::read_mem_of_state(void* ctx, uint64_t addr, void* dst, uint32_t le
 }
 
 ljprof_mem_reader CoreFile::mem_reader() const {
+  if (state_->live) return state_->live->reader();  // pread, without a Result per read
   return ljprof_mem_reader{&read_mem_of_state, state_.get()};
 }
 

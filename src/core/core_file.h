@@ -27,6 +27,7 @@
 #include "abi/read_mem.h"
 #include "common/result.h"
 #include "elf/elf_file.h"
+#include "proc/proc_maps.h"
 
 namespace ljprof::core {
 
@@ -111,9 +112,10 @@ struct AuxEntry {
 
 // Where the file mappings came from.
 enum class MappingSource {
-  NtFile,   // the core's NT_FILE note (kernel and gdb cores)
-  LinkMap,  // the executable (auxv) + the dynamic linker's r_debug/link_map in core memory
-  None,     // neither: only the core's own bytes are readable
+  NtFile,    // the core's NT_FILE note (kernel and gdb cores)
+  LinkMap,   // the executable (auxv) + the dynamic linker's r_debug/link_map in core memory
+  ProcMaps,  // a live process's /proc/PID/maps (CoreFile::from_process)
+  None,      // neither: only the core's own bytes are readable
 };
 const char* mapping_source_name(MappingSource source);
 
@@ -124,6 +126,7 @@ enum class FileCheck {
   Mismatch,    // the core's build-id differs from the file's: the file is refused
   OpenFailed,  // missing / not a valid ELF file: the file is refused
   NotOpened,   // CoreOptions::open_mapped_files was false
+  Mapped,      // a live process's own mapping, opened through /proc/PID/map_files
 };
 const char* file_check_name(FileCheck check);
 
@@ -160,6 +163,14 @@ class CoreFile {
   // A core image already in memory (tests, fuzzing); `bytes` must outlive the result.
   static Result<CoreFile> from_memory(std::span<const uint8_t> bytes, std::string name,
                                       const CoreOptions& options = {});
+
+  // A live process seen as a core without stopping it (`ljprof fibers`): its mappings from
+  // /proc/PID/maps with every mapped ELF file opened through /proc/PID/map_files (the very file
+  // it maps, even deleted or in another mount namespace), its aux vector from /proc/PID/auxv, and
+  // every read from /proc/PID/mem at the moment of the read. It has no threads (their registers
+  // need the process stopped) and no process or signal notes. Reads race the running process:
+  // what they return is consistent only where the caller proves it (a fiber's csw unchanged).
+  static Result<CoreFile> from_process(uint32_t pid);
 
   CoreFile(CoreFile&&) noexcept;
   CoreFile& operator=(CoreFile&&) noexcept;

@@ -44,6 +44,8 @@ struct CoreFile::State {
   std::vector<std::string> diagnostics;
   // NT_FILE before files are opened: recorded path per mapping.
   std::vector<std::string> nt_file_paths;
+  // A live process (CoreFile::from_process): every read goes to its memory.
+  std::unique_ptr<proc::ProcessMemory> live;
 
   std::span<const uint8_t> bytes() const { return elf->bytes(); }
 

@@ -28,6 +28,8 @@ const char* mapping_source_name(MappingSource source) {
       return "NT_FILE";
     case MappingSource::LinkMap:
       return "link_map";
+    case MappingSource::ProcMaps:
+      return "/proc/PID/maps";
     case MappingSource::None:
       return "none";
   }
@@ -46,6 +48,8 @@ const char* file_check_name(FileCheck check) {
       return "open failed";
     case FileCheck::NotOpened:
       return "not opened";
+    case FileCheck::Mapped:
+      return "mapped by the process";
   }
   return "?";
 }

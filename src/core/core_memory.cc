@@ -142,6 +142,12 @@ Result<size_t> CoreFile::State::read(uint64_t addr, void* dst, size_t len) const
   if (len > Limits::kMaxRead || add_overflows(addr, len, &end)) {
     return make_error("{}: read of {} bytes at {:#x}: too long or wraps around", path, len, addr);
   }
+  if (live) {
+    if (live->read(addr, dst, static_cast<uint32_t>(len)) != 0) {
+      return make_error("{}: {:#x}: {} bytes are not readable in its memory", path, addr, len);
+    }
+    return len;
+  }
   uint8_t* out = static_cast<uint8_t*>(dst);
   size_t done = 0;
   while (done < len) {  // every piece is at least one byte

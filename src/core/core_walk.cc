@@ -2,6 +2,7 @@
 
 #include <elf.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "luajit/vm_cfi.h"
@@ -37,7 +38,7 @@ Result<std::unique_ptr<CoreWalker>> CoreWalker::create(const CoreFile& core,
   for (uint32_t i : order) {
     const MappedFile& f = core.files()[i];
     if (!f.usable()) continue;
-    luajit::RuntimeInfo rt = luajit::detect_runtime(*f.elf, {});
+    luajit::RuntimeInfo rt = luajit::detect_runtime(*f.elf, {}, f.path);
     if (rt.source != luajit::LuaJITSource::LinkedIn) continue;
     auto info = luajit::extract_proc_info(*f.elf, rt.runtime);
     auto walker_info = info.ok() ? luajit::to_walker_info(*info) : info.error();
@@ -273,6 +274,37 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
 
   add_frames(*result, env, out);
   return out;
+}
+
+ThreadStack CoreWalker::walk_lua_state(uint64_t lua_state) const {
+  ThreadStack out;
+  if (!luajit_) {
+    out.end = "no LuaJIT layout";
+    return out;
+  }
+  lj_walk_env env = walk_env();
+  auto result = std::make_unique<lj_walk_result>();
+  lj_walk_native_lua_state(&env, &info_, lua_state, result.get());
+  add_frames(*result, env, out);
+  return out;
+}
+
+uint64_t CoreWalker::lua_stack_stamp(uint64_t lua_state) const {
+  if (!luajit_ || lua_state == 0) return 0;
+  const ljprof_mem_reader mem = core_.mem_reader();
+  // One read from the lowest of the three fields to the end of the highest (lj_obj.h lua_State:
+  // base, top, ..., stack lie within 64 bytes of each other in every layout).
+  const uint32_t lo = std::min({info_.L_base, info_.L_top, info_.L_stack});
+  const uint32_t hi = std::max({info_.L_base + 8u, info_.L_top + 8u, info_.L_stack + 8u});
+  uint8_t bytes[128] = {};
+  if (hi - lo > sizeof bytes || mem.read_mem(mem.ctx, lua_state + lo, bytes, hi - lo) != 0) {
+    return 0;
+  }
+  uint64_t base = 0, top = 0, stack = 0;
+  std::memcpy(&base, bytes + (info_.L_base - lo), 8);
+  std::memcpy(&top, bytes + (info_.L_top - lo), 8);
+  std::memcpy(&stack, bytes + (info_.L_stack - lo), info_.ref_size);
+  return (base * 0x9E3779B97F4A7C15ull) ^ (top * 0xC2B2AE3D27D4EB4Full) ^ stack;
 }
 
 Result<CoroutineList> CoreWalker::walk_coroutines(uint64_t g) const {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,11 +58,16 @@ struct FiberName {
   std::string name;        // fiber.name, printable (common/printable.h)
   uint64_t lua_state = 0;  // fiber.storage.lua.stack (0: a C fiber, or no Lua state yet)
   uint64_t saved_sp = 0;   // fiber.ctx.sp: where a switched-out fiber's coro_transfer saved it
+  uint32_t csw = 0;        // fiber.csw: times switched to; unchanged = has not run since
+  bool dead = false;       // fiber.flags has FIBER_IS_DEAD: finished, waiting to be joined
+  uint64_t link_next = 0;  // fiber.link.next: the next node of main_cord.alive
 };
 
 struct FiberList {
   std::vector<FiberName> fibers;  // main_cord.alive, in list order
   FiberName running;              // main_cord.fiber
+  std::set<uint64_t> ready;       // the fibers on main_cord.ready (struct fiber addresses)
+  std::string cord;               // main_cord.name ("main")
 };
 
 class CoreWalker {
@@ -89,6 +95,16 @@ class CoreWalker {
   // the fiber and the rule, when the core is not x86-64, the saved words are unreadable or the
   // walk does not end at a proven root (the caller keeps the fiber's Lua-only stack then).
   Result<ThreadStack> walk_fiber(const FiberName& fiber) const;
+  // The Lua frames of one lua_State, from its own frame chain (walker.h lj_walk_lua_state).
+  ThreadStack walk_lua_state(uint64_t lua_state) const;
+  // `fiber` read again from memory (its fields as walk_fibers reads them), to tell whether it
+  // changed while its stack was read in a live process.
+  Result<FiberName> reread_fiber(const FiberName& fiber) const;
+  // main_cord.fiber now (0 when unreadable).
+  uint64_t running_fiber() const;
+  // lua_State.stack, .base and .top of `lua_state` mixed into one word (0: unreadable or no
+  // LuaJIT): its Lua stack was not moved (lj_state_shrinkstack) or changed while it is equal.
+  uint64_t lua_stack_stamp(uint64_t lua_state) const;
   // The file carrying LuaJIT is a Tarantool executable (so it has fibers to name).
   bool tarantool() const { return tarantool_; }
 
@@ -121,6 +137,8 @@ class CoreWalker {
   void find_global_state();
   void load_vdso();
   Result<FiberName> read_fiber(const luajit::FiberLayout& layout, uint64_t fiber) const;
+  Result<std::set<uint64_t>> read_ready(const luajit::FiberLayout& layout, uint64_t cord) const;
+  const luajit::FiberLayout* fiber_layout() const;
 
   const CoreFile& core_;
   mutable std::map<uint32_t, Module> modules_;  // by MappedFile index, built on first use
@@ -138,6 +156,7 @@ class CoreWalker {
   uint64_t vm_bias_ = 0;
   uint64_t g_hint_ = 0;
   lj_luajit_info info_{};
+  mutable std::optional<Result<luajit::FiberLayout>> fiber_layout_;  // read on first use
 };
 
 }  // namespace ljprof::core

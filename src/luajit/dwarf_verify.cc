@@ -110,14 +110,15 @@ void read_struct(Dwarf_Die* die, const std::string& name, int depth, DwarfLayout
   read_members(die, name, 0, depth, out);
 }
 
-void read_enum(Dwarf_Die* die, DwarfLayout& out) {
+// The enumerators of `die` whose names start with `prefix` ("LJ_VMST_", "FIBER_IS_").
+void read_enum(Dwarf_Die* die, const std::string& prefix, DwarfLayout& out) {
   Dwarf_Die child;
   if (dwarf_child(die, &child) != 0) return;
   size_t guard = 0;
   do {
     if (dwarf_tag(&child) != DW_TAG_enumerator) continue;
     const char* name = dwarf_diename(&child);
-    if (name == nullptr || std::strncmp(name, "LJ_VMST_", 8) != 0) continue;
+    if (name == nullptr || std::strncmp(name, prefix.c_str(), prefix.size()) != 0) continue;
     Dwarf_Attribute attr;
     Dwarf_Sword value;
     if (dwarf_attr(&child, DW_AT_const_value, &attr) != nullptr &&
@@ -137,10 +138,12 @@ std::optional<int64_t> DwarfLayout::get(const std::string& key) const {
 
 namespace {
 
-// Scans the CUs of `path` for the definitions of `structs` (and, with `want_enum`, the LJ_VMST_*
-// enumerators) until every one is found. `found` names the structs that were.
+// Scans the CUs of `path` for the definitions of `structs` (and, with a non-empty `enum_prefix`,
+// the first enumeration type with enumerators of that prefix) until every one is found. `found`
+// names the structs that were.
 Result<DwarfLayout> scan_dwarf(const std::string& path, const std::vector<std::string>& structs,
-                               int depth, bool want_enum, std::set<std::string>& found) {
+                               int depth, const std::string& enum_prefix,
+                               std::set<std::string>& found) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
   Dwarf* dbg = dwarf_begin(fd, DWARF_C_READ);
@@ -152,7 +155,7 @@ Result<DwarfLayout> scan_dwarf(const std::string& path, const std::vector<std::s
   Dwarf_Off off = 0, next = 0;
   size_t hsize = 0;
   size_t cus = 0;
-  bool have_enum = !want_enum;
+  bool have_enum = enum_prefix.empty();
   // Until every struct *and* the enumerators are found: in a build of one CU per source file
   // the structs can all come before the first CU that uses the LJ_VMST_* enum.
   while (cus++ < kMaxCus && (found.size() < structs.size() || !have_enum) &&
@@ -174,7 +177,7 @@ Result<DwarfLayout> scan_dwarf(const std::string& path, const std::vector<std::s
           }
         } else if (tag == DW_TAG_enumeration_type && !have_enum) {
           const size_t before = out.values.size();
-          read_enum(&child, out);
+          read_enum(&child, enum_prefix, out);
           have_enum = out.values.size() != before;
         }
       } while (++guard < (1u << 20) && dwarf_siblingof(&child, &child) == 0);
@@ -183,7 +186,7 @@ Result<DwarfLayout> scan_dwarf(const std::string& path, const std::vector<std::s
   }
   dwarf_end(dbg);
   close(fd);
-  if (!have_enum) return make_error("{}: DWARF has no LJ_VMST_* enumerators", path);
+  if (!have_enum) return make_error("{}: DWARF has no {}* enumerators", path, enum_prefix);
   return out;
 }
 
@@ -192,7 +195,7 @@ Result<DwarfLayout> scan_dwarf(const std::string& path, const std::vector<std::s
 Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
   std::set<std::string> found;
   const std::vector<std::string> structs(kStructs.begin(), kStructs.end());
-  LJ_ASSIGN_OR_RETURN(DwarfLayout out, scan_dwarf(path, structs, 0, true, found));
+  LJ_ASSIGN_OR_RETURN(DwarfLayout out, scan_dwarf(path, structs, 0, "LJ_VMST_", found));
   std::string missing;
   for (const char* s : kStructs) {
     if (!found.count(s)) missing += std::string(missing.empty() ? "" : ", ") + s;
@@ -204,9 +207,10 @@ Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
 }
 
 Result<DwarfStructs> read_dwarf_structs(const std::string& path,
-                                        const std::vector<std::string>& structs, int depth) {
+                                        const std::vector<std::string>& structs, int depth,
+                                        const std::string& enum_prefix) {
   DwarfStructs out;
-  LJ_ASSIGN_OR_RETURN(out.layout, scan_dwarf(path, structs, depth, false, out.found));
+  LJ_ASSIGN_OR_RETURN(out.layout, scan_dwarf(path, structs, depth, enum_prefix, out.found));
   return out;
 }
 

@@ -28,14 +28,16 @@ struct DwarfLayout {
 Result<DwarfLayout> read_dwarf_layout(const std::string& path);
 
 // Any structs by name (first definition in CU order), with the members of named struct or
-// union members `depth` levels down ("fiber.storage.lua.stack"). Fails only when the file has
-// no DWARF; `found` names the structs that were defined.
+// union members `depth` levels down ("fiber.storage.lua.stack"), and with a non-empty
+// `enum_prefix` the enumerators of the first enumeration that has some of that prefix. Fails
+// when the file has no DWARF or no such enumerators; `found` names the structs that were defined.
 struct DwarfStructs {
   DwarfLayout layout;
   std::set<std::string> found;
 };
 Result<DwarfStructs> read_dwarf_structs(const std::string& path,
-                                        const std::vector<std::string>& structs, int depth);
+                                        const std::vector<std::string>& structs, int depth,
+                                        const std::string& enum_prefix = {});
 
 struct DwarfCheck {
   std::string field;

@@ -27,10 +27,16 @@ std::vector<FiberMember> fiber_members() {
   return {
       {"cord", "fiber", &FiberLayout::cord_fiber, {8}},
       {"cord", "alive", &FiberLayout::cord_alive, {16}},
+      {"cord", "ready", &FiberLayout::cord_ready, {16}},
+      // char name[40]: the size read for an array member is its element's (char).
+      {"cord", "name", &FiberLayout::cord_name, {1}},
       {"rlist", "next", &FiberLayout::rlist_next, {8}},
       {"fiber", "link", &FiberLayout::fiber_link, {16}},
       {"fiber", "fid", &FiberLayout::fiber_fid, {4, 8}},
       {"fiber", "name", &FiberLayout::fiber_name, {8}},
+      {"fiber", "state", &FiberLayout::fiber_state, {16}},
+      {"fiber", "csw", &FiberLayout::fiber_csw, {4}},
+      {"fiber", "flags", &FiberLayout::fiber_flags, {4}},
       {"fiber", "storage.lua.stack", &FiberLayout::fiber_lua_state, {8}},
       {"fiber", "ctx.sp", &FiberLayout::fiber_ctx_sp, {8}},
   };
@@ -45,8 +51,15 @@ Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf) {
     return make_error("no fiber layout: {} has no .symtab OBJECT symbol main_cord", elf.path());
   }
   out.main_cord = cord->value;
-  auto dwarf = read_dwarf_structs(elf.path(), {"cord", "fiber", "rlist"}, 3);
+  // The fiber flags are an anonymous enum of FIBER_IS_* in fiber.h; their values moved between
+  // versions (FIBER_IS_CANCELLABLE went away), so they come from the DWARF too.
+  auto dwarf = read_dwarf_structs(elf.path(), {"cord", "fiber", "rlist"}, 3, "FIBER_IS_");
   if (!dwarf.ok()) return make_error("no fiber layout: {}", dwarf.message());
+  const auto dead = dwarf->layout.get("FIBER_IS_DEAD");
+  if (!dead || *dead <= 0 || (*dead & (*dead - 1)) != 0) {
+    return make_error("no fiber layout: DWARF of {} has no FIBER_IS_DEAD flag bit", elf.path());
+  }
+  out.flag_dead = static_cast<uint64_t>(*dead);
   for (const FiberMember& m : fiber_members()) {
     if (!dwarf->found.count(m.strct)) {
       return make_error("no fiber layout: DWARF of {} has no struct {}", elf.path(), m.strct);
@@ -78,11 +91,17 @@ std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayou
   return {{"main_cord", l.main_cord},
           {"cord.fiber", l.cord_fiber},
           {"cord.alive", l.cord_alive},
+          {"cord.ready", l.cord_ready},
+          {"cord.name", l.cord_name},
           {"rlist.next", l.rlist_next},
           {"fiber.link", l.fiber_link},
           {"fiber.fid", l.fiber_fid},
           {"sizeof(fiber.fid)", l.fid_size},
           {"fiber.name", l.fiber_name},
+          {"fiber.state", l.fiber_state},
+          {"fiber.csw", l.fiber_csw},
+          {"fiber.flags", l.fiber_flags},
+          {"FIBER_IS_DEAD", l.flag_dead},
           {"fiber.storage.lua.stack", l.fiber_lua_state},
           {"fiber.ctx.sp", l.fiber_ctx_sp}};
 }

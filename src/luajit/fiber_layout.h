@@ -17,13 +17,21 @@ struct FiberLayout {
   // Link-time address of `static struct cord main_cord` (src/lib/core/fiber.c), a LOCAL OBJECT
   // of .symtab: the cord of the tx thread, where Lua runs.
   uint64_t main_cord = 0;
-  uint32_t cord_fiber = 0;       // cord.fiber: the running fiber (struct fiber *)
-  uint32_t cord_alive = 0;       // cord.alive: the rlist of live fibers, linked through fiber.link
-  uint32_t rlist_next = 0;       // rlist.next (src/lib/salad/rlist.h)
-  uint32_t fiber_link = 0;       // fiber.link
-  uint32_t fiber_fid = 0;        // fiber.fid
-  uint32_t fid_size = 0;         // 4 (uint32_t, 2.x) or 8 (uint64_t, 3.x)
-  uint32_t fiber_name = 0;       // fiber.name (char *)
+  uint32_t cord_fiber = 0;   // cord.fiber: the running fiber (struct fiber *)
+  uint32_t cord_alive = 0;   // cord.alive: the rlist of live fibers, linked through fiber.link
+  uint32_t cord_ready = 0;   // cord.ready: fibers woken and waiting their turn, through fiber.state
+  uint32_t cord_name = 0;    // cord.name: char[40], "main" for the main cord
+  uint32_t rlist_next = 0;   // rlist.next (src/lib/salad/rlist.h)
+  uint32_t fiber_link = 0;   // fiber.link
+  uint32_t fiber_fid = 0;    // fiber.fid
+  uint32_t fid_size = 0;     // 4 (uint32_t, 2.x) or 8 (uint64_t, 3.x)
+  uint32_t fiber_name = 0;   // fiber.name (char *)
+  uint32_t fiber_state = 0;  // fiber.state: its link in cord.ready (or in a wait list)
+  // fiber.csw: how many times the fiber was switched to (fiber_call_impl ++callee->csw). A live
+  // read of a suspended fiber is consistent when csw is the same before and after it.
+  uint32_t fiber_csw = 0;
+  uint32_t fiber_flags = 0;      // fiber.flags (uint32_t)
+  uint64_t flag_dead = 0;        // the FIBER_IS_DEAD enumerator: finished, not yet joined
   uint32_t fiber_lua_state = 0;  // fiber.storage.lua.stack (struct lua_State *)
   // fiber.ctx.sp: the saved stack pointer of a switched-out fiber (third_party/coro/coro.h
   // struct coro_context { void **sp; } under CORO_ASM), where coro_transfer pushed its registers.
@@ -36,8 +44,9 @@ struct FiberLayout {
 Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf);
 
 // The layout as (name, value) rows in declaration order, for `ljprof inspect`:
-// "main_cord", "cord.fiber", "cord.alive", "rlist.next", "fiber.link", "fiber.fid",
-// "sizeof(fiber.fid)", "fiber.name", "fiber.storage.lua.stack", "fiber.ctx.sp".
+// "main_cord", "cord.fiber", "cord.alive", "cord.ready", "cord.name", "rlist.next", "fiber.link",
+// "fiber.fid", "sizeof(fiber.fid)", "fiber.name", "fiber.state", "fiber.csw", "fiber.flags",
+// "FIBER_IS_DEAD", "fiber.storage.lua.stack", "fiber.ctx.sp".
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& layout);
 
 }  // namespace ljprof::luajit

@@ -47,6 +47,9 @@ struct Frame {
 struct SampleFiber {
   uint64_t id = 0;   // fiber.fid: never reused within a process; 0 when unknown
   std::string name;  // fiber.name at sample time, printable text
+  // A wall-clock fiber profile's label `state` (core/fiber_snapshot.h: running, ready,
+  // suspended, dead); "" in CPU profiles, where every sample is of the running fiber.
+  std::string state;
   bool present() const { return id != 0 || !name.empty(); }
   friend bool operator==(const SampleFiber&, const SampleFiber&) = default;
   friend auto operator<=>(const SampleFiber&, const SampleFiber&) = default;
@@ -60,8 +63,13 @@ struct Sample {
   SampleFiber fiber;
 };
 
+// What a sample's weight measures (DESIGN.md "Profile types"): CPU time of the thread that was
+// sampled, or wall-clock time of a fiber whether it ran or waited (Pyroscope's `wall` type).
+enum class ValueType { Cpu, Wall };
+
 struct Profile {
   std::vector<Sample> samples;
+  ValueType value_type = ValueType::Cpu;
   int64_t period_ns = 0;      // sampling period (1e9 / frequency); 0 if unknown
   int64_t start_time_ns = 0;  // wall clock, nanoseconds since the epoch
   int64_t duration_ns = 0;

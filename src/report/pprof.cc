@@ -192,9 +192,10 @@ class Writer {
   }
 
   void write_header() {
+    const char* value = profile_.value_type == profile::ValueType::Wall ? "wall" : "cpu";
     add_type(out_.add_sample_type(), "samples", "count");
-    add_type(out_.add_sample_type(), "cpu", "nanoseconds");
-    add_type(out_.mutable_period_type(), "cpu", "nanoseconds");
+    add_type(out_.add_sample_type(), value, "nanoseconds");
+    add_type(out_.mutable_period_type(), value, "nanoseconds");
     out_.set_period(profile_.period_ns);
     out_.set_time_nanos(profile_.start_time_ns);
     out_.set_duration_nanos(profile_.duration_ns);
@@ -284,6 +285,11 @@ class Writer {
       name->set_key(strings_.index("fiber"));
       name->set_str(strings_.index(fiber.name));
     }
+    if (!fiber.state.empty()) {
+      pp::Label* state = ps->add_label();
+      state->set_key(strings_.index("state"));
+      state->set_str(strings_.index(fiber.state));
+    }
     if (fibers_ == FiberLabels::NameOnly || fiber.id == 0) return;
     pp::Label* id = ps->add_label();
     id->set_key(strings_.index("fiber_id"));
@@ -346,7 +352,8 @@ class Reader {
     profile::Profile out;
     LJ_ASSIGN_OR_RETURN(int value_index, count_index());
     LJ_ASSIGN_OR_RETURN(std::string period_unit, str(in_.period_type().unit(), "period_type.unit"));
-    LJ_TRY(str(in_.period_type().type(), "period_type.type"));
+    LJ_ASSIGN_OR_RETURN(std::string period_type, str(in_.period_type().type(), "period_type.type"));
+    if (period_type == "wall") out.value_type = profile::ValueType::Wall;
     LJ_TRY(str(in_.drop_frames(), "drop_frames"));
     LJ_TRY(str(in_.keep_frames(), "keep_frames"));
     LJ_TRY(str(in_.default_sample_type(), "default_sample_type"));
@@ -512,6 +519,7 @@ class Reader {
         LJ_TRY(str(l.num_unit(), "label.num_unit"));
         if (key == "fiber") sample.fiber.name = std::move(value);
         if (key == "fiber_id") sample.fiber.id = static_cast<uint64_t>(l.num());
+        if (key == "state") sample.fiber.state = std::move(value);
         if (l.num() >= 0 && l.num() <= UINT32_MAX) {
           if (key == "pid") sample.pid = static_cast<uint32_t>(l.num());
           if (key == "tid") sample.tid = static_cast<uint32_t>(l.num());

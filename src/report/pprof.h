@@ -12,7 +12,9 @@ namespace ljprof::report {
 
 // Layout of what write_pprof() writes:
 // - sample types samples/count and cpu/nanoseconds (count * period_ns); period_type
-//   cpu/nanoseconds, period = period_ns, time_nanos, duration_nanos.
+//   cpu/nanoseconds, period = period_ns, time_nanos, duration_nanos. A wall-clock fiber profile
+//   (Profile::value_type Wall) says wall/nanoseconds instead of cpu/nanoseconds (Pyroscope's
+//   wall type), and its samples carry the fiber's state as the string label "state".
 // - one Location per distinct Frame (address = Frame::address, one Line with Frame::line;
 //   no Line for a native frame without a symbol, which pprof then shows by address),
 //   one Function per distinct (kind, name, file, start_line); Function.system_name is

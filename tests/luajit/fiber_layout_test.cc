@@ -74,8 +74,10 @@ TEST(FiberLayout, TarantoolMatchesGdb) {
       gdb_values(kTarantool,
                  {"(long)&main_cord", at("cord", "fiber"), at("cord", "alive"), at("rlist", "next"),
                   at("fiber", "link"), at("fiber", "fid"), "sizeof(((struct fiber*)0)->fid)",
-                  at("fiber", "name"), at("fiber", "storage.lua.stack"), at("fiber", "ctx.sp")});
-  ASSERT_EQ(want.size(), 10u);
+                  at("fiber", "name"), at("fiber", "storage.lua.stack"), at("fiber", "ctx.sp"),
+                  at("cord", "ready"), at("cord", "name"), at("fiber", "state"), at("fiber", "csw"),
+                  at("fiber", "flags"), "(long)FIBER_IS_DEAD"});
+  ASSERT_EQ(want.size(), 16u);
   EXPECT_EQ(l.main_cord, want[0]);
   EXPECT_EQ(l.cord_fiber, want[1]);
   EXPECT_EQ(l.cord_alive, want[2]);
@@ -86,6 +88,12 @@ TEST(FiberLayout, TarantoolMatchesGdb) {
   EXPECT_EQ(l.fiber_name, want[7]);
   EXPECT_EQ(l.fiber_lua_state, want[8]);
   EXPECT_EQ(l.fiber_ctx_sp, want[9]);
+  EXPECT_EQ(l.cord_ready, want[10]);
+  EXPECT_EQ(l.cord_name, want[11]);
+  EXPECT_EQ(l.fiber_state, want[12]);
+  EXPECT_EQ(l.fiber_csw, want[13]);
+  EXPECT_EQ(l.fiber_flags, want[14]);
+  EXPECT_EQ(l.flag_dead, want[15]);
 }
 
 TEST(FiberLayout, TarantoolMatchesPahole) {

@@ -60,52 +60,13 @@ TEST(FiberStacks, CoroTransferSavesWhatTheWalkReads) {
   EXPECT_EQ(std::vector<std::string>(got.begin(), got.begin() + want.size()), want);
 }
 
-// A C function name as fiber.info() and our frames both show it, without a C++ signature.
-std::string bare_name(const std::string& name) {
-  return name.substr(0, name.find('('));
-}
-
-// Per fiber id, the C function names of its fiber.info() backtrace, outermost last. Frames
-// shown as "??" or without a name are left out, and so are the LuaJIT VM's own (lj_BC_*,
-// lj_vm_*): the walker shows the VM's C frame as the Lua frames it runs. Frame #0 is left out
-// too: for a switched-out fiber it is no call site (measured on Debian's 2.6: "0x1 in +63", or
-// the entry address of the Lua C function it blocks in, named as the end of the function before
-// it, e.g. lbox_fiber_sleep's entry as "lbox_fiber_testcancel+80").
-std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::string& out) {
-  static const std::regex fid_re(R"(^(\d+):$)");
-  static const std::regex c_re(R"re(^\s+- C: ['"]#(\d+)\s+0x[0-9a-f]+ in (.*)\+\d+['"]$)re");
-  std::map<uint64_t, std::vector<std::string>> by_fid;
-  bool inside = false;
-  uint64_t fid = 0;
-  for (const std::string& line : test::lines_of(out)) {
-    if (line == "ljprof-fiber-info-begin" || line == "ljprof-fiber-info-end") {
-      inside = line == "ljprof-fiber-info-begin";
-      continue;
-    }
-    std::smatch m;
-    if (!inside) continue;
-    if (std::regex_match(line, m, fid_re)) {
-      fid = std::stoull(m[1]);
-      by_fid[fid];
-    } else if (fid != 0 && std::regex_match(line, m, c_re) && m[1] != "0") {
-      const std::string name = bare_name(m[2]);
-      if (name.empty() || name == "??" || name.rfind("lj_BC_", 0) == 0 ||
-          name.rfind("lj_vm_", 0) == 0) {
-        continue;
-      }
-      by_fid[fid].push_back(name);
-    }
-  }
-  return by_fid;
-}
-
 TEST(FiberStacks, SuspendedFibersShowTheirFullStacks) {
   ASSERT_TRUE(test::file_exists(kTarantool.exe));
   test::Dump d = test::dump_core(kTarantool, "named_fibers.lua");
   ASSERT_TRUE(fs::exists(d.core));
   auto blocks = test::parse_tracebacks(d.out);
   std::vector<test::PrintedFiber> fibers = test::printed_fibers(d.out, "ljprof-fiber");
-  auto backtraces = fiber_info_backtraces(d.out);
+  auto backtraces = test::fiber_info_backtraces(d.out);
   ASSERT_EQ(blocks.size(), 4u) << d.out;  // the three fibers', then the crash
   ASSERT_EQ(fibers.size(), 3u) << d.out;
   test::CommandResult r = test::run({test::ljprof_bin(), "core", "--json", "--all-fibers", d.core});
@@ -129,19 +90,7 @@ TEST(FiberStacks, SuspendedFibersShowTheirFullStacks) {
     // The native frames hold fiber.info()'s C backtrace of this fiber, in its order.
     const std::vector<std::string>& want = backtraces[fibers[i].id];
     EXPECT_GE(want.size(), 4u) << "fiber.info() printed no C backtrace for it\n" << d.out;
-    std::vector<std::string> ours;
-    for (const Json& f : frames) {
-      if (f["kind"] != "lua" && f["symbol"].is_string()) {
-        ours.push_back(bare_name(f["symbol"].get<std::string>()));
-      }
-    }
-    size_t at = 0;
-    for (const std::string& name : want) {
-      while (at < ours.size() && ours[at] != name) ++at;
-      EXPECT_LT(at, ours.size()) << name << " (fiber.info) is missing or out of order in ours:\n"
-                                 << test::describe(frames);
-      if (at < ours.size()) ++at;
-    }
+    test::expect_native_names_in_order(frames, want);
     EXPECT_NE(
         text.out.find(fmt::format("Fiber {} \"{}\" (suspended):\n", fibers[i].id, fibers[i].name)),
         std::string::npos)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <map>
 #include <regex>
 
 #include "support/test_support.h"
@@ -149,6 +150,61 @@ const Json* coroutine_of_fiber(const Json& j, uint64_t id) {
     if (co.contains("fiber") && co["fiber"]["id"] == id) return &co;
   }
   return nullptr;
+}
+
+// A C function name as fiber.info() and our frames both show it, without a C++ signature.
+std::string bare_name(const std::string& name) {
+  return name.substr(0, name.find('('));
+}
+
+// Per fiber id, the C function names of its fiber.info() backtrace, outermost last. Frames
+// shown as "??" or without a name are left out, and so are the LuaJIT VM's own (lj_BC_*,
+// lj_vm_*): the walker shows the VM's C frame as the Lua frames it runs. Frame #0 is left out
+// too: for a switched-out fiber it is no call site (measured on Debian's 2.6: "0x1 in +63", or
+// the entry address of the Lua C function it blocks in, named as the end of the function before
+// it, e.g. lbox_fiber_sleep's entry as "lbox_fiber_testcancel+80").
+std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::string& out) {
+  static const std::regex fid_re(R"(^(\d+):$)");
+  static const std::regex c_re(R"re(^\s+- C: ['"]#(\d+)\s+0x[0-9a-f]+ in (.*)\+\d+['"]$)re");
+  std::map<uint64_t, std::vector<std::string>> by_fid;
+  bool inside = false;
+  uint64_t fid = 0;
+  for (const std::string& line : test::lines_of(out)) {
+    if (line == "ljprof-fiber-info-begin" || line == "ljprof-fiber-info-end") {
+      inside = line == "ljprof-fiber-info-begin";
+      continue;
+    }
+    std::smatch m;
+    if (!inside) continue;
+    if (std::regex_match(line, m, fid_re)) {
+      fid = std::stoull(m[1]);
+      by_fid[fid];
+    } else if (fid != 0 && std::regex_match(line, m, c_re) && m[1] != "0") {
+      const std::string name = bare_name(m[2]);
+      if (name.empty() || name == "??" || name.rfind("lj_BC_", 0) == 0 ||
+          name.rfind("lj_vm_", 0) == 0) {
+        continue;
+      }
+      by_fid[fid].push_back(name);
+    }
+  }
+  return by_fid;
+}
+
+void expect_native_names_in_order(const Json& frames, const std::vector<std::string>& want) {
+  std::vector<std::string> ours;
+  for (const Json& f : frames) {
+    if (f["kind"] != "lua" && f["symbol"].is_string()) {
+      ours.push_back(bare_name(f["symbol"].get<std::string>()));
+    }
+  }
+  size_t at = 0;
+  for (const std::string& name : want) {
+    while (at < ours.size() && ours[at] != name) ++at;
+    EXPECT_LT(at, ours.size()) << name << " (fiber.info) is missing or out of order in ours:\n"
+                               << describe(frames);
+    if (at < ours.size()) ++at;
+  }
 }
 
 }  // namespace ljprof::test

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -56,5 +57,18 @@ std::vector<PrintedFiber> printed_fibers(const std::string& out, const std::stri
 
 // The --all-fibers coroutine object of fiber `id`, or nullptr.
 const nlohmann::json* coroutine_of_fiber(const nlohmann::json& j, uint64_t id);
+
+// A C function name as fiber.info() and our frames both show it, without a C++ signature.
+std::string bare_name(const std::string& name);
+
+// Per fiber id, the C function names of the fiber.info() backtrace a workload printed between
+// "ljprof-fiber-info-begin" and "ljprof-fiber-info-end", outermost last; unnamed frames, the
+// LuaJIT VM's own (lj_BC_*, lj_vm_*: shown as the Lua frames they run) and frame #0 (no call
+// site for a switched-out fiber) left out.
+std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::string& out);
+
+// The symbols of the non-Lua frames of `frames` hold `want` (fiber_info_backtraces), in order.
+void expect_native_names_in_order(const nlohmann::json& frames,
+                                  const std::vector<std::string>& want);
 
 }  // namespace ljprof::test

@@ -1,0 +1,71 @@
+// core/fiber_snapshot.h: every fiber of Tarantool's main cord with its stack, read from a live
+// process without stopping it (`ljprof fibers`) — or from a core, where nothing moves.
+//
+// A live read races the process: a fiber may run, and its stack change, while it is being
+// walked. A switched-out fiber's stack changes only when it runs, and every switch to it
+// increments fiber.csw; the GC may move its Lua stack (lj_state_shrinkstack) without running it.
+// So a fiber's stack is kept only when csw, its saved stack pointer and its lua_State's stack,
+// base and top read the same before and after the walk, and it is not the running fiber then;
+// otherwise it is read again, and shown without frames ("unsettled") when it keeps changing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "core/core_walk.h"
+
+namespace ljprof::core {
+
+enum class FiberState {
+  Running,    // main_cord.fiber: on the CPU (its stack is not read: it moves)
+  Ready,      // on main_cord.ready: woken, waiting for its turn
+  Suspended,  // switched out, waiting (fiber.sleep, a channel, a box call, ...)
+  Dead,       // finished (FIBER_IS_DEAD), not yet joined
+};
+const char* fiber_state_name(FiberState state);
+
+struct FiberStack {
+  FiberName fiber;
+  FiberState state = FiberState::Suspended;
+  // Native and Lua frames from the fiber's saved context (stack.reached_root), or its Lua frames
+  // only, or none; `note` says why it is not the full stack ("" when it is).
+  ThreadStack stack;
+  std::string note;
+  bool scheduler = false;  // the running "fiber" is the cord's scheduler (cord.sched)
+};
+
+struct FiberSnapshot {
+  std::string cord;                // main_cord.name
+  std::vector<FiberStack> fibers;  // the running fiber first, then main_cord.alive's order
+  uint64_t rereads = 0;            // fibers read again because they changed under the read
+  uint64_t unsettled = 0;          // fibers that kept changing: shown without frames
+  uint64_t reused = 0;             // stacks taken from the previous snapshot (fiber unchanged)
+};
+
+class FiberSnapshotter {
+ public:
+  explicit FiberSnapshotter(const CoreWalker& walker) : walker_(walker) {}
+  // One snapshot. The fiber list itself is read again (up to a few times) when it changed under
+  // the read; an error when it cannot be read consistently or the executable has no fiber
+  // layout. A fiber unchanged since the previous take() (same id, csw, saved sp and Lua stack)
+  // keeps the stack read then.
+  Result<FiberSnapshot> take();
+
+ private:
+  struct Stamp {
+    uint64_t id = 0, saved_sp = 0, lua_state = 0, lua_stack = 0;
+    uint32_t csw = 0;
+    bool dead = false;
+    friend bool operator==(const Stamp&, const Stamp&) = default;
+  };
+  Stamp stamp_of(const FiberName& fiber) const;
+  FiberStack read_stack(const FiberName& fiber, FiberState state, FiberSnapshot& snapshot);
+
+  const CoreWalker& walker_;
+  std::map<uint64_t, std::pair<Stamp, FiberStack>> previous_;  // by struct fiber address
+};
+
+}  // namespace ljprof::core

@@ -1,0 +1,158 @@
+// `ljprof fibers -p PID` on a running Debian tarantool 2.6, never stopped. Oracles, all from the
+// workload itself (tests/walker/workloads):
+//  - live_fibers.lua: each fiber's own id, name and debug.traceback() printed right before it
+//    suspends; its status() as the main fiber reads it; fiber.info()'s fiber names and C
+//    backtraces (ENABLE_BACKTRACE);
+//  - wall_fiber.lua: the time one fiber spends in each of two waits, by the monotonic clock.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "support/test_support.h"
+#include "traceback_oracle.h"
+#include "workload_core.h"
+
+namespace ljprof {
+namespace {
+
+using Json = nlohmann::json;
+const char* const kTarantool = "/usr/bin/tarantool";
+
+// A workload of tests/walker/workloads running under tarantool in its own directory (box.cfg
+// writes there), until the guard goes; ready() once it printed "ljprof-ready".
+struct LiveWorkload {
+  test::TempDir dir;
+  std::unique_ptr<test::Background> process;
+  explicit LiveWorkload(const std::string& workload) {
+    std::filesystem::copy_file(
+        std::filesystem::path(test::source_dir()) / "tests/walker/workloads" / workload,
+        dir.file(workload));
+    process = std::make_unique<test::Background>(
+        std::vector<std::string>{"env", "-C", dir.path(), kTarantool, workload}, dir.file("out"));
+  }
+  bool ready() { return test::wait_for_text(dir.file("out"), "ljprof-ready", 60); }
+  std::string out() const { return test::read_text(dir.file("out")); }
+  std::string pid() const { return std::to_string(process->pid()); }
+};
+
+const Json* fiber_by_id(const Json& j, uint64_t id) {
+  for (const Json& f : j["fibers"]) {
+    if (f["id"] == id) return &f;
+  }
+  return nullptr;
+}
+
+// "ljprof-status ID STATUS" lines: fiber:status() as the workload saw it.
+std::map<uint64_t, std::string> printed_statuses(const std::string& out) {
+  std::map<uint64_t, std::string> by_id;
+  for (const test::PrintedFiber& f : test::printed_fibers(out, "ljprof-status")) {
+    by_id[f.id] = f.name;
+  }
+  return by_id;
+}
+
+TEST(LiveFibers, EveryFiberWithItsStateAndFullStack) {
+  ASSERT_TRUE(test::file_exists(kTarantool));
+  LiveWorkload w("live_fibers.lua");
+  ASSERT_TRUE(w.ready()) << w.out();
+  test::CommandResult r = test::run({test::ljprof_bin(), "fibers", "-p", w.pid(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  test::CommandResult text = test::run({test::ljprof_bin(), "fibers", "-p", w.pid()});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(test::process_state(w.process->pid()), 'S') << "the process must not be stopped";
+  const std::string out = w.out();
+  auto blocks = test::parse_tracebacks(out);
+  std::vector<test::PrintedFiber> fibers = test::printed_fibers(out, "ljprof-fiber");
+  auto backtraces = test::fiber_info_backtraces(out);
+  auto statuses = printed_statuses(out);
+  ASSERT_EQ(blocks.size(), 3u) << out;
+  ASSERT_EQ(fibers.size(), 3u) << out;
+  EXPECT_EQ(j["cord"], "main");
+  // Every fiber fiber.info() lists is there, by id (fiber.info() names them too, but its YAML
+  // keys are the ids; the names are checked on the fibers that printed theirs).
+  for (const auto& [id, names] : backtraces) {
+    EXPECT_NE(fiber_by_id(j, id), nullptr) << "fiber " << id << " of fiber.info() is missing";
+  }
+  for (size_t i = 0; i < fibers.size(); ++i) {
+    SCOPED_TRACE(fmt::format("fiber {} {}", fibers[i].id, fibers[i].name));
+    const Json* f = fiber_by_id(j, fibers[i].id);
+    ASSERT_NE(f, nullptr) << j.dump(1);
+    EXPECT_EQ((*f)["name"], fibers[i].name);
+    EXPECT_EQ((*f)["state"], statuses[fibers[i].id]);
+    EXPECT_EQ((*f)["cord"], "main");
+    const Json& frames = (*f)["frames"];
+    EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
+    ASSERT_FALSE(frames.empty());
+    EXPECT_EQ(frames.back()["kind"], "root") << test::describe(frames);
+    EXPECT_EQ(frames.back()["symbol"], "coro_init") << test::describe(frames);
+    test::expect_lua_frames_match(frames, {blocks[i]}, 0, true);
+    const std::vector<std::string>& want = backtraces[fibers[i].id];
+    EXPECT_GE(want.size(), 4u) << "fiber.info() printed no C backtrace for it\n" << out;
+    test::expect_native_names_in_order(frames, want);
+    EXPECT_NE(text.out.find(fmt::format("Fiber {} \"{}\" ({}):\n", fibers[i].id, fibers[i].name,
+                                        statuses[fibers[i].id])),
+              std::string::npos)
+        << text.out;
+  }
+}
+
+TEST(LiveFibers, FailsClearlyOnAProcessWithoutFibers) {
+  test::Background luajit({"/usr/bin/luajit", "-e", "while true do end"});
+  ASSERT_TRUE(test::wait_until([&] { return test::process_state(luajit.pid()) == 'R'; }, 30));
+  test::CommandResult r =
+      test::run({test::ljprof_bin(), "fibers", "-p", std::to_string(luajit.pid())});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("is not Tarantool"), std::string::npos) << r.err;
+  r = test::run({test::ljprof_bin(), "fibers", "-p", "999999999"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("999999999"), std::string::npos) << r.err;
+}
+
+// "SLEEP_S CHAN_S" the wall_fiber.lua workload last wrote.
+std::pair<double, double> waited(const std::string& path) {
+  std::ifstream in(path);
+  double sleep_s = 0, chan_s = 0;
+  in >> sleep_s >> chan_s;
+  return {sleep_s, chan_s};
+}
+
+// The wall profile's split of the "waiter" fiber's samples between its two waits agrees with
+// the time the fiber measured in each over the same run (by design 75/25), within 5 points.
+// Read back through `go tool pprof`, which also proves the sample type and labels.
+TEST(LiveFibers, WallProfileSplitsAFibersWaitsAsItsOwnClock) {
+  LiveWorkload w("wall_fiber.lua");
+  ASSERT_TRUE(w.ready()) << w.out();
+  const auto before = waited(w.dir.file("wall_fiber.out"));
+  // 37 Hz: no multiple of the workload's 10 Hz round, so ticks do not lock to its phase.
+  test::CommandResult r = test::run({test::ljprof_bin(), "fibers", "-p", w.pid(), "--sample", "37",
+                                     "-d", "4", "-o", w.dir.file("wall.pb.gz")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto after = waited(w.dir.file("wall_fiber.out"));
+  const double sleep_s = after.first - before.first, chan_s = after.second - before.second;
+  ASSERT_GT(sleep_s + chan_s, 2.0) << "the workload did not run its rounds";
+  test::CommandResult pprof = test::go_tool_pprof(
+      w.dir.path(),
+      {"-top", "-sample_index=samples", "-tagfocus=fiber=waiter", w.dir.file("wall.pb.gz")});
+  ASSERT_EQ(pprof.exit_code, 0) << pprof.err;
+  auto rows = test::parse_pprof_top(pprof.out);
+  ASSERT_TRUE(rows.count("sleep_part") && rows.count("chan_part")) << pprof.out;
+  const double in_sleep = std::stod(rows["sleep_part"].cum);
+  const double in_chan = std::stod(rows["chan_part"].cum);
+  ASSERT_GT(in_sleep + in_chan, 80) << pprof.out;
+  const double ours = 100 * in_sleep / (in_sleep + in_chan);
+  const double theirs = 100 * sleep_s / (sleep_s + chan_s);
+  EXPECT_NEAR(ours, theirs, 5) << pprof.out;
+  test::CommandResult types = test::go_tool_pprof(w.dir.path(), {"-raw", w.dir.file("wall.pb.gz")});
+  EXPECT_NE(types.out.find("wall/nanoseconds"), std::string::npos) << types.out.substr(0, 400);
+  EXPECT_NE(types.out.find("state:[suspended]"), std::string::npos) << types.out.substr(0, 2000);
+}
+
+}  // namespace
+}  // namespace ljprof
