@@ -85,9 +85,10 @@ int record_wall(const FibersFlags& f, const core::CoreWalker& walker) {
   auto profile = record::record_fiber_wall(walker, options);
   ::sigaction(SIGINT, &old_int, nullptr);
   if (!profile.ok()) return fail(profile.message());
-  std::cerr << fmt::format("ljprof fibers: {} samples from {} snapshots in {:.1f} s\n",
-                           profile->samples.size(), profile->counters["snapshots"],
-                           profile->duration_ns / 1e9);
+  uint64_t samples = 0;
+  for (const profile::Sample& s : profile->samples) samples += static_cast<uint64_t>(s.count);
+  std::cerr << fmt::format("ljprof fibers: {} samples from {} snapshots in {:.1f} s\n", samples,
+                           profile->counters["snapshots"], profile->duration_ns / 1e9);
   for (const auto& [name, value] : profile->counters) {
     if (value != 0 && name != "snapshots") {
       std::cerr << fmt::format("ljprof fibers:   {} {}\n", value, name);

@@ -106,13 +106,32 @@ Result<FiberName> CoreWalker::read_fiber(const luajit::FiberLayout& layout, uint
   if (f.id == 0 || f.id >= kMaxFiberId) {
     return make_error("fiber {:#x}: fiber.fid {} is not a fiber id (0 or over 2^48)", fiber, f.id);
   }
-  LJ_ASSIGN_OR_RETURN(f.name, read_name(mem, f.id, field(layout.fiber_name, 8)));
+  f.name_addr = field(layout.fiber_name, 8);
+  LJ_ASSIGN_OR_RETURN(f.name, read_name(mem, f.id, f.name_addr));
   f.lua_state = field(layout.fiber_lua_state, 8);
   f.saved_sp = field(layout.fiber_ctx_sp, 8);
   f.csw = static_cast<uint32_t>(field(layout.fiber_csw, 4));
   f.dead = (field(layout.fiber_flags, 4) & layout.flag_dead) != 0;
   f.link_next = field(layout.fiber_link + layout.rlist_next, 8);
   return f;
+}
+
+void CoreWalker::prefetch_fibers(const std::vector<FiberName>& fibers) const {
+  const luajit::FiberLayout* layout = fiber_layout();
+  if (layout == nullptr) return;
+  std::vector<proc::MemoryRange> ranges;
+  const uint32_t cord_end = std::max({layout->cord_fiber + 8, layout->cord_alive + 16,
+                                      layout->cord_ready + 16, layout->cord_name + 40});
+  ranges.push_back({layout->main_cord + vm_bias_, cord_end});
+  const FiberBlock block = fiber_block(*layout);
+  for (const FiberName& f : fibers) {
+    ranges.push_back({f.fiber + block.begin, block.end - block.begin});
+    if (f.name_addr != 0) {
+      ranges.push_back({f.name_addr, static_cast<uint32_t>(64 - (f.name_addr & 63))});
+    }
+    if (auto stamp = lua_stack_range(f.lua_state)) ranges.push_back(*stamp);
+  }
+  core_.prefetch(ranges);
 }
 
 const luajit::FiberLayout* CoreWalker::fiber_layout() const {

@@ -159,8 +159,13 @@ int CoreFile::read_mem_of_state(void* ctx, uint64_t addr, void* dst, uint32_t le
   return -14;  // -EFAULT, as bpf_probe_read_user
 }
 
+int CoreFile::read_live_of_state(void* ctx, uint64_t addr, void* dst, uint32_t len) {
+  return static_cast<CoreFile::State*>(ctx)->read_live(addr, dst, len);
+}
+
 ljprof_mem_reader CoreFile::mem_reader() const {
-  if (state_->live) return state_->live->reader();  // pread, without a Result per read
+  // A live process: its memory (or the prefetched batch), without a Result per read.
+  if (state_->live) return ljprof_mem_reader{&read_live_of_state, state_.get()};
   return ljprof_mem_reader{&read_mem_of_state, state_.get()};
 }
 

@@ -214,6 +214,17 @@ class CoreFile {
   // Whether the core itself (not a mapped file) holds the byte at `addr`.
   bool core_has(uint64_t addr) const;
 
+  // A live process only (from_process): reads `ranges` in one batch (proc::ProcessMemory::
+  // read_ranges) and serves reads that lie inside one of them from that batch until
+  // drop_prefetch(): for a caller about to read many small pieces, as of one moment. Does nothing
+  // for a core file. Not thread-safe, like every read.
+  void prefetch(std::span<const proc::MemoryRange> ranges) const;
+  void drop_prefetch() const;
+  // A live process only: while on, a read inside one page reads that whole page the first time
+  // and later reads of it come from that copy (memory as of that first read); turning it on or
+  // off empties the cache. For one walk, whose reads are many and close together.
+  void cache_pages(bool on) const;
+
   // The C interface for the natively compiled walker. `ctx` is the core's internal state, so
   // the reader stays valid when the CoreFile is moved; it must not outlive the CoreFile.
   ljprof_mem_reader mem_reader() const;
@@ -222,6 +233,7 @@ class CoreFile {
   struct State;
   explicit CoreFile(std::unique_ptr<State> state);
   static int read_mem_of_state(void* ctx, uint64_t addr, void* dst, uint32_t len);
+  static int read_live_of_state(void* ctx, uint64_t addr, void* dst, uint32_t len);
   static Result<CoreFile> from_elf(std::unique_ptr<elf::ElfFile> elf, const CoreOptions& options);
   std::unique_ptr<State> state_;
 };

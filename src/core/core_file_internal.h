@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/core_file.h"
@@ -23,6 +24,25 @@ struct LoadSegment {
   uint64_t filesz = 0;
   uint64_t offset = 0;
   uint64_t present = 0;  // bytes of the file part that the core file really holds (truncation)
+};
+
+// Bytes of a live process read in one batch (CoreFile::prefetch), served before its memory until
+// CoreFile::drop_prefetch.
+struct PrefetchedMemory {
+  std::vector<proc::MemoryRange> ranges;  // those read, sorted by address
+  std::vector<size_t> offsets;            // where each range's bytes start in `bytes`
+  std::vector<uint8_t> bytes;
+  // All of [addr, addr + len) from one range, or false.
+  bool read(uint64_t addr, void* dst, size_t len) const;
+};
+
+// Whole pages of a live process read on first use while CoreFile::cache_pages is on: a walk reads
+// a stack and the Lua objects it names in small pieces, mostly a few bytes apart.
+struct PageCache {
+  static constexpr uint64_t kPage = 4096;
+  static constexpr size_t kMaxPages = 256;  // 1 MiB: a deep walk, then reads go through uncached
+  bool on = false;
+  std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages;  // by page address
 };
 
 struct CoreFile::State {
@@ -46,6 +66,11 @@ struct CoreFile::State {
   std::vector<std::string> nt_file_paths;
   // A live process (CoreFile::from_process): every read goes to its memory.
   std::unique_ptr<proc::ProcessMemory> live;
+  PrefetchedMemory prefetched;
+  PageCache page_cache;
+  // A read of the live process through the prefetched batch, then the page cache, then its
+  // memory: 0 or -EFAULT (abi/read_mem.h).
+  int read_live(uint64_t addr, void* dst, uint32_t len);
 
   std::span<const uint8_t> bytes() const { return elf->bytes(); }
 

@@ -102,4 +102,77 @@ Result<CoreFile> CoreFile::from_process(uint32_t pid) {
   return CoreFile(std::move(st));
 }
 
+bool PrefetchedMemory::read(uint64_t addr, void* dst, size_t len) const {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), addr,
+                             [](uint64_t a, const proc::MemoryRange& r) { return a < r.addr; });
+  if (it == ranges.begin()) return false;
+  --it;
+  const uint64_t rel = addr - it->addr;
+  if (rel > it->len || len > it->len - rel) return false;
+  std::memcpy(dst, bytes.data() + offsets[it - ranges.begin()] + rel, len);
+  return true;
+}
+
+void CoreFile::prefetch(std::span<const proc::MemoryRange> ranges) const {
+  State& st = *state_;
+  st.prefetched = {};
+  if (!st.live) return;
+  std::vector<proc::MemoryRange> wanted(ranges.begin(), ranges.end());
+  std::sort(wanted.begin(), wanted.end(),
+            [](const proc::MemoryRange& a, const proc::MemoryRange& b) { return a.addr < b.addr; });
+  // Ranges close to each other are read as one: the kernel pins pages per range, and a struct
+  // and its inline name, or neighbours of one mempool, are a few bytes apart. Merged ranges stay
+  // small enough that one unreadable byte loses little.
+  constexpr uint64_t kGap = 256, kMaxMerged = 64 << 10;
+  std::vector<proc::MemoryRange> sorted;
+  for (const proc::MemoryRange& r : wanted) {
+    if (!sorted.empty()) {
+      proc::MemoryRange& last = sorted.back();
+      const uint64_t end = std::max(last.addr + last.len, r.addr + r.len);
+      if (r.addr <= last.addr + last.len + kGap && end - last.addr <= kMaxMerged) {
+        last.len = static_cast<uint32_t>(end - last.addr);
+        continue;
+      }
+    }
+    sorted.push_back(r);
+  }
+  std::vector<uint8_t> bytes;
+  const std::vector<bool> ok = st.live->read_ranges(sorted, bytes);
+  size_t offset = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (ok[i]) {
+      st.prefetched.ranges.push_back(sorted[i]);
+      st.prefetched.offsets.push_back(offset);
+    }
+    offset += sorted[i].len;
+  }
+  st.prefetched.bytes = std::move(bytes);
+}
+
+void CoreFile::drop_prefetch() const {
+  state_->prefetched = {};
+}
+
+void CoreFile::cache_pages(bool on) const {
+  state_->page_cache.on = on && state_->live != nullptr;
+  state_->page_cache.pages.clear();
+}
+
+int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) {
+  if (prefetched.read(addr, dst, len)) return 0;
+  const uint64_t page = addr & ~(PageCache::kPage - 1);
+  if (!page_cache.on || len == 0 || addr + len - page > PageCache::kPage) {
+    return live->read(addr, dst, len);
+  }
+  auto it = page_cache.pages.find(page);
+  if (it == page_cache.pages.end()) {
+    if (page_cache.pages.size() >= PageCache::kMaxPages) return live->read(addr, dst, len);
+    auto bytes = std::make_unique<uint8_t[]>(PageCache::kPage);
+    if (live->read(page, bytes.get(), PageCache::kPage) != 0) return live->read(addr, dst, len);
+    it = page_cache.pages.emplace(page, std::move(bytes)).first;
+  }
+  std::memcpy(dst, it->second.get() + (addr - page), len);
+  return 0;
+}
+
 }  // namespace ljprof::core

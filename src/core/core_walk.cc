@@ -289,15 +289,22 @@ ThreadStack CoreWalker::walk_lua_state(uint64_t lua_state) const {
   return out;
 }
 
-uint64_t CoreWalker::lua_stack_stamp(uint64_t lua_state) const {
-  if (!luajit_ || lua_state == 0) return 0;
-  const ljprof_mem_reader mem = core_.mem_reader();
-  // One read from the lowest of the three fields to the end of the highest (lj_obj.h lua_State:
-  // base, top, ..., stack lie within 64 bytes of each other in every layout).
+std::optional<proc::MemoryRange> CoreWalker::lua_stack_range(uint64_t lua_state) const {
+  if (!luajit_ || lua_state == 0) return std::nullopt;
+  // From the lowest of the three fields to the end of the highest (lj_obj.h lua_State: base,
+  // top, ..., stack lie within 64 bytes of each other in every layout).
   const uint32_t lo = std::min({info_.L_base, info_.L_top, info_.L_stack});
   const uint32_t hi = std::max({info_.L_base + 8u, info_.L_top + 8u, info_.L_stack + 8u});
+  return proc::MemoryRange{lua_state + lo, hi - lo};
+}
+
+uint64_t CoreWalker::lua_stack_stamp(uint64_t lua_state) const {
+  const std::optional<proc::MemoryRange> range = lua_stack_range(lua_state);
+  if (!range) return 0;
+  const ljprof_mem_reader mem = core_.mem_reader();
+  const uint32_t lo = static_cast<uint32_t>(range->addr - lua_state);
   uint8_t bytes[128] = {};
-  if (hi - lo > sizeof bytes || mem.read_mem(mem.ctx, lua_state + lo, bytes, hi - lo) != 0) {
+  if (range->len > sizeof bytes || mem.read_mem(mem.ctx, range->addr, bytes, range->len) != 0) {
     return 0;
   }
   uint64_t base = 0, top = 0, stack = 0;

@@ -61,6 +61,7 @@ struct FiberName {
   uint32_t csw = 0;        // fiber.csw: times switched to; unchanged = has not run since
   bool dead = false;       // fiber.flags has FIBER_IS_DEAD: finished, waiting to be joined
   uint64_t link_next = 0;  // fiber.link.next: the next node of main_cord.alive
+  uint64_t name_addr = 0;  // fiber.name: where the name was read from
 };
 
 struct FiberList {
@@ -105,6 +106,13 @@ class CoreWalker {
   // lua_State.stack, .base and .top of `lua_state` mixed into one word (0: unreadable or no
   // LuaJIT): its Lua stack was not moved (lj_state_shrinkstack) or changed while it is equal.
   uint64_t lua_stack_stamp(uint64_t lua_state) const;
+  // A live process: reads in one batch what walk_fibers and lua_stack_stamp will read of the
+  // main cord and of `fibers` (a previous walk_fibers), and serves those reads from it until
+  // drop_prefetch() (core/core_file.h CoreFile::prefetch). Does nothing for a core file.
+  void prefetch_fibers(const std::vector<FiberName>& fibers) const;
+  void drop_prefetch() const { core_.drop_prefetch(); }
+  // core/core_file.h CoreFile::cache_pages, for the reads of one walk of a live process.
+  void cache_pages(bool on) const { core_.cache_pages(on); }
   // The file carrying LuaJIT is a Tarantool executable (so it has fibers to name).
   bool tarantool() const { return tarantool_; }
 
@@ -139,6 +147,7 @@ class CoreWalker {
   Result<FiberName> read_fiber(const luajit::FiberLayout& layout, uint64_t fiber) const;
   Result<std::set<uint64_t>> read_ready(const luajit::FiberLayout& layout, uint64_t cord) const;
   const luajit::FiberLayout* fiber_layout() const;
+  std::optional<proc::MemoryRange> lua_stack_range(uint64_t lua_state) const;
 
   const CoreFile& core_;
   mutable std::map<uint32_t, Module> modules_;  // by MappedFile index, built on first use

@@ -33,7 +33,7 @@ FiberSnapshotter::Stamp FiberSnapshotter::stamp_of(const FiberName& f) const {
 }
 
 FiberStack FiberSnapshotter::read_stack(const FiberName& fiber, FiberState state,
-                                        FiberSnapshot& snapshot) {
+                                        const Stamp& stamp, FiberSnapshot& snapshot) {
   FiberStack out;
   out.fiber = fiber;
   out.state = state;
@@ -42,25 +42,31 @@ FiberStack FiberSnapshotter::read_stack(const FiberName& fiber, FiberState state
     return out;
   }
   FiberName f = fiber;
-  Stamp before = stamp_of(f);
+  Stamp before = stamp;
   auto memo = previous_.find(f.fiber);
   if (memo != previous_.end() && memo->second.first == before) {
     ++snapshot.reused;
     FiberStack kept = memo->second.second;
     kept.fiber = f;  // the name may have changed in place
     kept.state = state;
+    kept.reused = true;
     return kept;
   }
   for (int read = 0; read < kReads; ++read) {
     if (read > 0) ++snapshot.rereads;
+    // The walk reads the fiber's stack and the Lua objects it names in pieces a few bytes apart:
+    // a page at a time. Its check below reads the process as it is then, uncached.
+    walker_.cache_pages(true);
     auto full = walker_.walk_fiber(f);
     if (full.ok()) {
-      out.stack = std::move(*full);
+      out.stack = std::make_shared<const ThreadStack>(std::move(*full));
       out.note.clear();
     } else {
       out.note = full.message();
-      out.stack = f.lua_state != 0 ? walker_.walk_lua_state(f.lua_state) : ThreadStack{};
+      out.stack = std::make_shared<const ThreadStack>(
+          f.lua_state != 0 ? walker_.walk_lua_state(f.lua_state) : ThreadStack{});
     }
+    walker_.cache_pages(false);
     auto again = walker_.reread_fiber(f);
     if (again.ok() && stamp_of(*again) == before && walker_.running_fiber() != f.fiber) {
       out.fiber = *again;
@@ -72,18 +78,36 @@ FiberStack FiberSnapshotter::read_stack(const FiberName& fiber, FiberState state
     before = stamp_of(f);
   }
   ++snapshot.unsettled;
-  out.stack = ThreadStack{};
+  out.stack = std::make_shared<const ThreadStack>();
   out.note = fmt::format("its stack changed under {} reads (the fiber kept running)", kReads);
   return out;
 }
 
-Result<FiberSnapshot> FiberSnapshotter::take() {
-  Result<FiberList> list = make_error("not read");
-  for (int read = 0; read < kReads; ++read) {
+Result<FiberList> FiberSnapshotter::read_list() {
+  // What the previous list read, in one batch (a live process), so that a thousand waiting
+  // fibers cost a few system calls; the reads then see memory as of that one moment. A list that
+  // cannot be walked is read again without the batch.
+  walker_.prefetch_fibers(previous_list_);
+  Result<FiberList> list = walker_.walk_fibers();
+  for (int read = 1; read < kReads && !list.ok(); ++read) {
+    walker_.drop_prefetch();
     list = walker_.walk_fibers();
-    if (list.ok()) break;
   }
-  if (!list.ok()) return list.error();
+  return list;
+}
+
+Result<FiberSnapshot> FiberSnapshotter::take() {
+  Result<FiberList> list = read_list();
+  if (!list.ok()) {
+    walker_.drop_prefetch();
+    return list.error();
+  }
+  // The stamps come from the batch too; the walks and their checks read the process as it is
+  // now (a fiber that ran since the batch fails its check and is read again).
+  std::vector<Stamp> stamps;
+  stamps.reserve(list->fibers.size());
+  for (const FiberName& f : list->fibers) stamps.push_back(stamp_of(f));
+  walker_.drop_prefetch();
   FiberSnapshot out;
   out.cord = list->cord;
   auto state_of = [&](const FiberName& f) {
@@ -91,23 +115,28 @@ Result<FiberSnapshot> FiberSnapshotter::take() {
     if (f.dead) return FiberState::Dead;
     return list->ready.count(f.fiber) ? FiberState::Ready : FiberState::Suspended;
   };
-  out.fibers.push_back(read_stack(list->running, FiberState::Running, out));
+  out.fibers.push_back(read_stack(list->running, FiberState::Running, {}, out));
   bool running_is_alive = false;
-  for (const FiberName& f : list->fibers) running_is_alive |= f.fiber == list->running.fiber;
+  for (size_t i = 0; i < list->fibers.size(); ++i) {
+    const FiberName& f = list->fibers[i];
+    if (f.fiber == list->running.fiber) {
+      running_is_alive = true;
+      continue;
+    }
+    out.fibers.push_back(read_stack(f, state_of(f), stamps[i], out));
+  }
   if (!running_is_alive) {
     // cord.sched is on no list: the cord runs its scheduler, not one of its fibers.
     out.fibers.front().note =
         "the cord's scheduler: no fiber is running (the thread is in its event loop)";
     out.fibers.front().scheduler = true;
   }
-  for (const FiberName& f : list->fibers) {
-    if (f.fiber == list->running.fiber) continue;
-    out.fibers.push_back(read_stack(f, state_of(f), out));
-  }
   // Forget the fibers that are gone, so the memo stays the size of the live list.
   std::set<uint64_t> live;
   for (const FiberName& f : list->fibers) live.insert(f.fiber);
   std::erase_if(previous_, [&](const auto& entry) { return !live.count(entry.first); });
+  previous_list_ = std::move(list->fibers);
+  previous_list_.push_back(list->running);
   return out;
 }
 

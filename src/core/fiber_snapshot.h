@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,14 @@ const char* fiber_state_name(FiberState state);
 struct FiberStack {
   FiberName fiber;
   FiberState state = FiberState::Suspended;
-  // Native and Lua frames from the fiber's saved context (stack.reached_root), or its Lua frames
-  // only, or none; `note` says why it is not the full stack ("" when it is).
-  ThreadStack stack;
+  // Native and Lua frames from the fiber's saved context (stack->reached_root), or its Lua frames
+  // only, or none; `note` says why it is not the full stack ("" when it is). Never null; shared
+  // with the next snapshot when the fiber has not run since (a copy per tick would be the cost
+  // of a thousand waiting fibers).
+  std::shared_ptr<const ThreadStack> stack = std::make_shared<const ThreadStack>();
   std::string note;
   bool scheduler = false;  // the running "fiber" is the cord's scheduler (cord.sched)
+  bool reused = false;     // the stack of the previous take(): the fiber has not run since
 };
 
 struct FiberSnapshot {
@@ -62,10 +66,13 @@ class FiberSnapshotter {
     friend bool operator==(const Stamp&, const Stamp&) = default;
   };
   Stamp stamp_of(const FiberName& fiber) const;
-  FiberStack read_stack(const FiberName& fiber, FiberState state, FiberSnapshot& snapshot);
+  Result<FiberList> read_list();
+  FiberStack read_stack(const FiberName& fiber, FiberState state, const Stamp& stamp,
+                        FiberSnapshot& snapshot);
 
   const CoreWalker& walker_;
   std::map<uint64_t, std::pair<Stamp, FiberStack>> previous_;  // by struct fiber address
+  std::vector<FiberName> previous_list_;  // the fibers the previous take() read
 };
 
 }  // namespace ljprof::core

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -91,7 +93,51 @@ Result<std::unique_ptr<ProcessMemory>> ProcessMemory::open(uint32_t pid) {
   const std::string path = fmt::format("/proc/{}/mem", pid);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
-  return std::unique_ptr<ProcessMemory>(new ProcessMemory(fd));
+  return std::unique_ptr<ProcessMemory>(new ProcessMemory(fd, pid));
+}
+
+std::vector<bool> ProcessMemory::read_ranges(std::span<const MemoryRange> ranges,
+                                             std::vector<uint8_t>& bytes) const {
+  constexpr size_t kIovMax = 1024;  // IOV_MAX: the most remote ranges one call takes
+  std::vector<bool> ok(ranges.size(), false);
+  size_t total = 0;
+  for (const MemoryRange& r : ranges) total += r.len;
+  bytes.assign(total, 0);
+  std::vector<iovec> remote;
+  size_t next = 0, offset = 0;
+  while (next < ranges.size()) {
+    // One call for up to kIovMax ranges into the buffer, back to back. It stops at the first
+    // range it cannot read; that range is left unread and the next call starts after it.
+    remote.clear();
+    size_t want = 0;
+    for (size_t i = next; i < ranges.size() && remote.size() < kIovMax; ++i) {
+      remote.push_back({reinterpret_cast<void*>(ranges[i].addr), ranges[i].len});
+      want += ranges[i].len;
+    }
+    iovec local{bytes.data() + offset, want};
+    const ssize_t n =
+        ::process_vm_readv(static_cast<pid_t>(pid_), &local, 1, remote.data(), remote.size(), 0);
+    size_t got = n > 0 ? static_cast<size_t>(n) : 0;
+    size_t i = next;
+    for (; i < next + remote.size() && got >= ranges[i].len; ++i) {
+      ok[i] = true;
+      got -= ranges[i].len;
+      offset += ranges[i].len;
+    }
+    if (i < next + remote.size()) {  // range i failed (or was cut): skip it
+      offset += ranges[i].len;
+      ++i;
+    }
+    next = i;
+  }
+  // A byte the batch read, read again through the file: it fails if the process is gone.
+  const auto first = std::find(ok.begin(), ok.end(), true);
+  uint8_t probe = 0;
+  if (first != ok.end() &&
+      ::pread(fd_, &probe, 1, static_cast<off_t>(ranges[first - ok.begin()].addr)) != 1) {
+    std::fill(ok.begin(), ok.end(), false);  // the pid may be another process's now
+  }
+  return ok;
 }
 
 ProcessMemory::~ProcessMemory() {

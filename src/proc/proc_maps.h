@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,12 @@ std::string map_files_path(uint32_t pid, const MapEntry& map);
 // Reads another process's memory through /proc/PID/mem with pread: the contract of
 // abi/read_mem.h (all or nothing, dst zeroed on failure). The file stays open until the object
 // dies, so reads keep working while the process lives, and fail (never block) once it exited.
+// One range of another process's memory to read in a batch (ProcessMemory::read_ranges).
+struct MemoryRange {
+  uint64_t addr = 0;
+  uint32_t len = 0;
+};
+
 class ProcessMemory {
  public:
   static Result<std::unique_ptr<ProcessMemory>> open(uint32_t pid);
@@ -49,6 +56,14 @@ class ProcessMemory {
 
   ljprof_mem_reader reader() const;
   int read(uint64_t addr, void* dst, uint32_t len) const;
+  // Many ranges in a few system calls (process_vm_readv, up to 1024 ranges a call), where one
+  // pread of /proc/PID/mem each would cost a system call and a kernel page allocation apiece:
+  // `bytes` gets the ranges back to back, and the result says for each range whether it was
+  // read. process_vm_readv names the process by pid, which a new process could have taken after
+  // this one exited; so the batch is kept only when a read through the /proc/PID/mem file opened
+  // at open() (which fails once its process exited) succeeds after it — else nothing was read.
+  std::vector<bool> read_ranges(std::span<const MemoryRange> ranges,
+                                std::vector<uint8_t>& bytes) const;
   // Bytes the kernel copied from this process at sample time, read before its memory (null:
   // none). Shared with the recorder, which adds to it as copies arrive.
   void use_captured(std::shared_ptr<const CapturedMemory> captured) {
@@ -56,8 +71,9 @@ class ProcessMemory {
   }
 
  private:
-  explicit ProcessMemory(int fd) : fd_(fd) {}
+  ProcessMemory(int fd, uint32_t pid) : fd_(fd), pid_(pid) {}
   int fd_ = -1;
+  uint32_t pid_ = 0;
   std::shared_ptr<const CapturedMemory> captured_;
 };
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "core/fiber_snapshot.h"
 #include "profile/profile_frames.h"
@@ -22,23 +23,48 @@ profile::Frame placeholder(const char* what) {
   return f;
 }
 
-void add_samples(const core::FiberSnapshot& snapshot, uint32_t pid, profile::Profile& out) {
-  for (const core::FiberStack& f : snapshot.fibers) {
-    profile::Sample s;
-    s.pid = pid;
-    s.fiber = {f.fiber.id, f.fiber.name, core::fiber_state_name(f.state)};
-    if (f.scheduler) {
-      s.frames.push_back(placeholder("event loop: no fiber running"));
-    } else if (f.state == core::FiberState::Running) {
-      s.frames.push_back(placeholder("running on the CPU"));
-    } else if (f.stack.frames.empty()) {
-      s.frames.push_back(placeholder("stack changed under the read"));
-    } else {
-      s.frames = profile::profile_frames(f.stack.frames);
-    }
-    out.samples.push_back(std::move(s));
+profile::Sample sample_of(const core::FiberStack& f, uint32_t pid) {
+  profile::Sample s;
+  s.pid = pid;
+  s.fiber = {f.fiber.id, f.fiber.name, core::fiber_state_name(f.state)};
+  if (f.scheduler) {
+    s.frames.push_back(placeholder("event loop: no fiber running"));
+  } else if (f.state == core::FiberState::Running) {
+    s.frames.push_back(placeholder("running on the CPU"));
+  } else if (f.stack->frames.empty()) {
+    s.frames.push_back(placeholder("stack changed under the read"));
+  } else {
+    s.frames = profile::profile_frames(f.stack->frames);
   }
+  return s;
 }
+
+// The samples of the ticks so far. A fiber whose stack was reused (it has not run since the
+// previous tick) and whose name and state are the same adds one to the count of its previous
+// sample: a thousand waiting fibers cost a thousand increments a tick, not a thousand stacks.
+class WallSamples {
+ public:
+  explicit WallSamples(profile::Profile& out) : out_(out) {}
+  void add(const core::FiberSnapshot& snapshot, uint32_t pid) {
+    for (const core::FiberStack& f : snapshot.fibers) {
+      auto last = last_.find(f.fiber.fiber);
+      if (f.reused && last != last_.end()) {
+        profile::Sample& s = out_.samples[last->second];
+        if (s.fiber.id == f.fiber.id && s.fiber.name == f.fiber.name &&
+            s.fiber.state == core::fiber_state_name(f.state)) {
+          ++s.count;
+          continue;
+        }
+      }
+      last_[f.fiber.fiber] = out_.samples.size();
+      out_.samples.push_back(sample_of(f, pid));
+    }
+  }
+
+ private:
+  profile::Profile& out_;
+  std::unordered_map<uint64_t, size_t> last_;  // struct fiber address -> its latest sample
+};
 
 }  // namespace
 
@@ -52,6 +78,7 @@ Result<profile::Profile> record_fiber_wall(const core::CoreWalker& walker,
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
   core::FiberSnapshotter snapshotter(walker);
+  WallSamples samples(out);
   const auto start = WallClock::now();
   const auto end = start + std::chrono::duration_cast<WallClock::duration>(
                                std::chrono::duration<double>(options.seconds));
@@ -64,7 +91,7 @@ Result<profile::Profile> record_fiber_wall(const core::CoreWalker& walker,
     auto snapshot = snapshotter.take();
     ++ticks;
     if (snapshot.ok()) {
-      add_samples(*snapshot, options.pid, out);
+      samples.add(*snapshot, options.pid);
       rereads += snapshot->rereads;
       unsettled += snapshot->unsettled;
       reused += snapshot->reused;

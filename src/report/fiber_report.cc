@@ -12,7 +12,7 @@ Json fiber_snapshot_json(const core::FiberSnapshot& snapshot, uint32_t pid) {
   Json fibers = Json::array();
   for (const core::FiberStack& f : snapshot.fibers) {
     Json frames = Json::array();
-    for (const symbolize::Frame& frame : f.stack.frames) {
+    for (const symbolize::Frame& frame : f.stack->frames) {
       frames.push_back(backtrace_frame_json(frame));
     }
     Json j = {{"id", f.fiber.id},
@@ -20,8 +20,8 @@ Json fiber_snapshot_json(const core::FiberSnapshot& snapshot, uint32_t pid) {
               {"state", core::fiber_state_name(f.state)},
               {"cord", snapshot.cord},
               {"frames", std::move(frames)},
-              {"reached_root", f.stack.reached_root}};
-    if (!f.stack.end.empty()) j["end"] = f.stack.end;
+              {"reached_root", f.stack->reached_root}};
+    if (!f.stack->end.empty()) j["end"] = f.stack->end;
     if (!f.note.empty()) j["note"] = f.note;
     fibers.push_back(std::move(j));
   }
@@ -38,14 +38,14 @@ std::string fiber_snapshot_text(const core::FiberSnapshot& snapshot, uint32_t pi
   for (const core::FiberStack& f : snapshot.fibers) {
     text += fmt::format("Fiber {} \"{}\" ({})", f.fiber.id, f.fiber.name,
                         core::fiber_state_name(f.state));
-    if (f.stack.frames.empty()) {
+    if (f.stack->frames.empty()) {
       text += fmt::format(": {}\n\n", f.note.empty() ? "no frames" : f.note);
       continue;
     }
     text += ":\n";
     if (!f.note.empty()) text += fmt::format("  (Lua frames only: {})\n", f.note);
-    for (size_t i = 0; i < f.stack.frames.size(); ++i) {
-      text += fmt::format("  #{:<3} {}\n", i, backtrace_frame_text(f.stack.frames[i]));
+    for (size_t i = 0; i < f.stack->frames.size(); ++i) {
+      text += fmt::format("  #{:<3} {}\n", i, backtrace_frame_text(f.stack->frames[i]));
     }
     text += "\n";
   }

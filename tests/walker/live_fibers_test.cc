@@ -103,6 +103,60 @@ TEST(LiveFibers, EveryFiberWithItsStateAndFullStack) {
   }
 }
 
+// The Lua lines of `frames` (a fiber's, innermost first) after its leading C function.
+std::vector<int> lua_lines(const Json& frames) {
+  std::vector<int> lines;
+  for (const Json& f : frames) {
+    if (f["kind"] == "lua") lines.push_back(f["line"].get<int>());
+  }
+  return lines;
+}
+
+// Fibers that switch all the time are shown as their stack was at one moment (one of the two
+// shapes their own tracebacks printed), or with no frames and a note — never a mix of two.
+// Which of the two a busy fiber gets depends on the machine's speed; neither is asserted.
+TEST(LiveFibers, FibersThatKeepSwitchingAreShownWholeOrMarked) {
+  LiveWorkload w("busy_fibers.lua");
+  ASSERT_TRUE(w.ready()) << w.out();
+  const std::string out = w.out();
+  auto blocks = test::parse_tracebacks(out);
+  std::vector<test::PrintedFiber> printed = test::printed_fibers(out, "ljprof-fiber");
+  ASSERT_EQ(blocks.size(), 6u) << out;
+  std::map<uint64_t, std::vector<std::vector<int>>> shapes;  // per fiber id
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::vector<int> lines;
+    for (const test::ExpectedFrame& e : blocks[i]) {
+      if (!e.is_c) lines.push_back(e.line);
+    }
+    shapes[printed[i].id].push_back(lines);
+  }
+  int whole = 0, marked = 0, slow_whole = 0;
+  for (int round = 0; round < 8; ++round) {
+    test::CommandResult r = test::run({test::ljprof_bin(), "fibers", "-p", w.pid(), "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Json j = Json::parse(r.out);
+    for (const auto& [id, valid] : shapes) {
+      const Json* f = fiber_by_id(j, id);
+      ASSERT_NE(f, nullptr) << j.dump(1);
+      if ((*f)["frames"].empty()) {
+        EXPECT_TRUE(f->contains("note")) << f->dump();
+        ++marked;
+        continue;
+      }
+      ++whole;
+      if ((*f)["name"] == "flip slow") ++slow_whole;
+      EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
+      const std::vector<int> got = lua_lines((*f)["frames"]);
+      EXPECT_TRUE(got == valid[0] || got == valid[1])
+          << "fiber " << id << ": " << test::describe((*f)["frames"]);
+    }
+  }
+  // The slow one sleeps 100 ms between switches: most reads of it settle.
+  EXPECT_GT(slow_whole, 0) << "no snapshot read the slow fiber whole";
+  RecordProperty("whole", whole);
+  RecordProperty("marked", marked);
+}
+
 TEST(LiveFibers, FailsClearlyOnAProcessWithoutFibers) {
   test::Background luajit({"/usr/bin/luajit", "-e", "while true do end"});
   ASSERT_TRUE(test::wait_until([&] { return test::process_state(luajit.pid()) == 'R'; }, 30));
