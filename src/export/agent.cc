@@ -10,7 +10,9 @@
 #include <mutex>
 
 #include "export/metrics.h"
+#include "proc/identity.h"
 #include "record/counters.h"
+#include "record/fiber_wall_sampler.h"
 #include "report/pprof.h"
 
 namespace ljprof::exporter {
@@ -26,10 +28,15 @@ class AgentState {
     std::lock_guard lock(mutex_);
     stats_ = stats;
   }
-  void count_interval(size_t profiles) {
+  void count_interval(size_t profiles, size_t wall_profiles) {
     std::lock_guard lock(mutex_);
     ++intervals_;
     profiles_ += profiles;
+    wall_profiles_ += wall_profiles;
+  }
+  uint64_t wall_profiles() const {
+    std::lock_guard lock(mutex_);
+    return wall_profiles_;
   }
   record::RecordStats stats() const {
     std::lock_guard lock(mutex_);
@@ -45,6 +52,7 @@ class AgentState {
   record::RecordStats stats_;
   uint64_t intervals_ = 0;
   uint64_t profiles_ = 0;
+  uint64_t wall_profiles_ = 0;
 };
 
 MetricFamily counter(std::string name, std::string help, double value) {
@@ -122,6 +130,9 @@ std::string render_metrics(const AgentState& state,
   const auto [intervals, profiles] = state.intervals_and_profiles();
   families.push_back(counter("ljprof_intervals_total", "intervals cut", intervals));
   families.push_back(counter("ljprof_profiles_total", "per-process profiles cut", profiles));
+  families.push_back(counter("ljprof_wall_profiles_total",
+                             "of which wall-clock fiber profiles (--fiber-wall)",
+                             state.wall_profiles()));
   add_queue_families(queues, families);
   families.push_back(
       gauge("process_resident_memory_bytes", "the agent's resident memory", resident_bytes()));
@@ -136,42 +147,94 @@ std::string default_host_name() {
   return name;
 }
 
-// The profiles of one interval, each to every queue.
-void deliver_interval(const AgentOptions& o, const std::string& host,
-                      record::IntervalProfiles&& cut,
-                      std::vector<std::unique_ptr<UploadQueue>>& queues, AgentState& state) {
-  uint64_t samples = 0;
-  for (record::ProcessProfile& pp : cut.processes) {
-    IntervalProfile ip;
-    ip.app_name = app_name(pp.process);
-    ip.labels = profile_labels(pp.process, host, o.labels);
-    ip.pid = pp.process.pid;
-    ip.from_unix_s = cut.start_unix_ns / 1000000000;
-    ip.until_unix_s = (cut.end_unix_ns + 999999999) / 1000000000;
-    ip.sample_rate_hz = o.record.frequency_hz;
-    for (const profile::Sample& s : pp.profile.samples) samples += static_cast<uint64_t>(s.count);
-    // Pyroscope makes each sample label a series label: fiber names yes, fiber ids (a new one
-    // per fiber ever created) no.
-    auto bytes = report::pprof_gzip_bytes(pp.profile, report::FiberLabels::NameOnly);
-    if (!bytes.ok()) {
-      if (o.log) o.log(fmt::format("pid {}: profile not written: {}", ip.pid, bytes.message()));
-      continue;
-    }
-    ip.pprof_gz = std::move(*bytes);
-    for (size_t i = 0; i < queues.size(); ++i) {
-      if (i + 1 == queues.size()) {
-        queues[i]->push(std::move(ip));
-      } else {
-        queues[i]->push(ip);
-      }
+// One profile of one process over the interval of `cut`, to every queue; false (and a log line)
+// when it cannot be written.
+bool deliver_profile(const AgentOptions& o, const std::string& host,
+                     const record::IntervalProfiles& cut, const record::ProcessIdentity& process,
+                     const profile::Profile& profile, const std::string& kind, uint32_t rate_hz,
+                     std::vector<std::unique_ptr<UploadQueue>>& queues) {
+  IntervalProfile ip;
+  ip.app_name = app_name(process);
+  ip.labels = profile_labels(process, host, o.labels);
+  ip.pid = process.pid;
+  ip.from_unix_s = cut.start_unix_ns / 1000000000;
+  ip.until_unix_s = (cut.end_unix_ns + 999999999) / 1000000000;
+  ip.sample_rate_hz = rate_hz;
+  ip.kind = kind;
+  // Pyroscope makes each sample label a series label: fiber names yes, fiber ids (a new one
+  // per fiber ever created) no.
+  auto bytes = report::pprof_gzip_bytes(profile, report::FiberLabels::NameOnly);
+  if (!bytes.ok()) {
+    if (o.log) o.log(fmt::format("pid {}: profile not written: {}", ip.pid, bytes.message()));
+    return false;
+  }
+  ip.pprof_gz = std::move(*bytes);
+  for (size_t i = 0; i < queues.size(); ++i) {
+    if (i + 1 == queues.size()) {
+      queues[i]->push(std::move(ip));
+    } else {
+      queues[i]->push(ip);
     }
   }
-  state.count_interval(cut.processes.size());
+  return true;
+}
+
+// The identity of a process given with -p that the sampler watches before it shows up in a cut
+// (an idle Tarantool may have no CPU sample for many intervals): as record/process_identity.cc
+// reads it, its runtime Tarantool (the sampler drops a process that is not).
+record::ProcessIdentity tarantool_identity(uint32_t pid) {
+  record::ProcessIdentity id;
+  id.pid = pid;
+  id.comm = proc::read_comm(pid);
+  id.executable = proc::executable_name(pid);
+  id.runtime = "tarantool";
+  id.service = proc::environment_value(pid, {"OTEL_SERVICE_NAME", "PYROSCOPE_APPLICATION_NAME"});
+  return id;
+}
+
+// The wall-clock fiber profiles of the interval (--fiber-wall): Tarantool processes seen in it
+// are watched from now on; each watched one's profile goes out under the identity it was last
+// seen with. The count of profiles handed over.
+size_t deliver_walls(const AgentOptions& o, const std::string& host,
+                     const record::IntervalProfiles& cut, record::FiberWallSampler& walls,
+                     std::map<uint32_t, record::ProcessIdentity>& tarantools,
+                     std::vector<std::unique_ptr<UploadQueue>>& queues) {
+  for (const record::ProcessProfile& pp : cut.processes) {
+    if (pp.process.runtime != "tarantool") continue;
+    tarantools[pp.process.pid] = pp.process;
+    walls.watch(pp.process.pid);
+  }
+  size_t delivered = 0;
+  for (auto& [pid, profile] : walls.cut()) {
+    auto process = tarantools.find(pid);
+    if (process == tarantools.end() || profile.samples.empty()) continue;
+    const auto rate = static_cast<uint32_t>(o.fiber_wall_hz + 0.5);
+    delivered += deliver_profile(o, host, cut, process->second, profile, "wall", rate, queues);
+  }
+  if (o.log) {
+    for (const std::string& line : walls.take_log()) o.log(line);
+  }
+  return delivered;
+}
+
+// The profiles of one interval, each to every queue.
+void deliver_interval(const AgentOptions& o, const std::string& host,
+                      record::IntervalProfiles&& cut, record::FiberWallSampler* walls,
+                      std::map<uint32_t, record::ProcessIdentity>& tarantools,
+                      std::vector<std::unique_ptr<UploadQueue>>& queues, AgentState& state) {
+  uint64_t samples = 0;
+  for (const record::ProcessProfile& pp : cut.processes) {
+    for (const profile::Sample& s : pp.profile.samples) samples += static_cast<uint64_t>(s.count);
+    deliver_profile(o, host, cut, pp.process, pp.profile, "cpu", o.record.frequency_hz, queues);
+  }
+  const size_t wall_profiles = walls ? deliver_walls(o, host, cut, *walls, tarantools, queues) : 0;
+  state.count_interval(cut.processes.size() + wall_profiles, wall_profiles);
   if (!o.log) return;
   std::string line =
       fmt::format("interval of {:.1f} s{}: {} profile{}, {} samples",
                   (cut.end_unix_ns - cut.start_unix_ns) / 1e9, cut.last ? " (last, partial)" : "",
                   cut.processes.size(), cut.processes.size() == 1 ? "" : "s", samples);
+  if (walls) line += fmt::format(", {} wall-clock fiber profile(s)", wall_profiles);
   for (const auto& q : queues) {
     const QueueCounts c = q->counts();
     line += fmt::format("; {}: {} queued, {} delivered, {} dropped", q->sink_name(), c.depth,
@@ -256,10 +319,19 @@ Result<AgentSummary> run_agent(AgentOptions o) {
       o.log(fmt::format("metrics on http://{}:{}/metrics", host_part, metrics->port()));
     }
   }
+  std::unique_ptr<record::FiberWallSampler> walls;
+  std::map<uint32_t, record::ProcessIdentity> tarantools;
+  if (o.fiber_wall_hz > 0) {
+    walls = std::make_unique<record::FiberWallSampler>(o.fiber_wall_hz);
+    for (uint32_t pid : o.record.pids) {
+      tarantools[pid] = tarantool_identity(pid);
+      walls->watch(pid);
+    }
+  }
   o.record.keep_running = true;
   o.record.on_stats = [&state](const record::RecordStats& s) { state.set_stats(s); };
   o.record.on_interval = [&](record::IntervalProfiles&& cut) {
-    deliver_interval(o, host, std::move(cut), queues, state);
+    deliver_interval(o, host, std::move(cut), walls.get(), tarantools, queues, state);
   };
   const Clock::time_point start = Clock::now();
   LJ_ASSIGN_OR_RETURN(record::RecordResult recorded, record::record(o.record));
@@ -267,7 +339,9 @@ Result<AgentSummary> run_agent(AgentOptions o) {
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (auto& q : queues) q->stop(o.drain_timeout_s);
   summary.stats = recorded;
+  walls.reset();
   std::tie(summary.intervals, summary.profiles) = state.intervals_and_profiles();
+  summary.wall_profiles = state.wall_profiles();
   for (auto& q : queues) summary.sinks.emplace_back(q->sink_name(), q->counts());
   return summary;
 }

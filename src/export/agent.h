@@ -30,6 +30,9 @@ struct AgentOptions {
   QueueOptions queue;           // capacity and backoff of each sink's queue
   double drain_timeout_s = 5;   // at SIGTERM: how long queued profiles may still be delivered
   std::string metrics_address;  // "HOST:PORT" of the metrics page; "" = none
+  // --fiber-wall HZ: also a wall-clock fiber profile (kind "wall") per Tarantool process per
+  // interval, HZ snapshots a second (record/fiber_wall_sampler.h); 0 = none.
+  double fiber_wall_hz = 0;
   // One line per interval, a sink's failures and recoveries, the metrics address: what an
   // operator reads in the journal.
   std::function<void(const std::string&)> log;
@@ -39,7 +42,8 @@ struct AgentSummary {
   record::RecordStats stats;
   double seconds = 0;
   uint64_t intervals = 0;
-  uint64_t profiles = 0;  // per-process profiles cut (each handed to every sink)
+  uint64_t profiles = 0;       // per-process profiles cut (each handed to every sink)
+  uint64_t wall_profiles = 0;  // of which wall-clock fiber profiles (--fiber-wall)
   std::vector<std::pair<std::string, QueueCounts>> sinks;  // sink name, final counts
 };
 

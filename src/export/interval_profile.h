@@ -18,6 +18,9 @@ struct IntervalProfile {
   int64_t from_unix_s = 0;  // the interval, wall clock seconds since the epoch
   int64_t until_unix_s = 0;
   uint32_t sample_rate_hz = 0;
+  // What it measures: "cpu" (the recorder's samples) or "wall" (the fibers of a Tarantool,
+  // record/fiber_wall.h): Pyroscope's name suffix, and part of an out-dir file name.
+  std::string kind = "cpu";
   std::string pprof_gz;  // report::pprof_gzip_bytes() of the interval's Profile
 };
 

@@ -232,8 +232,10 @@ std::string OutDirSink::enforce_retention(const std::string& newest) {
 }  // namespace
 
 std::string out_dir_file_name(const IntervalProfile& profile) {
-  return fmt::format("{}-{}-{}{}", utc_stamp(profile.from_unix_s),
-                     app_for_file_name(profile.app_name), profile.pid, kSuffix);
+  // A CPU profile's name has no kind (it was the only kind first); the others say theirs.
+  const std::string kind = profile.kind == "cpu" ? "" : "." + app_for_file_name(profile.kind);
+  return fmt::format("{}-{}-{}{}{}", utc_stamp(profile.from_unix_s),
+                     app_for_file_name(profile.app_name), profile.pid, kind, kSuffix);
 }
 
 bool is_out_dir_file_name(const std::string& name) {

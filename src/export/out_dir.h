@@ -32,7 +32,8 @@ struct OutDirOptions {
 // retryable; any other write error rejects the profile.
 Result<std::unique_ptr<Sink>> make_out_dir_sink(OutDirOptions options);
 
-// "<UTC start of the interval, yyyymmddThhmmssZ>-<app>-<pid>.pb.gz": names sort by time. The app
+// "<UTC start of the interval, yyyymmddThhmmssZ>-<app>-<pid>.pb.gz" for a CPU profile, and
+// "...-<pid>.<kind>.pb.gz" for another kind ("wall"): names sort by time. The app
 // keeps [A-Za-z0-9_.-] (anything else becomes '_'), at most 64 bytes, "unknown" when empty.
 std::string out_dir_file_name(const IntervalProfile& profile);
 

@@ -375,7 +375,7 @@ std::string pyroscope_name(const IntervalProfile& profile) {
     if (k.empty() || v.empty() || k == "__name__") continue;
     labels.emplace(std::move(k), std::move(v));
   }
-  std::string out = sanitize_app(profile.app_name) + ".cpu{";
+  std::string out = sanitize_app(profile.app_name) + "." + profile.kind + "{";
   bool first = true;
   for (const auto& [k, v] : labels) {
     if (!first) out += ',';

@@ -5,9 +5,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
-#include <unordered_map>
 
-#include "core/fiber_snapshot.h"
 #include "profile/profile_frames.h"
 
 namespace ljprof::record {
@@ -39,88 +37,98 @@ profile::Sample sample_of(const core::FiberStack& f, uint32_t pid) {
   return s;
 }
 
-// The samples of the ticks so far. A fiber whose stack was reused (it has not run since the
-// previous tick) and whose name and state are the same adds one to the count of its previous
-// sample: a thousand waiting fibers cost a thousand increments a tick, not a thousand stacks.
-class WallSamples {
- public:
-  explicit WallSamples(profile::Profile& out) : out_(out) {}
-  void add(const core::FiberSnapshot& snapshot, uint32_t pid) {
-    for (const core::FiberStack& f : snapshot.fibers) {
-      auto last = last_.find(f.fiber.fiber);
-      if (f.reused && last != last_.end()) {
-        profile::Sample& s = out_.samples[last->second];
-        if (s.fiber.id == f.fiber.id && s.fiber.name == f.fiber.name &&
-            s.fiber.state == core::fiber_state_name(f.state)) {
-          ++s.count;
-          continue;
-        }
-      }
-      last_[f.fiber.fiber] = out_.samples.size();
-      out_.samples.push_back(sample_of(f, pid));
-    }
-  }
-
- private:
-  profile::Profile& out_;
-  std::unordered_map<uint64_t, size_t> last_;  // struct fiber address -> its latest sample
-};
+uint64_t steady_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(WallClock::now().time_since_epoch())
+          .count());
+}
 
 }  // namespace
 
+FiberWallProfile::FiberWallProfile(const core::CoreWalker& walker, uint32_t pid, double hz)
+    : snapshotter_(walker), pid_(pid), period_ns_(static_cast<int64_t>(1e9 / hz)) {
+  begin();
+}
+
+void FiberWallProfile::begin() {
+  profile_ = {};
+  profile_.value_type = profile::ValueType::Wall;
+  profile_.period_ns = period_ns_;
+  profile_.start_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  last_.clear();
+  start_ns_ = steady_ns();
+  ticks_ = errors_ = missed_ = rereads_ = unsettled_ = reused_ = 0;
+}
+
+bool FiberWallProfile::tick() {
+  auto snapshot = snapshotter_.take();
+  ++ticks_;
+  if (!snapshot.ok()) {
+    if (errors_++ == 0) first_error_ = snapshot.message();
+    return false;
+  }
+  rereads_ += snapshot->rereads;
+  unsettled_ += snapshot->unsettled;
+  reused_ += snapshot->reused;
+  for (const core::FiberStack& f : snapshot->fibers) {
+    // A fiber that has not run since the previous tick, under the same name and state, adds one
+    // to its previous sample: a thousand waiting fibers cost a thousand increments a tick.
+    auto last = last_.find(f.fiber.fiber);
+    if (f.reused && last != last_.end()) {
+      profile::Sample& s = profile_.samples[last->second];
+      if (s.fiber.id == f.fiber.id && s.fiber.name == f.fiber.name &&
+          s.fiber.state == core::fiber_state_name(f.state)) {
+        ++s.count;
+        continue;
+      }
+    }
+    last_[f.fiber.fiber] = profile_.samples.size();
+    profile_.samples.push_back(sample_of(f, pid_));
+  }
+  return true;
+}
+
+profile::Profile FiberWallProfile::cut() {
+  profile::Profile out = std::move(profile_);
+  out.duration_ns = static_cast<int64_t>(steady_ns() - start_ns_);
+  out.counters = {{"snapshots", ticks_ - errors_},  {"snapshot errors", errors_},
+                  {"ticks missed", missed_},        {"fibers read again", rereads_},
+                  {"fibers unsettled", unsettled_}, {"stacks reused", reused_}};
+  begin();
+  return out;
+}
+
 Result<profile::Profile> record_fiber_wall(const core::CoreWalker& walker,
                                            const FiberWallOptions& options) {
-  profile::Profile out;
-  out.value_type = profile::ValueType::Wall;
+  FiberWallProfile wall(walker, options.pid, options.hz);
   const auto period = std::chrono::nanoseconds(static_cast<int64_t>(1e9 / options.hz));
-  out.period_ns = period.count();
-  out.start_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  core::FiberSnapshotter snapshotter(walker);
-  WallSamples samples(out);
   const auto start = WallClock::now();
   const auto end = start + std::chrono::duration_cast<WallClock::duration>(
                                std::chrono::duration<double>(options.seconds));
   auto next = start;
   auto next_report = start + std::chrono::seconds(1);
-  uint64_t ticks = 0, errors = 0, missed = 0, rereads = 0, unsettled = 0, reused = 0;
-  std::string first_error;
   while (next < end) {
     std::this_thread::sleep_until(next);
-    auto snapshot = snapshotter.take();
-    ++ticks;
-    if (snapshot.ok()) {
-      samples.add(*snapshot, options.pid);
-      rereads += snapshot->rereads;
-      unsettled += snapshot->unsettled;
-      reused += snapshot->reused;
-    } else {
-      if (errors++ == 0) first_error = snapshot.message();
-      // The process is gone: /proc/PID/mem fails every read from now on.
-      if (::kill(static_cast<pid_t>(options.pid), 0) != 0) break;
-    }
+    // The process is gone: /proc/PID/mem fails every read from now on.
+    if (!wall.tick() && ::kill(static_cast<pid_t>(options.pid), 0) != 0) break;
     next += period;
     const auto now = WallClock::now();
     while (next < now) {  // a slow snapshot: the ticks it overran are not taken
       next += period;
-      ++missed;
+      wall.count_missed(1);
     }
     if (now >= next_report) {
       next_report = now + std::chrono::seconds(1);
-      if (options.keep_going && !options.keep_going(ticks)) break;
+      if (options.keep_going && !options.keep_going(wall.ticks())) break;
     }
   }
-  if (errors == ticks) {
+  if (wall.errors() == wall.ticks()) {
     return make_error("no snapshot of the fibers of process {} could be taken: {}", options.pid,
-                      first_error.empty() ? "it exited" : first_error);
+                      wall.first_error().empty() ? "it exited" : wall.first_error());
   }
-  out.duration_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(WallClock::now() - start).count();
-  out.counters = {{"snapshots", ticks - errors},   {"snapshot errors", errors},
-                  {"ticks missed", missed},        {"fibers read again", rereads},
-                  {"fibers unsettled", unsettled}, {"stacks reused", reused}};
-  return out;
+  return wall.cut();
 }
 
 }  // namespace ljprof::record

@@ -940,5 +940,49 @@ TEST(AgentLive, ChurnOfNewBinariesKeepsRowsAndMemoryFlat) {
   }
 }
 
+// --fiber-wall: a Tarantool given with -p gets a wall-clock fiber profile per interval, whether
+// or not it had CPU samples: Pyroscope's ingest gets APP.wall with the process's labels and a
+// pprof whose sample type is wall and whose samples carry the fiber's name and state (never its
+// id: a series label per fiber ever created); the out-dir names it TIME-APP-PID.wall.pb.gz.
+TEST(AgentLive, FiberWallProfilesOfATarantool) {
+  test::TempDir dir;
+  std::filesystem::copy_file(
+      std::filesystem::path(test::source_dir()) / "tests/walker/workloads/wall_fiber.lua",
+      dir.file("wall_fiber.lua"));
+  test::Background tarantool({"env", "-C", dir.path(), "/usr/bin/tarantool", "wall_fiber.lua"},
+                             dir.file("tarantool.out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("tarantool.out"), "ljprof-ready", 60));
+  Receiver receiver;
+  Agent agent(dir.path(),
+              {"-p", std::to_string(tarantool.pid()), "--fiber-wall", "20", "--interval", "1", "-d",
+               "3", "--pyroscope", receiver.url(), "--out-dir", dir.file("out")});
+  // -d 3: it stops by itself after three intervals and prints its summary.
+  ASSERT_TRUE(agent.wait_for_log(" intervals, ", 60)) << agent.log();
+  ASSERT_EQ(agent.terminate(), 0) << agent.log();
+  EXPECT_EQ(receiver.violations(), std::vector<std::string>{});
+  int walls = 0;
+  for (const Receiver::Request& r : receiver.requests()) {
+    auto name = Receiver::parse_name(r.param("name"));
+    ASSERT_TRUE(name) << r.param("name");
+    if (name->kind != "wall") continue;
+    ++walls;
+    EXPECT_EQ(name->labels["pid"], std::to_string(tarantool.pid()));
+    EXPECT_EQ(name->labels["runtime"], "tarantool");
+    EXPECT_EQ(r.param("sampleRate"), "20");
+  }
+  EXPECT_GE(walls, 2) << agent.log();
+  std::string wall_file;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("out"))) {
+    if (e.path().string().ends_with(".wall.pb.gz")) wall_file = e.path();
+  }
+  ASSERT_FALSE(wall_file.empty()) << agent.log();
+  test::CommandResult raw = test::go_tool_pprof(dir.path(), {"-raw", wall_file});
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_NE(raw.out.find("wall/nanoseconds"), std::string::npos) << raw.out.substr(0, 400);
+  EXPECT_NE(raw.out.find("fiber:[waiter]"), std::string::npos) << raw.out.substr(0, 2000);
+  EXPECT_NE(raw.out.find("state:["), std::string::npos) << raw.out.substr(0, 2000);
+  EXPECT_EQ(raw.out.find("fiber_id"), std::string::npos) << raw.out.substr(0, 2000);
+}
+
 }  // namespace
 }  // namespace ljprof

@@ -314,12 +314,20 @@ std::optional<PyroscopeReceiver::Name> PyroscopeReceiver::parse_name(const std::
     return std::nullopt;
   };
   size_t open = name.find('{');
-  if (open == std::string::npos || name.back() != '}') return fail("not APP.cpu{LABELS}");
+  if (open == std::string::npos || name.back() != '}') return fail("not APP.KIND{LABELS}");
   std::string app = name.substr(0, open);
-  if (app.size() < 5 || app.compare(app.size() - 4, 4, ".cpu") != 0)
-    return fail("the app name does not end in .cpu");
+  // The kinds the agent sends: Pyroscope takes the profile type from the pprof sample type;
+  // the suffix names it for people reading the ingest log.
   Name out;
-  out.app = app.substr(0, app.size() - 4);
+  for (const char* kind : {"cpu", "wall"}) {
+    const std::string suffix = std::string(".") + kind;
+    if (app.size() > suffix.size() &&
+        app.compare(app.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      out.kind = kind;
+      out.app = app.substr(0, app.size() - suffix.size());
+    }
+  }
+  if (out.kind.empty()) return fail("the app name does not end in .cpu or .wall");
   if (!valid_app(out.app)) return fail("app name '" + out.app + "' is not [A-Za-z0-9_.-]+");
   std::string labels = name.substr(open + 1, name.size() - open - 2);
   if (labels.empty()) return out;

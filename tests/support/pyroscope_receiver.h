@@ -37,9 +37,10 @@ class PyroscopeReceiver {
     std::string header(const std::string& name) const;  // case-insensitive, "" if absent
   };
 
-  // The `name` parameter split up: "APP.cpu{k=v,...}" -> APP and the labels.
+  // The `name` parameter split up: "APP.cpu{k=v,...}" -> APP, "cpu" and the labels.
   struct Name {
-    std::string app;  // without ".cpu"
+    std::string app;   // without ".cpu" / ".wall"
+    std::string kind;  // "cpu" or "wall"
     std::map<std::string, std::string> labels;
   };
 
