@@ -21,7 +21,14 @@
 /* The walker's environment: the context of the sampled process. */
 struct lj_walk_env {
   const struct lj_rec_proc* proc;
+  uint32_t scratch; /* the per-CPU scratch slot of the running program (LJ_REC_SCRATCH_SLOTS) */
 };
+
+/* Per-CPU scratch (walk state, result, sample record, registers, row cache) has one slot per
+ * program that may interrupt another on the same CPU: the perf-event sampler (slot 0) runs in
+ * the timer interrupt, which can land while an off-CPU program (slot 1: sys_exit, kprobe) is
+ * halfway through its walk. Sharing one slot would mix two stacks in one record. */
+#define LJ_REC_SCRATCH_SLOTS 2
 
 LJ_INLINE int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr) {
   (void)env;
@@ -47,7 +54,7 @@ struct {
  * such a context may write one, before the loader reuses its rows). */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, LJ_REC_ROW_CACHE);
+  __uint(max_entries, LJ_REC_ROW_CACHE* LJ_REC_SCRATCH_SLOTS);
   __type(key, uint32_t);
   __type(value, struct lj_rec_row_cache_entry);
 } row_cache SEC(".maps");
@@ -102,14 +109,14 @@ struct {
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
+  __uint(max_entries, LJ_REC_SCRATCH_SLOTS);
   __type(key, uint32_t);
   __type(value, struct lj_walk_result);
 } walk_scratch SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
+  __uint(max_entries, LJ_REC_SCRATCH_SLOTS);
   __type(key, uint32_t);
   __type(value, struct lj_rec_sample);
 } sample_scratch SEC(".maps");
@@ -119,7 +126,7 @@ struct {
  * callbacks together (arm64's struct pt_regs is 336 bytes). */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
+  __uint(max_entries, LJ_REC_SCRATCH_SLOTS);
   __type(key, uint32_t);
   __type(value, struct pt_regs);
 } user_regs SEC(".maps");
@@ -128,7 +135,7 @@ struct {
  * the step callback about once (walker.h struct lj_walk_ctx). */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
+  __uint(max_entries, LJ_REC_SCRATCH_SLOTS);
   __type(key, uint32_t);
   __type(value, struct lj_walk_state);
 } walk_state SEC(".maps");
@@ -161,6 +168,23 @@ struct {
   __type(value, struct lj_rec_capture);
 } capture_scratch SEC(".maps");
 
+/* When each followed thread that is off the CPU left it, and why (on_switch_out). */
+struct lj_rec_off_cpu {
+  uint64_t ns;
+  uint32_t state; /* LJ_REC_OFF_CPU_* */
+  uint32_t pad;
+  /* The user pc and sp saved at the kernel entry it left the CPU in: a syscall that returns
+   * with the same ones is that entry's end (on_syscall_return). */
+  uint64_t user_pc;
+  uint64_t user_sp;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, LJ_REC_OFF_CPU_THREADS);
+  __type(key, uint32_t);
+  __type(value, struct lj_rec_off_cpu);
+} off_cpu_since SEC(".maps");
+
 /* Set by the loader before load (skeleton .rodata). */
 const volatile uint32_t follow_children = 0;
 /* 1 (-a, ljprof agent): every exec and every executable mmap on the host is notified, so a
@@ -174,6 +198,9 @@ const volatile uint64_t wakeup_bytes = 0;
  * CLOCK_MONOTONIC time of its fork) is young: its samples copy the objects naming reads
  * (lj_rec_capture). 0: nothing is copied. Processes older than this cost one comparison. */
 const volatile uint64_t capture_young_ns = 0;
+/* record --off-cpu: off-CPU intervals of followed threads at least this long are walked and
+ * sent (LJ_REC_KIND_OFF_CPU). 0: off-CPU time is not recorded (its programs are not loaded). */
+const volatile uint64_t off_cpu_threshold_ns = 0;
 
 LJ_INLINE void count(uint32_t index) {
   uint64_t* c = bpf_map_lookup_elem(&counters, &index);
@@ -202,7 +229,7 @@ __attribute__((noinline)) int lj_rec_module_of(const struct lj_rec_proc* p, uint
  * the verifier checks it once on its own instead of once per walker path that calls it, which
  * keeps the walk step within the verifier's budget. */
 __attribute__((noinline)) int lj_rec_lookup(const struct lj_rec_proc* p, uint64_t pc,
-                                            struct lj_cfi_row* row) {
+                                            struct lj_cfi_row* row, uint32_t scratch) {
   const struct lj_rec_module* m;
   uint32_t i, lo = 0, hi, step, key;
   struct lj_cfi_row* hit;
@@ -213,6 +240,7 @@ __attribute__((noinline)) int lj_rec_lookup(const struct lj_rec_proc* p, uint64_
   if (!p || !row) return LJ_LOOKUP_NO_MODULE;
   key = (uint32_t)(((pc ^ ((uint64_t)p->generation << 32)) * 0x9e3779b97f4a7c15ULL) >> 52) &
         (LJ_REC_ROW_CACHE - 1);
+  if (scratch != 0) key += LJ_REC_ROW_CACHE;
   cached = bpf_map_lookup_elem(&row_cache, &key);
   if (cached && cached->generation == p->generation && cached->pc == pc && p->generation != 0) {
     *row = cached->row;
@@ -251,7 +279,7 @@ __attribute__((noinline)) int lj_rec_lookup(const struct lj_rec_proc* p, uint64_
 }
 
 LJ_INLINE int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row) {
-  return lj_rec_lookup(env->proc, pc, row);
+  return lj_rec_lookup(env->proc, pc, row, env->scratch);
 }
 
 #define LJ_WALK_LOOP(n, fn, ctx) bpf_loop((n), (fn), (ctx), 0)
@@ -490,7 +518,8 @@ LJ_INLINE uint32_t fill_sample_header(struct lj_rec_sample* sample,
   sample->lua_states = out->lua_states;
   sample->end_pc = out->end_pc;
   sample->generation = generation;
-  sample->pad = 0;
+  sample->off_cpu_state = 0;
+  sample->off_cpu_ns = 0;
   return n;
 }
 
@@ -555,11 +584,13 @@ LJ_INLINE void send_sample(struct lj_rec_sample* sample, uint32_t n, uint64_t st
   if (bpf_ringbuf_output(&events, sample, size, wakeup) != 0) count(LJ_REC_CTR_RINGBUF_FULL);
 }
 
-SEC("perf_event")
-int on_sample(struct bpf_perf_event_data* ctx) {
-  uint64_t id = bpf_get_current_pid_tgid();
-  uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id, zero = 0, slot, n;
-  uint32_t* slotp;
+/* Walks the current thread's user stack (the registers saved at its kernel entry) and sends
+ * it: a CPU sample (kind LJ_REC_KIND_SAMPLE), or an off-CPU interval of `off_cpu_ns` ns that
+ * ended now (LJ_REC_KIND_OFF_CPU, `state` LJ_REC_OFF_CPU_*). `slot` is the process's context. */
+LJ_INLINE int sample_current(uint32_t tgid, uint32_t tid, uint32_t slot, uint64_t start_ns,
+                             uint32_t kind, uint64_t off_cpu_ns, uint32_t state) {
+  /* The sampler's slot, or the off-CPU programs' (LJ_REC_SCRATCH_SLOTS). */
+  uint32_t scratch = kind == LJ_REC_KIND_OFF_CPU ? 1 : 0, n;
   struct lj_rec_proc* proc;
   struct lj_walk_result* out;
   struct lj_rec_sample* sample;
@@ -568,26 +599,19 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   struct lj_walk_env env;
   struct lj_walk_state* st;
   const struct lj_luajit_info* lj;
-  uint64_t start_ns;
   uint32_t generation;
-  (void)ctx;
 
-  if (tgid == 0) return 0;
-  slotp = bpf_map_lookup_elem(&pids, &tgid);
-  if (!slotp) return 0;
-  start_ns = bpf_ktime_get_ns();
-  count(LJ_REC_CTR_SAMPLES);
-  slot = *slotp;
   if (slot >= LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS) {
     count(LJ_REC_CTR_NO_CONTEXT);
     return 0;
   }
   proc = bpf_map_lookup_elem(&procs, &slot);
-  out = bpf_map_lookup_elem(&walk_scratch, &zero);
-  sample = bpf_map_lookup_elem(&sample_scratch, &zero);
-  st = bpf_map_lookup_elem(&walk_state, &zero);
-  regs = bpf_map_lookup_elem(&user_regs, &zero);
+  out = bpf_map_lookup_elem(&walk_scratch, &scratch);
+  sample = bpf_map_lookup_elem(&sample_scratch, &scratch);
+  st = bpf_map_lookup_elem(&walk_state, &scratch);
+  regs = bpf_map_lookup_elem(&user_regs, &scratch);
   if (!proc || !out || !sample || !st || !regs) return 0;
+  env.scratch = scratch;
 
   task = bpf_get_current_task_btf();
   if (!task_walkable(task)) return 0;
@@ -600,7 +624,8 @@ int on_sample(struct bpf_perf_event_data* ctx) {
 
   /* The user registers saved at kernel entry: the sample's own registers when the tick hit
    * user code, the syscall/fault entry registers when it hit the kernel on the thread's
-   * behalf (perf_event's ctx->regs would be kernel registers then). */
+   * behalf (perf_event's ctx->regs would be kernel registers then); for an off-CPU interval,
+   * where the thread entered the kernel before it left the CPU. */
   if (bpf_probe_read_kernel(regs, sizeof(*regs), (void*)bpf_task_pt_regs(task)) != 0) {
     count(LJ_REC_CTR_NO_REGS);
     return 0;
@@ -621,15 +646,114 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   count(LJ_REC_CTR_END_BASE + (out->end & 31));
 
   n = fill_sample_header(sample, out, tgid, tid, start_ns, generation);
+  sample->kind = kind;
+  sample->off_cpu_ns = off_cpu_ns;
+  sample->off_cpu_state = state;
   read_fiber(sample, &proc->fiber, tgid, tid);
   convert_frames(lj, out, sample, &env, n);
-  /* Before the sample's own record: the agent must have the copies when it names the sample. */
-  if (lj && slot < LJ_REC_MAX_PROCS && capture_young_ns != 0 &&
+  /* Before the sample's own record: the agent must have the copies when it names the sample.
+   * CPU samples only: the copies' scratch is the sampler's (a young process's off-CPU stack is
+   * named from its memory, or from copies its CPU samples took). */
+  if (lj && kind == LJ_REC_KIND_SAMPLE && slot < LJ_REC_MAX_PROCS && capture_young_ns != 0 &&
       start_ns - task->group_leader->start_time < capture_young_ns) {
     capture_frames(lj, sample, tgid, n);
   }
   send_sample(sample, n, start_ns);
   return 0;
+}
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data* ctx) {
+  uint64_t id = bpf_get_current_pid_tgid();
+  uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
+  uint32_t* slotp;
+  uint64_t start_ns;
+  (void)ctx;
+
+  if (tgid == 0) return 0;
+  slotp = bpf_map_lookup_elem(&pids, &tgid);
+  if (!slotp) return 0;
+  start_ns = bpf_ktime_get_ns();
+  count(LJ_REC_CTR_SAMPLES);
+  return sample_current(tgid, tid, *slotp, start_ns, LJ_REC_KIND_SAMPLE, 0, 0);
+}
+
+/* Off-CPU time (record --off-cpu). sched_switch runs as `prev` leaves the CPU: a followed thread
+ * notes when, why, and the user pc and sp of the kernel entry it is in (off_cpu_since). The
+ * interval is closed in the thread itself, once it has the CPU back and before it returns to user
+ * space — where its memory can be read and the interval's length is known:
+ *  - on_switch_in, a kprobe on finish_task_switch, on kernels with kprobes: every interval;
+ *  - on_syscall_return, at the exit of the syscall it blocked in (same user pc and sp): where
+ *    kprobes are missing, the intervals spent in a syscall (sleeps, I/O, futex, epoll). An
+ *    interval that ends elsewhere (a preemption in user code, a page fault) is counted when the
+ *    thread next leaves the CPU, not walked.
+ * Under the threshold an interval costs a lookup and a delete; a longer one is walked from the
+ * user registers saved at that kernel entry and sent weighted by its length. Threads of processes
+ * nobody follows cost one hash lookup per switch. */
+LJ_INLINE int close_off_cpu(struct lj_rec_off_cpu* since, uint32_t tgid, uint32_t tid) {
+  uint64_t now = bpf_ktime_get_ns(), took = now - since->ns;
+  uint32_t state = since->state;
+  uint32_t* slotp;
+  bpf_map_delete_elem(&off_cpu_since, &tid);
+  if (took < off_cpu_threshold_ns) {
+    count(LJ_REC_CTR_OFF_CPU_SHORT);
+    return 0;
+  }
+  slotp = bpf_map_lookup_elem(&pids, &tgid);
+  if (!slotp) return 0;
+  count(LJ_REC_CTR_OFF_CPU_WALKED);
+  return sample_current(tgid, tid, *slotp, now, LJ_REC_KIND_OFF_CPU, took, state);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch_out, bool preempt, struct task_struct* prev, struct task_struct* next) {
+  uint32_t tgid, tid;
+  struct lj_rec_off_cpu since;
+  struct pt_regs* regs;
+  (void)next;
+  if (off_cpu_threshold_ns == 0) return 0;
+  tgid = BPF_CORE_READ(prev, tgid);
+  tid = BPF_CORE_READ(prev, pid);
+  if (tgid == 0 || !bpf_map_lookup_elem(&pids, &tgid)) return 0;
+  /* An interval still open: it ended where no hook could walk it. */
+  if (bpf_map_lookup_elem(&off_cpu_since, &tid)) count(LJ_REC_CTR_OFF_CPU_UNWALKED);
+  since.ns = bpf_ktime_get_ns();
+  /* Not preempted and not runnable (task_struct.__state != TASK_RUNNING): it waits. */
+  since.state = !preempt && BPF_CORE_READ(prev, __state) != 0 ? LJ_REC_OFF_CPU_BLOCKED
+                                                              : LJ_REC_OFF_CPU_PREEMPTED;
+  since.pad = 0;
+  regs = (struct pt_regs*)bpf_task_pt_regs(prev);
+  since.user_pc = PT_REGS_IP_CORE(regs);
+  since.user_sp = PT_REGS_SP_CORE(regs);
+  bpf_map_update_elem(&off_cpu_since, &tid, &since, BPF_ANY);
+  return 0;
+}
+
+SEC("kprobe")
+int on_switch_in(struct pt_regs* ctx) {
+  uint64_t id = bpf_get_current_pid_tgid();
+  uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
+  struct lj_rec_off_cpu* since;
+  (void)ctx;
+  if (off_cpu_threshold_ns == 0 || tgid == 0) return 0;
+  since = bpf_map_lookup_elem(&off_cpu_since, &tid);
+  if (!since) return 0;
+  return close_off_cpu(since, tgid, tid);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_syscall_return, struct pt_regs* regs, long ret) {
+  uint64_t id = bpf_get_current_pid_tgid();
+  uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
+  struct lj_rec_off_cpu* since;
+  (void)ret;
+  if (off_cpu_threshold_ns == 0 || tgid == 0) return 0;
+  since = bpf_map_lookup_elem(&off_cpu_since, &tid);
+  if (!since) return 0;
+  if (since->user_pc != PT_REGS_IP_CORE(regs) || since->user_sp != PT_REGS_SP_CORE(regs)) {
+    return 0; /* it left the CPU in another kernel entry: not this syscall's */
+  }
+  return close_off_cpu(since, tgid, tid);
 }
 
 #include "record_follow.bpf.h"

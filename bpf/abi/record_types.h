@@ -13,9 +13,10 @@
 
 /* Map capacities. A process or a table that does not fit is refused by the loader and counted
  * (LJ_REC_CTR_PROCS_FULL and friends), never partly uploaded. */
-#define LJ_REC_MAX_PROCS 128  /* processes with an unwind context at one time */
-#define LJ_REC_MAX_PIDS 4096  /* processes followed (pid filter) */
-#define LJ_REC_MAX_MODULES 64 /* executable file mappings with CFI per process */
+#define LJ_REC_MAX_PROCS 128         /* processes with an unwind context at one time */
+#define LJ_REC_MAX_PIDS 4096         /* processes followed (pid filter) */
+#define LJ_REC_OFF_CPU_THREADS 65536 /* followed threads off the CPU at once (off_cpu_since) */
+#define LJ_REC_MAX_MODULES 64        /* executable file mappings with CFI per process */
 /* CFI rows of the files followed processes map, together: the default capacity of the `rows`
  * map (24 bytes a row: 48 MiB of kernel memory, allocated whole when the map is made; the agent
  * writes it by batched updates, never maps it). `--unwind-rows` sets another, at most
@@ -166,9 +167,16 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_frame) == 48, "lj_rec_frame: 48 bytes, no 
  * program wrote them: a sample's captures always reach the agent before the sample. */
 #define LJ_REC_KIND_SAMPLE 1
 #define LJ_REC_KIND_CAPTURE 2
+/* An off-CPU interval of a followed thread over the threshold (record.bpf.c on_switch_in): an
+ * lj_rec_sample whose stack is where the thread left the CPU, weighted by off_cpu_ns. */
+#define LJ_REC_KIND_OFF_CPU 3
+
+/* Why a thread left the CPU (lj_rec_sample.off_cpu_state). */
+#define LJ_REC_OFF_CPU_BLOCKED 1   /* it waited (sleep, I/O, a lock): not runnable */
+#define LJ_REC_OFF_CPU_PREEMPTED 2 /* it was runnable and another task got the CPU */
 
 struct lj_rec_sample {
-  uint32_t kind; /* LJ_REC_KIND_SAMPLE */
+  uint32_t kind; /* LJ_REC_KIND_SAMPLE or LJ_REC_KIND_OFF_CPU */
   uint32_t pid;  /* tgid */
   uint32_t tid;
   uint32_t cpu;
@@ -184,7 +192,10 @@ struct lj_rec_sample {
   /* lj_rec_proc.generation of the context the walk used: a kernel-built one's samples wait in
    * the loader for its own context of the same image. */
   uint32_t generation;
-  uint32_t pad;
+  uint32_t off_cpu_state; /* LJ_REC_OFF_CPU_*; 0 in a CPU sample */
+  /* LJ_REC_KIND_OFF_CPU: how long the thread was off the CPU, in ns (time_ns is when it came
+   * back); 0 in a CPU sample. */
+  uint64_t off_cpu_ns;
   /* The Tarantool fiber the sampled thread ran (lj_rec_fiber_layout): fiber.fid, 0 when the
    * process has no fiber layout, the thread is not its main thread or a read failed; and the
    * first bytes of fiber.name, NUL-terminated. */
@@ -192,8 +203,8 @@ struct lj_rec_sample {
   char fiber_name[LJ_REC_FIBER_NAME_MAX];
   struct lj_rec_frame frames[LJ_WALK_MAX_FRAMES];
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 104 + 48 * LJ_WALK_MAX_FRAMES,
-                 "lj_rec_sample: 104-byte header + frames");
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 112 + 48 * LJ_WALK_MAX_FRAMES,
+                 "lj_rec_sample: 112-byte header + frames");
 
 /* A young process's object copied when a sample first met it: the agent names Lua frames after
  * the fact from the process's memory, and a process that lives a few milliseconds is gone by
@@ -268,6 +279,12 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
     "samples while the process execs (the old image's stack is being replaced: not walked)")     \
   X(CAPTURE_FAULT, 42, KERNEL, "young_object_unreadable",                                        \
     "objects of young processes that could not be copied at sample time")                        \
+  X(OFF_CPU_WALKED, 45, KERNEL, "off_cpu_intervals",                                             \
+    "off-CPU intervals over the threshold (walked where the thread left the CPU)")               \
+  X(OFF_CPU_SHORT, 46, KERNEL, "off_cpu_under_threshold",                                        \
+    "off-CPU intervals under the threshold (counted, not walked)")                               \
+  X(OFF_CPU_UNWALKED, 47, KERNEL, "off_cpu_not_walked",                                          \
+    "off-CPU intervals that ended outside a syscall on a kernel without kprobes (not walked)")   \
   X(BEFORE_CONTEXT, 64, AGENT, "walk_before_context",                                            \
     "walk stopped in code whose unwind rows were published after the sample (process starting)") \
   X(MALFORMED, 65, AGENT, "malformed_records", "malformed ring buffer records")                  \

@@ -39,6 +39,10 @@ Command& Command::flag(std::string_view names, size_t& value, std::string_view h
   last_ = app_->add_flag(text(names), value, text(help));
   return *this;
 }
+Command& Command::flag(std::string_view names, std::string& value, std::string_view help) {
+  last_ = app_->add_flag(text(names), value, text(help));
+  return *this;
+}
 Command& Command::required() {
   last_->required();
   return *this;

@@ -31,6 +31,8 @@ class Command {
   Command& option(std::string_view names, double& value, std::string_view help);
   Command& flag(std::string_view names, bool& value, std::string_view help);
   Command& flag(std::string_view names, size_t& value, std::string_view help);
+  // A flag with an optional value: "--off-cpu{1ms}" is "1ms" alone, "--off-cpu=10ms" with one.
+  Command& flag(std::string_view names, std::string& value, std::string_view help);
   // Refinements of the option or flag added last.
   Command& required();
   Command& range(double min, double max);

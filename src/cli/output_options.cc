@@ -25,4 +25,20 @@ Result<report::GroupBy> parse_group_by(const std::string& text) {
   return make_error("--group-by {}: expected 'fiber' or 'none'", printable_text(text));
 }
 
+void add_value_option(Command& cmd, std::string& value) {
+  cmd.option("--value", value,
+             "What the folded stacks, flame graph and top table weigh stacks by: 'cpu' (samples "
+             "on the CPU) or 'off_cpu' (microseconds off the CPU, from record --off-cpu; the "
+             "event loop's idle wait left out). Default: off_cpu for a profile with off-CPU "
+             "time and no CPU sample, else cpu. The pprof file always has both")
+      .type_name("cpu|off_cpu");
+}
+
+Result<std::optional<report::ProfileValue>> parse_value(const std::string& text) {
+  if (text.empty()) return std::optional<report::ProfileValue>();
+  auto value = report::parse_profile_value(printable_text(text));
+  if (!value.ok()) return value.error();
+  return std::optional<report::ProfileValue>(*value);
+}
+
 }  // namespace ljprof::cli

@@ -3,6 +3,7 @@
 // the in-kernel walker (record/recorder.h), written through report/outputs.h.
 #include <unistd.h>
 
+#include <cstring>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -27,8 +28,31 @@ struct RecordFlags {
   size_t top = 0;
   bool quiet = false;
   bool stats = false;
+  std::string off_cpu;  // --off-cpu[=THRESHOLD]: "" = off
+  std::string value;
   std::vector<std::string> command;
 };
+
+// "10ms", "500us", "1s", "2000ns": a duration in ns; an error names the flag.
+Result<uint64_t> parse_threshold(const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+  for (const auto& [unit, scale] : kUnits) {
+    const size_t n = std::strlen(unit);
+    if (text.size() <= n || text.compare(text.size() - n, n, unit) != 0) continue;
+    const std::string number = text.substr(0, text.size() - n);
+    char* end = nullptr;
+    const double v = std::strtod(number.c_str(), &end);
+    if (end == number.c_str() || *end != '\0' || !(v > 0) || v * scale > 3600e9) break;
+    // "1s" must not read as "1" + "s" of "ms": the longest unit that ends the text wins, and
+    // "ms"/"us"/"ns" come before "s" above.
+    return static_cast<uint64_t>(v * scale);
+  }
+  return make_error(
+      "--off-cpu={}: expected a duration above 0 and up to an hour, with a unit: ns, us, ms or s "
+      "(e.g. --off-cpu=10ms)",
+      text);
+}
 
 // What run_record_command takes: the recorder's options (without its callbacks) and the outputs.
 struct RecordCommandOptions {
@@ -54,9 +78,15 @@ Result<RecordCommandOptions> record_command_options(const RecordFlags& f) {
   o.outputs.top = f.top;
   o.outputs.top_out = &std::cout;
   LJ_ASSIGN_OR_RETURN(o.outputs.group_by, parse_group_by(f.group_by));
+  LJ_ASSIGN_OR_RETURN(o.outputs.value, parse_value(f.value));
+  // A recording of off-CPU time shows it unless asked otherwise.
+  if (!f.off_cpu.empty() && !o.outputs.value) o.outputs.value = report::ProfileValue::OffCpu;
   if (!o.outputs.any()) {
     o.outputs.pprof_path = "ljprof.pb.gz";
     o.outputs.top = 20;
+  }
+  if (!f.off_cpu.empty()) {
+    LJ_ASSIGN_OR_RETURN(o.record.off_cpu_threshold_ns, parse_threshold(f.off_cpu));
   }
   o.quiet = f.quiet;
   o.stats = f.stats;
@@ -126,7 +156,14 @@ void add_record_command(CommandLine& cli) {
   cmd.option("--flamegraph", f->flamegraph,
              "Write a flame graph: FILE.svg = SVG, otherwise self-contained HTML");
   add_group_by_option(cmd, f->group_by);
+  add_value_option(cmd, f->value);
   cmd.flag("--top{20}", f->top, "Print the N hottest functions (default 20)");
+  cmd.flag("--off-cpu{1ms}", f->off_cpu,
+           "Also record time off the CPU: each time a followed thread is away at least "
+           "THRESHOLD (default 1ms; e.g. --off-cpu=10ms), the mixed stack where it left the "
+           "CPU, weighted by the time away (pprof sample type off_cpu/nanoseconds; label state: "
+           "blocked or preempted; go tool pprof -sample_index=off_cpu)")
+      .option_text("[=THRESHOLD]");
   cmd.flag("-q,--quiet", f->quiet, "No progress line while recording");
   cmd.flag("--stats", f->stats,
            "Also print what recording cost: the agent's CPU per delivered sample in steady "

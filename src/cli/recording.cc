@@ -68,12 +68,17 @@ Result<record::RecordOptions> recording_options(const RecordingFlags& flags) {
 
 void print_record_summary(std::ostream& out, std::string_view command, const record::RecordStats& r,
                           double seconds) {
-  // Of the samples the walker could have unwound: a user stack (not inside execve, not
-  // exiting) and an unwind context.
+  // Walks: CPU samples, and off-CPU intervals over the threshold (--off-cpu).
+  uint64_t walks = r.samples;
+  for (const record::RecordStats::Reason& reason : r.reasons) {
+    if (reason.metric == "off_cpu_intervals") walks += reason.count;
+  }
+  // Of the walks that could have unwound: a user stack (not inside execve, not exiting) and an
+  // unwind context.
   std::string with_context;
   const uint64_t unwalkable = r.without_context + r.without_user_stack;
-  if (unwalkable > 0 && r.samples > unwalkable) {
-    const uint64_t had = r.samples - unwalkable;
+  if (unwalkable > 0 && walks > unwalkable) {
+    const uint64_t had = walks - unwalkable;
     with_context = fmt::format("; {:.1f}% of the {} that had a user stack and an unwind context",
                                100.0 * r.reached_root / had, had);
   }
@@ -81,7 +86,7 @@ void print_record_summary(std::ostream& out, std::string_view command, const rec
       "ljprof {}: {} samples in {:.1f} s, {} delivered, {} ({:.1f}%) unwound to a proven "
       "root{}\n",
       command, r.samples, seconds, r.delivered, r.reached_root,
-      r.samples ? 100.0 * r.reached_root / r.samples : 0.0, with_context);
+      walks ? 100.0 * r.reached_root / walks : 0.0, with_context);
   for (const record::RecordStats::Reason& reason : r.reasons) {
     out << fmt::format("  {:>8}  {}\n", reason.count, reason.name);
     for (auto& [where, n] : reason.sites) out << fmt::format("  {:>8}    {} at {}\n", "", n, where);

@@ -32,6 +32,7 @@ struct ReportFlags {
   uint32_t pid = 0;
   std::string group_by;
   std::string fiber;
+  std::string value;
 };
 
 // --pid and --fiber: leaves the samples they select; false (after saying why) when none is left.
@@ -74,6 +75,12 @@ int run_report_command(const ReportFlags& f) {
     return 2;
   }
   out.group_by = *group_by;
+  auto value = parse_value(f.value);
+  if (!value.ok()) {
+    std::cerr << "ljprof report: " << value.message() << "\n";
+    return 2;
+  }
+  out.value = *value;
   auto profile = report::read_pprof(f.input);
   if (!profile.ok()) {
     std::cerr << "ljprof report: " << profile.message() << "\n";
@@ -123,6 +130,7 @@ void add_report_command(CommandLine& cli) {
              "several ('ljprof record -p A,B' or -a)")
       .type_name("PID");
   add_group_by_option(cmd, f->group_by);
+  add_value_option(cmd, f->value);
   cmd.option("--fiber", f->fiber,
              "Only the samples of Tarantool fibers named NAME (their 'fiber' label); samples "
              "without a fiber are left out")

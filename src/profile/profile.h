@@ -47,9 +47,6 @@ struct Frame {
 struct SampleFiber {
   uint64_t id = 0;   // fiber.fid: never reused within a process; 0 when unknown
   std::string name;  // fiber.name at sample time, printable text
-  // A wall-clock fiber profile's label `state` (core/fiber_snapshot.h: running, ready,
-  // suspended, dead); "" in CPU profiles, where every sample is of the running fiber.
-  std::string state;
   bool present() const { return id != 0 || !name.empty(); }
   friend bool operator==(const SampleFiber&, const SampleFiber&) = default;
   friend auto operator<=>(const SampleFiber&, const SampleFiber&) = default;
@@ -57,10 +54,16 @@ struct SampleFiber {
 
 struct Sample {
   std::vector<Frame> frames;  // leaf first
-  int64_t count = 1;
+  int64_t count = 1;          // CPU or wall samples (0 in an off-CPU sample)
+  // Nanoseconds off the CPU at these frames (record --off-cpu): pprof's off_cpu/nanoseconds.
+  int64_t off_cpu_ns = 0;
   uint32_t pid = 0;
   uint32_t tid = 0;
   SampleFiber fiber;
+  // The label `state`: a wall-clock fiber sample's fiber state (core/fiber_snapshot.h: running,
+  // ready, suspended, dead), or why an off-CPU sample's thread was off (blocked, preempted);
+  // "" in a CPU sample.
+  std::string state;
 };
 
 // What a sample's weight measures (DESIGN.md "Profile types"): CPU time of the thread that was
@@ -76,6 +79,9 @@ struct Profile {
   // Named per-reason counters of the producer (e.g. "read fault", "map full"); written
   // as pprof comments so a saved profile still says how good it is.
   std::map<std::string, uint64_t> counters;
+  // What Sample::count counts, as the top table and the flame graph word it: "samples", or "us
+  // off-CPU" in an off-CPU view (report/views.h). Not written to pprof.
+  std::string count_unit = "samples";
 };
 
 }  // namespace ljprof::profile

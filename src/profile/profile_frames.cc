@@ -1,5 +1,7 @@
 #include "profile/profile_frames.h"
 
+#include <string_view>
+
 #include <string>
 
 #include "common/path.h"
@@ -107,6 +109,20 @@ std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk) {
 std::string display_file(const std::string& file) {
   if (file.empty() || file.front() == '[' || file.front() == '=') return file;
   return basename_of(file);
+}
+
+bool is_idle_wait(const Sample& sample) {
+  bool waits = false;
+  for (const Frame& f : sample.frames) {
+    if (f.kind == FrameKind::Lua || f.kind == FrameKind::CFunc || f.kind == FrameKind::Trace ||
+        f.kind == FrameKind::Ffi) {
+      return false;
+    }
+    for (std::string_view wait : {"epoll_wait", "epoll_pwait", "io_uring_enter"}) {
+      waits = waits || f.function.find(wait) != std::string::npos;
+    }
+  }
+  return waits;
 }
 
 }  // namespace ljprof::profile

@@ -21,4 +21,10 @@ std::vector<Frame> profile_frames(const std::vector<symbolize::Frame>& walk);
 // short form ("[string \"...\"]", "=stdin") as it is.
 std::string display_file(const std::string& file);
 
+// An off-CPU sample whose thread waits for work in its event loop: no Lua frame, and the wait is
+// epoll_wait / epoll_pwait / io_uring_enter (Tarantool's tx thread and nginx workers between
+// requests). Its state label is "idle", and the off-CPU view (report/views.h) leaves it out: an
+// idle loop is not a problem.
+bool is_idle_wait(const Sample& sample);
+
 }  // namespace ljprof::profile

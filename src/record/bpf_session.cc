@@ -97,6 +97,7 @@ uint32_t ring_bytes(const RecordOptions& o) {
 
 BpfSession::~BpfSession() {
   stop_sampling();
+  if (switch_in_link_ != nullptr) bpf_link__destroy(switch_in_link_);
   for (int fd : perf_fds_) ::close(fd);
   perf_fds_.clear();
   if (rb_ != nullptr) ring_buffer__free(rb_);
@@ -112,6 +113,10 @@ Status BpfSession::open(const RecordOptions& o, uint64_t capture_young_ns, OnRec
   LJ_TRY(load(o, capture_young_ns));
   if (int err = record_bpf__attach(skel_); err != 0) {
     return make_error("attaching the fork/exec/mmap tracepoints failed: {}", std::strerror(-err));
+  }
+  if (o.off_cpu_threshold_ns != 0) {
+    const Status kprobe = attach_switch_in();
+    if (!kprobe.ok()) off_cpu_note_ = kprobe.message();
   }
   rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &BpfSession::on_event, this, nullptr);
   if (rb_ == nullptr) return make_error("ring buffer setup failed: {}", std::strerror(errno));
@@ -132,6 +137,12 @@ Status BpfSession::load(const RecordOptions& o, uint64_t capture_young_ns) {
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
   skel_->rodata->capture_young_ns = capture_young_ns;
+  skel_->rodata->off_cpu_threshold_ns = o.off_cpu_threshold_ns;
+  // Without --off-cpu its programs are neither verified nor attached: every context switch on
+  // the host would run them.
+  bpf_program__set_autoload(skel_->progs.on_switch_out, o.off_cpu_threshold_ns != 0);
+  bpf_program__set_autoload(skel_->progs.on_switch_in, o.off_cpu_threshold_ns != 0);
+  bpf_program__set_autoload(skel_->progs.on_syscall_return, o.off_cpu_threshold_ns != 0);
   bpf_map__set_max_entries(skel_->maps.rows, o.unwind_rows);
   const double load_cpu0 = thread_cpu_seconds();
   const int load_err = record_bpf__load(skel_);
@@ -151,6 +162,33 @@ Status BpfSession::load(const RecordOptions& o, uint64_t capture_young_ns) {
                       std::strerror(-load_err), log.empty() ? " none" : log);
   }
   g_load_log.clear();
+  return Ok{};
+}
+
+// The kprobe on finish_task_switch, where the kernel has kprobes (record.bpf.c on_switch_in; the
+// syscall-exit hook closes the intervals spent in a syscall without it): the compiler may have
+// renamed the function (an .isra/.constprop clone, e.g. finish_task_switch.isra.0 on Linux 6.x
+// builds), so its name comes from /proc/kallsyms. A failure is kept as a note, not an error.
+Status BpfSession::attach_switch_in() {
+  std::ifstream kallsyms("/proc/kallsyms");
+  std::string line, name;
+  while (std::getline(kallsyms, line)) {
+    const size_t at = line.rfind(' ');
+    if (at == std::string::npos) continue;
+    const std::string symbol = line.substr(at + 1);
+    if (symbol == "finish_task_switch" || symbol.rfind("finish_task_switch.", 0) == 0) {
+      name = symbol;
+      break;
+    }
+  }
+  if (name.empty()) {
+    return make_error("--off-cpu: the kernel has no finish_task_switch in /proc/kallsyms");
+  }
+  bpf_link* link = bpf_program__attach_kprobe(skel_->progs.on_switch_in, false, name.c_str());
+  if (link == nullptr) {
+    return make_error("--off-cpu: attaching to {} failed: {}", name, std::strerror(errno));
+  }
+  switch_in_link_ = link;
   return Ok{};
 }
 

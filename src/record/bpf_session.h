@@ -55,12 +55,15 @@ class BpfSession {
 
  private:
   Status load(const RecordOptions& o, uint64_t capture_young_ns);
+  Status attach_switch_in();
   static int on_event(void* ctx, void* data, size_t size);
   static int on_notify(void* ctx, void* data, size_t size);
 
   record_bpf* skel_ = nullptr;
   ring_buffer* rb_ = nullptr;
   std::vector<bpf_link*> links_;
+  bpf_link* switch_in_link_ = nullptr;  // --off-cpu's kprobe on finish_task_switch
+  std::string off_cpu_note_;            // why that kprobe is not attached ("": it is)
   std::vector<int> perf_fds_;
   OnRecord on_record_;
   OnNotify on_notify_;

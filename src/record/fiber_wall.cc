@@ -24,7 +24,8 @@ profile::Frame placeholder(const char* what) {
 profile::Sample sample_of(const core::FiberStack& f, uint32_t pid) {
   profile::Sample s;
   s.pid = pid;
-  s.fiber = {f.fiber.id, f.fiber.name, core::fiber_state_name(f.state)};
+  s.fiber = {f.fiber.id, f.fiber.name};
+  s.state = core::fiber_state_name(f.state);
   if (f.scheduler) {
     s.frames.push_back(placeholder("event loop: no fiber running"));
   } else if (f.state == core::FiberState::Running) {
@@ -79,7 +80,7 @@ bool FiberWallProfile::tick() {
     if (f.reused && last != last_.end()) {
       profile::Sample& s = profile_.samples[last->second];
       if (s.fiber.id == f.fiber.id && s.fiber.name == f.fiber.name &&
-          s.fiber.state == core::fiber_state_name(f.state)) {
+          s.state == core::fiber_state_name(f.state)) {
         ++s.count;
         continue;
       }

@@ -22,6 +22,9 @@ struct RecordOptions {
   bool all = false;                  // -a: every process with a detected LuaJIT runtime
   bool follow_forks = false;         // also follow children forked by -p processes
   uint32_t frequency_hz = 99;
+  // --off-cpu: off-CPU intervals of followed threads at least this long are recorded, each
+  // weighted by its length, at the stack where the thread left the CPU (0: no off-CPU time).
+  uint64_t off_cpu_threshold_ns = 0;
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
   bool keep_running = false;  // with -p: until stopped, also once every process is gone
   uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (bpf_session.cc ring_bytes)

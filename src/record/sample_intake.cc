@@ -9,13 +9,14 @@
 #include <cstring>
 
 #include "common/printable.h"
+#include "profile/profile_frames.h"
 
 namespace ljprof::record {
 
 void SampleIntake::handle_record(const void* data, size_t size) {
   uint32_t kind = 0;
   if (size >= sizeof(kind)) std::memcpy(&kind, data, sizeof(kind));
-  if (kind == LJ_REC_KIND_SAMPLE) {
+  if (kind == LJ_REC_KIND_SAMPLE || kind == LJ_REC_KIND_OFF_CPU) {
     handle_sample(data, size);
   } else if (kind == LJ_REC_KIND_CAPTURE) {
     handle_capture(data, size);
@@ -92,6 +93,12 @@ void SampleIntake::symbolize_sample(const lj_rec_sample& s, const FollowedProces
                                     const ProcessContext& ctx) {
   const StackMemo::Stack& raw = memo_.stack_of(s, ctx);
   for (const auto& [id, n] : raw.counted) counts_[id] += n;
+  if (s.kind == LJ_REC_KIND_OFF_CPU) {
+    // Where the thread left the CPU, weighted by how long it was away.
+    const StackTable::Entry& e = stacks_.on_fiber(*raw.stack, fiber_of(s));
+    off_cpu_[{&e, s.off_cpu_state}] += static_cast<int64_t>(s.off_cpu_ns);
+    return;
+  }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
       !raw.stack->first.frames.empty() && walked_before_its_rows(s, p, ctx)) {
     ++before_context_[s.end];
@@ -142,7 +149,7 @@ std::vector<ProcessProfile> SampleIntake::take_profiles(int64_t period_ns, int64
                                                         int64_t end_unix_ns) {
   std::vector<ProcessProfile> profiles;
   std::map<uint32_t, size_t> index;  // pid -> its entry in profiles
-  stacks_.for_each([&](profile::Sample sample) {
+  auto add = [&](profile::Sample sample) {
     const uint32_t pid = sample.pid;
     auto [at, added] = index.try_emplace(pid, profiles.size());
     if (added) {
@@ -155,15 +162,31 @@ std::vector<ProcessProfile> SampleIntake::take_profiles(int64_t period_ns, int64
       profiles.push_back(std::move(pp));
     }
     profiles[at->second].profile.samples.push_back(std::move(sample));
-  });
+  };
+  stacks_.for_each(add);
+  for_each_off_cpu(add);
   memo_.clear();
+  off_cpu_.clear();
   stacks_.clear();
   return profiles;
 }
 
+void SampleIntake::for_each_off_cpu(const std::function<void(profile::Sample)>& f) const {
+  for (const auto& [key, ns] : off_cpu_) {
+    profile::Sample s = stacks_.sample_of(*key.first);
+    s.count = 0;
+    s.off_cpu_ns = ns;
+    s.state = key.second == LJ_REC_OFF_CPU_BLOCKED ? "blocked" : "preempted";
+    if (profile::is_idle_wait(s)) s.state = "idle";
+    f(std::move(s));
+  }
+}
+
 void SampleIntake::add_samples(profile::Profile& prof) const {
   // (stacks symbolized but only seen as before-context samples have count 0 and are left out)
-  stacks_.for_each([&](profile::Sample s) { prof.samples.push_back(std::move(s)); });
+  auto add = [&](profile::Sample s) { prof.samples.push_back(std::move(s)); };
+  stacks_.for_each(add);
+  for_each_off_cpu(add);
 }
 
 }  // namespace ljprof::record

@@ -74,6 +74,11 @@ class SampleIntake {
   StackTable stacks_;
   // A sample's raw record -> its entry in stacks_ (record/stack_memo.h).
   StackMemo memo_{symbolizer_, stacks_};
+  // Off-CPU time (record --off-cpu) per (stack entry in stacks_, LJ_REC_OFF_CPU_* state), in ns.
+  // The entries' own counts are CPU samples only.
+  std::map<std::pair<const StackTable::Entry*, uint32_t>, int64_t> off_cpu_;
+  // Adds the off-CPU samples so far to `f` (count 0, off_cpu_ns and state set).
+  void for_each_off_cpu(const std::function<void(profile::Sample)>& f) const;
   std::array<uint64_t, LJ_END_COUNT> before_context_{};
   // Per LJ_END_*: where walks stopped ("module+0xOFF"); at most kMaxEndSites distinct sites
   // per reason, the rest counted under "other sites".

@@ -64,15 +64,18 @@ std::vector<profile::Frame> StackTable::frames(const Entry& e) const {
   return out;
 }
 
+profile::Sample StackTable::sample_of(const Entry& e) const {
+  profile::Sample s;
+  s.pid = e.first.pid;
+  s.frames = frames(e);
+  s.count = e.second;
+  if (e.first.fiber != 0) s.fiber = *fibers_[e.first.fiber - 1];
+  return s;
+}
+
 void StackTable::for_each(const std::function<void(profile::Sample)>& f) const {
   for (const Entry& e : stacks_) {
-    if (e.second <= 0) continue;
-    profile::Sample s;
-    s.pid = e.first.pid;
-    s.frames = frames(e);
-    s.count = e.second;
-    if (e.first.fiber != 0) s.fiber = *fibers_[e.first.fiber - 1];
-    f(std::move(s));
+    if (e.second > 0) f(sample_of(e));
   }
 }
 

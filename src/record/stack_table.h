@@ -42,6 +42,8 @@ class StackTable {
   Entry& on_fiber(Entry& stack, const profile::SampleFiber& fiber);
   // The frames of an entry's stack, leaf first.
   std::vector<profile::Frame> frames(const Entry& e) const;
+  // An entry as a profile sample (pid, frames, count, fiber).
+  profile::Sample sample_of(const Entry& e) const;
   // Every entry with a count above 0, as a profile sample (pid, frames, count, fiber).
   void for_each(const std::function<void(profile::Sample)>& f) const;
   size_t stack_count() const { return stacks_.size(); }

@@ -104,14 +104,14 @@ int depth_of(const FlameNode& n) {
 }
 
 void svg_node(const FlameNode& n, double x, int depth, double px_per_sample, double bottom,
-              int64_t total, std::string* out) {
+              int64_t total, const std::string& unit, std::string* out) {
   double w = static_cast<double>(n.total) * px_per_sample;
   if (w < 0.1) return;  // invisible; its children are narrower still
   double y = bottom - (depth + 1) * kRow;
   double pct = total > 0 ? 100.0 * static_cast<double>(n.total) / static_cast<double>(total) : 0;
   const std::string& label = n.name;  // frame_label(): printable
-  *out += fmt::format("<g class=\"frame\"><title>{} ({} samples, {:.2f}%)</title>",
-                      xml_escape(label), n.total, pct);
+  *out += fmt::format("<g class=\"frame\"><title>{} ({} {}, {:.2f}%)</title>", xml_escape(label),
+                      n.total, xml_escape(unit), pct);
   *out += fmt::format(
       "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" rx=\"2\"/>",
       x, y, w, kRow - 1, svg_colour(n.kind));
@@ -134,7 +134,7 @@ void svg_node(const FlameNode& n, double x, int depth, double px_per_sample, dou
   *out += "</g>\n";
   double cx = x;
   for (const FlameNode& c : n.children) {
-    svg_node(c, cx, depth + 1, px_per_sample, bottom, total, out);
+    svg_node(c, cx, depth + 1, px_per_sample, bottom, total, unit, out);
     cx += static_cast<double>(c.total) * px_per_sample;
   }
 }
@@ -229,7 +229,7 @@ body { font: 13px sans-serif; margin: 0; padding: 8px 12px; background: #fafafa;
   fg.addEventListener("mouseover", (e) => {
     const node = e.target.fgNode;
     if (!node) return;
-    const text = node.n + "  [" + node.k + "]  " + node.v + " samples, " + pct(node.v);
+    const text = node.n + "  [" + node.k + "]  " + node.v + " " + data.unit + ", " + pct(node.v);
     details.textContent = text;
     e.target.title = text;
   });
@@ -291,7 +291,8 @@ void replace_all(std::string* s, const std::string& from, const std::string& to)
 }
 
 std::string title_of(const profile::Profile& profile) {
-  std::string t = fmt::format("ljprof flame graph — {} samples", total_samples(profile));
+  std::string t =
+      fmt::format("ljprof flame graph — {} {}", total_samples(profile), profile.count_unit);
   if (profile.period_ns > 0) t += fmt::format(", period {:.3g} ms", profile.period_ns / 1e6);
   return t;
 }
@@ -359,7 +360,9 @@ std::string flamegraph_svg(const profile::Profile& profile, GroupBy group_by) {
       "<rect width=\"100%\" height=\"100%\" fill=\"#fafafa\"/>\n"
       "<text x=\"{2:.1f}\" y=\"{3:.1f}\" style=\"font: 14px sans-serif\">{4}</text>\n",
       kSvgWidth, height, kSvgPad, kSvgPad + kRow - 2, xml_escape(title_of(profile)));
-  if (root.total > 0) svg_node(root, kSvgPad, 0, px, height - kSvgPad, root.total, &out);
+  if (root.total > 0) {
+    svg_node(root, kSvgPad, 0, px, height - kSvgPad, root.total, profile.count_unit, &out);
+  }
   out += "</svg>\n";
   return out;
 }
@@ -372,6 +375,7 @@ std::string flamegraph_html(const profile::Profile& profile, GroupBy group_by) {
     kinds.push_back(profile::frame_kind_name(static_cast<profile::FrameKind>(k)));
   }
   data["kinds"] = std::move(kinds);
+  data["unit"] = profile.count_unit;
   // The tree is spliced in as text (tree_json); "@TREE@" cannot occur elsewhere in the dump.
   data["tree"] = "@TREE@";
   // The names are printable (frame_label); replace rather than throw (nlohmann's default) is

@@ -73,28 +73,32 @@ std::string fiber_group_label(const profile::SampleFiber& fiber) {
 }
 
 std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample>& samples) {
-  // The key points into `samples`: (pid, tid, fiber, frames), compared in that order.
+  // The key points into `samples`: (pid, tid, fiber, state, frames), compared in that order.
   struct Key {
     const profile::Sample* s;
     bool operator<(const Key& o) const {
-      return std::tie(s->pid, s->tid, s->fiber, s->frames) <
-             std::tie(o.s->pid, o.s->tid, o.s->fiber, o.s->frames);
+      return std::tie(s->pid, s->tid, s->fiber, s->state, s->frames) <
+             std::tie(o.s->pid, o.s->tid, o.s->fiber, o.s->state, o.s->frames);
     }
   };
-  std::map<Key, int64_t> merged;
+  std::map<Key, std::pair<int64_t, int64_t>> merged;  // count, off-CPU ns
   for (const profile::Sample& s : samples) {
-    if (s.count <= 0) continue;
-    merged[Key{&s}] += s.count;
+    if (s.count <= 0 && s.off_cpu_ns <= 0) continue;
+    auto& [count, off_cpu_ns] = merged[Key{&s}];
+    count += std::max<int64_t>(s.count, 0);
+    off_cpu_ns += std::max<int64_t>(s.off_cpu_ns, 0);
   }
   std::vector<profile::Sample> out;
   out.reserve(merged.size());
-  for (const auto& [key, count] : merged) {
+  for (const auto& [key, values] : merged) {
     profile::Sample s;
     s.frames = key.s->frames;
     s.pid = key.s->pid;
     s.tid = key.s->tid;
     s.fiber = key.s->fiber;
-    s.count = count;
+    s.state = key.s->state;
+    s.count = values.first;
+    s.off_cpu_ns = values.second;
     out.push_back(std::move(s));
   }
   return out;
@@ -102,7 +106,7 @@ std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample
 
 bool same_sample(const profile::Sample& a, const profile::Sample& b) {
   return a.frames == b.frames && a.count == b.count && a.pid == b.pid && a.tid == b.tid &&
-         a.fiber == b.fiber;
+         a.fiber == b.fiber && a.state == b.state && a.off_cpu_ns == b.off_cpu_ns;
 }
 
 }  // namespace ljprof::report

@@ -9,8 +9,12 @@
 
 namespace ljprof::report {
 
-Status write_outputs(const profile::Profile& profile, const OutputOptions& options) {
-  if (!options.pprof_path.empty()) LJ_TRY(write_pprof(profile, options.pprof_path));
+Status write_outputs(const profile::Profile& recorded, const OutputOptions& options) {
+  if (!options.pprof_path.empty()) LJ_TRY(write_pprof(recorded, options.pprof_path));
+  const ProfileValue value = options.value.value_or(default_value(recorded));
+  const profile::Profile off_cpu =
+      value == ProfileValue::OffCpu ? off_cpu_view(recorded) : profile::Profile{};
+  const profile::Profile& profile = value == ProfileValue::OffCpu ? off_cpu : recorded;
   if (!options.folded_path.empty())
     LJ_TRY(write_folded(profile, options.folded_path, options.group_by));
   if (!options.flamegraph_path.empty()) {

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "common/result.h"
 #include "profile/profile.h"
 #include "report/frames.h"
+#include "report/views.h"
 
 namespace ljprof::report {
 
@@ -22,6 +24,9 @@ struct OutputOptions {
   // --group-by: a frame per group at the root end of the folded stacks and the flame graph
   // (report/frames.h); the pprof file and the top table are not affected.
   GroupBy group_by = GroupBy::None;
+  // --value: what the folded stacks, flame graph and top table weigh stacks by (report/views.h);
+  // unset: views.h default_value. The pprof file always has every value.
+  std::optional<ProfileValue> value;
 
   bool any() const {
     return !pprof_path.empty() || !folded_path.empty() || !flamegraph_path.empty() || top > 0;

@@ -174,6 +174,7 @@ class Writer {
 
   Result<std::string> serialize() {
     std::vector<profile::Sample> samples = aggregate_samples(profile_.samples);
+    for (const profile::Sample& s : samples) off_cpu_ = off_cpu_ || s.off_cpu_ns > 0;
     write_header();
     write_mappings(samples);
     for (const profile::Sample& s : samples) write_sample(s);
@@ -195,6 +196,7 @@ class Writer {
     const char* value = profile_.value_type == profile::ValueType::Wall ? "wall" : "cpu";
     add_type(out_.add_sample_type(), "samples", "count");
     add_type(out_.add_sample_type(), value, "nanoseconds");
+    if (off_cpu_) add_type(out_.add_sample_type(), "off_cpu", "nanoseconds");
     add_type(out_.mutable_period_type(), value, "nanoseconds");
     out_.set_period(profile_.period_ns);
     out_.set_time_nanos(profile_.start_time_ns);
@@ -285,11 +287,6 @@ class Writer {
       name->set_key(strings_.index("fiber"));
       name->set_str(strings_.index(fiber.name));
     }
-    if (!fiber.state.empty()) {
-      pp::Label* state = ps->add_label();
-      state->set_key(strings_.index("state"));
-      state->set_str(strings_.index(fiber.state));
-    }
     if (fibers_ == FiberLabels::NameOnly || fiber.id == 0) return;
     pp::Label* id = ps->add_label();
     id->set_key(strings_.index("fiber_id"));
@@ -301,9 +298,15 @@ class Writer {
     for (const profile::Frame& f : s.frames) ps->add_location_id(location_id(f));
     ps->add_value(s.count);
     ps->add_value(saturating_mul(s.count, profile_.period_ns));
+    if (off_cpu_) ps->add_value(s.off_cpu_ns);
     add_label(ps, "pid", s.pid);
     add_label(ps, "tid", s.tid);
     write_fiber(ps, s.fiber);
+    if (!s.state.empty()) {
+      pp::Label* state = ps->add_label();
+      state->set_key(strings_.index("state"));
+      state->set_str(strings_.index(s.state));
+    }
     // One "trace" label per JIT-compiled frame, leaf first: which trace ran it.
     for (const profile::Frame& f : s.frames) {
       if (f.kind != profile::FrameKind::Trace) continue;
@@ -322,6 +325,7 @@ class Writer {
   const profile::Profile& profile_;
   const std::string& path_;
   FiberLabels fibers_;
+  bool off_cpu_ = false;  // a third sample type, off_cpu/nanoseconds
   pp::Profile out_;
   StringTable strings_{&out_};
   std::map<MappingKey, uint64_t> mapping_ids_;
@@ -490,8 +494,20 @@ class Reader {
     return Ok{};
   }
 
+  // The index of the off_cpu/nanoseconds sample type (record --off-cpu), or -1.
+  int off_cpu_index() const {
+    for (int i = 0; i < in_.sample_type_size(); ++i) {
+      const int64_t type = in_.sample_type(i).type();
+      if (type >= 0 && type < in_.string_table_size() && in_.string_table(type) == "off_cpu") {
+        return i;
+      }
+    }
+    return -1;
+  }
+
   Status read_samples(int value_index, profile::Profile* out) {
     uint64_t total_frames = 0;
+    const int off_cpu = off_cpu_index();
     out->samples.reserve(static_cast<size_t>(in_.sample_size()));
     for (int i = 0; i < in_.sample_size(); ++i) {
       const pp::Sample& s = in_.sample(i);
@@ -501,6 +517,7 @@ class Reader {
       }
       profile::Sample sample;
       sample.count = s.value(value_index);
+      if (off_cpu >= 0) sample.off_cpu_ns = s.value(off_cpu);
       for (uint64_t id : s.location_id()) {
         auto loc = locations_.find(id);
         if (loc == locations_.end()) {
@@ -519,7 +536,7 @@ class Reader {
         LJ_TRY(str(l.num_unit(), "label.num_unit"));
         if (key == "fiber") sample.fiber.name = std::move(value);
         if (key == "fiber_id") sample.fiber.id = static_cast<uint64_t>(l.num());
-        if (key == "state") sample.fiber.state = std::move(value);
+        if (key == "state") sample.state = std::move(value);
         if (l.num() >= 0 && l.num() <= UINT32_MAX) {
           if (key == "pid") sample.pid = static_cast<uint32_t>(l.num());
           if (key == "tid") sample.tid = static_cast<uint32_t>(l.num());

@@ -49,8 +49,8 @@ void write_top(const profile::Profile& profile, std::ostream& out, size_t n) {
   std::string period = profile.period_ns > 0
                            ? fmt::format(", period {:.3g} ms", profile.period_ns / 1e6)
                            : std::string();
-  out << fmt::format("Showing top {} of {} functions, {} samples total{}\n", shown, rows.size(),
-                     total, period);
+  out << fmt::format("Showing top {} of {} functions, {} {} total{}\n", shown, rows.size(), total,
+                     profile.count_unit, period);
   out << fmt::format("{:>10} {:>7} {:>7} {:>10} {:>7}  {:<8}{}\n", "flat", "flat%", "sum%", "cum",
                      "cum%", "kind", "name");
   int64_t sum = 0;
@@ -71,6 +71,7 @@ void write_top_by_fiber(const profile::Profile& profile, std::ostream& out, size
     const std::string label = fiber_group_label(s.fiber);
     profile::Profile& g = groups[label.empty() ? "(no fiber)" : label];
     g.period_ns = profile.period_ns;
+    g.count_unit = profile.count_unit;
     g.samples.push_back(s);
     total += s.count;
   }
@@ -85,7 +86,7 @@ void write_top_by_fiber(const profile::Profile& profile, std::ostream& out, size
   });
   for (const auto& [count, label] : order) {
     out << fmt::format(
-        "== {}: {} samples, {:.2f}% of all\n", *label, count,
+        "== {}: {} {}, {:.2f}% of all\n", *label, count, profile.count_unit,
         total > 0 ? 100.0 * static_cast<double>(count) / static_cast<double>(total) : 0.0);
     write_top(groups.at(*label), out, n);
   }

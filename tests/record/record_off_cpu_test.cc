@@ -1,0 +1,69 @@
+// `ljprof record --off-cpu` against real processes. Oracle: the workload's own monotonic clock
+// around each blocking call (tests/record/workloads/off_cpu.lua), and `go tool pprof` reading
+// the profile's off_cpu sample type.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <regex>
+#include <string>
+
+#include "support/test_support.h"
+
+namespace ljprof {
+namespace {
+
+// The "cum" column of `go tool pprof -top` for `function`, in seconds ("2.93s", "345.59ms").
+double cum_seconds(const std::map<std::string, test::PprofTopRow>& rows,
+                   const std::string& function) {
+  auto it = rows.find(function);
+  if (it == rows.end()) return 0;
+  const std::string& v = it->second.cum;
+  const double n = std::stod(v);
+  if (v.ends_with("ms")) return n / 1e3;
+  if (v.ends_with("us")) return n / 1e6;
+  if (v.ends_with("ns")) return n / 1e9;
+  return n;
+}
+
+// Per round one function blocks 3 x 30 ms and another 1 x 10 ms: their off-CPU shares are the
+// split the workload measured (90/10) within 5 points, the total within 10% of its own sleeping
+// time, at the Lua functions that called usleep.
+TEST(RecordOffCpu, BlockedTimeSplitsAsTheWorkloadsOwnClock) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir dir;
+  const std::string profile = dir.file("off.pb.gz");
+  const test::CommandResult rec =
+      test::run({test::ljprof_bin(), "record", "--off-cpu=5ms", "-q", "-o", profile, "--folded",
+                 dir.file("off.folded"), "--", "/usr/bin/luajit",
+                 test::record_workloads_dir() + "/off_cpu.lua", "3"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(rec.out, m, std::regex(R"(off_cpu long=([0-9.]+) short=([0-9.]+))")))
+      << rec.out;
+  const double long_s = std::stod(m[1]), short_s = std::stod(m[2]);
+  const test::CommandResult top =
+      test::go_tool_pprof(dir.path(), {"-top", "-nodecount=200", "-sample_index=off_cpu", profile});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  const auto rows = test::parse_pprof_top(top.out);
+  const double ours_long = cum_seconds(rows, "long_wait"),
+               ours_short = cum_seconds(rows, "short_wait");
+  std::cout << "off-CPU: long_wait " << ours_long << " s, short_wait " << ours_short
+            << " s; the workload measured " << long_s << " s and " << short_s << " s\n";
+  ASSERT_GT(ours_long + ours_short, 0) << top.out;
+  EXPECT_NEAR(100 * ours_long / (ours_long + ours_short), 100 * long_s / (long_s + short_s), 5)
+      << top.out;
+  EXPECT_NEAR(ours_long + ours_short, long_s + short_s, 0.1 * (long_s + short_s)) << top.out;
+  // The state label says why: it waited.
+  const test::CommandResult tags =
+      test::go_tool_pprof(dir.path(), {"-tags", "-sample_index=off_cpu", profile});
+  EXPECT_NE(tags.out.find("blocked"), std::string::npos) << tags.out;
+  // The folded stacks of a recording with --off-cpu are the off-CPU view: usleep's callers.
+  const std::string folded = test::read_text(dir.file("off.folded"));
+  EXPECT_NE(folded.find("long_wait"), std::string::npos) << folded;
+}
+
+}  // namespace
+}  // namespace ljprof
