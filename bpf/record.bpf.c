@@ -178,8 +178,11 @@ struct lj_rec_off_cpu {
   uint64_t user_pc;
   uint64_t user_sp;
 };
+/* A plain hash, not an LRU one: the syscall-exit program looks it up on every syscall of every
+ * task, and an LRU lookup also updates the LRU lists. Entries are deleted when their interval
+ * closes; a thread that leaves the CPU for good (PF_EXITING) adds none. */
 struct {
-  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, LJ_REC_OFF_CPU_THREADS);
   __type(key, uint32_t);
   __type(value, struct lj_rec_off_cpu);
@@ -715,6 +718,10 @@ int BPF_PROG(on_switch_out, bool preempt, struct task_struct* prev, struct task_
   tgid = BPF_CORE_READ(prev, tgid);
   tid = BPF_CORE_READ(prev, pid);
   if (tgid == 0 || !bpf_map_lookup_elem(&pids, &tgid)) return 0;
+  if (BPF_CORE_READ(prev, flags) & 0x4) { /* PF_EXITING: it will not come back */
+    bpf_map_delete_elem(&off_cpu_since, &tid);
+    return 0;
+  }
   /* An interval still open: it ended where no hook could walk it. */
   if (bpf_map_lookup_elem(&off_cpu_since, &tid)) count(LJ_REC_CTR_OFF_CPU_UNWALKED);
   since.ns = bpf_ktime_get_ns();

@@ -9,6 +9,7 @@
 // kernel's verifier of that arm64 kernel loads the program; the VM boots once for all cases.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
@@ -162,6 +163,29 @@ TEST_F(RecordArm64Vm, SamplesInTheVdsoUnwindThroughIt) {
   }
   // Each case reads the clock 9 times a round; a few hundred rounds give a few dozen samples.
   EXPECT_GT(in_vdso, 0) << "no sample in the vDSO's clock_gettime";
+}
+
+// record --off-cpu on the arm64 kernel: the off-CPU view's split between the two Lua functions
+// that block in usleep is the one the workload measured with its own clock (90/10), within 5
+// points (tests/record/workloads/off_cpu.lua; the x86-64 twin is RecordOffCpu).
+TEST_F(RecordArm64Vm, OffCpuTimeSplitsAsTheWorkloadsOwnClock) {
+  expect_recorded("off_cpu");
+  const std::string out = test::read_text(file("off_cpu.out"));
+  const size_t at = out.find("off_cpu long=");
+  ASSERT_NE(at, std::string::npos) << out << test::read_text(file("off_cpu.log"));
+  double long_s = 0, short_s = 0;
+  ASSERT_EQ(std::sscanf(out.c_str() + at, "off_cpu long=%lf short=%lf", &long_s, &short_s), 2);
+  double in_long = 0, in_short = 0;
+  for (const FoldedStack& stack : read_folded(file("off_cpu.folded"))) {
+    for (const std::string& frame : stack.frames) {
+      if (frame.rfind("long_wait", 0) == 0) in_long += stack.count;
+      if (frame.rfind("short_wait", 0) == 0) in_short += stack.count;
+    }
+  }
+  ASSERT_GT(in_long + in_short, 0) << test::read_text(file("off_cpu.log"));
+  std::cout << "arm64 off-CPU: long_wait " << in_long / 1e6 << " s, short_wait " << in_short / 1e6
+            << " s; the workload measured " << long_s << " s and " << short_s << " s\n";
+  EXPECT_NEAR(100 * in_long / (in_long + in_short), 100 * long_s / (long_s + short_s), 5);
 }
 
 // Every recording loaded the program through the arm64 kernel's verifier and, once ljprof

@@ -65,5 +65,29 @@ TEST(RecordOffCpu, BlockedTimeSplitsAsTheWorkloadsOwnClock) {
   EXPECT_NE(folded.find("long_wait"), std::string::npos) << folded;
 }
 
+// A Tarantool whose tx thread waits for work in epoll_wait, but for a fiber that blocks the
+// thread in a C call: the event loop's own waits are labelled idle and left out of the off-CPU
+// view, which holds the blocking call at the Lua function that made it.
+TEST(RecordOffCpu, AnIdleEventLoopIsLabelledIdleAndLeftOut) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir dir;
+  test::Background tarantool(
+      {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua"},
+      dir.file("tarantool.out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("tarantool.out"), "ljprof-ready", 60));
+  const std::string profile = dir.file("off.pb.gz");
+  const test::CommandResult rec =
+      test::run({test::ljprof_bin(), "record", "-p", std::to_string(tarantool.pid()), "--off-cpu",
+                 "-d", "2", "-q", "-o", profile, "--folded", dir.file("off.folded")});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  const test::CommandResult tags =
+      test::go_tool_pprof(dir.path(), {"-tags", "-sample_index=off_cpu", profile});
+  EXPECT_NE(tags.out.find("idle"), std::string::npos) << tags.out;
+  EXPECT_NE(tags.out.find("blocked"), std::string::npos) << tags.out;
+  const std::string folded = test::read_text(dir.file("off.folded"));
+  EXPECT_NE(folded.find("block_tx"), std::string::npos) << folded;
+  EXPECT_EQ(folded.find("epoll_wait"), std::string::npos) << folded;
+}
+
 }  // namespace
 }  // namespace ljprof

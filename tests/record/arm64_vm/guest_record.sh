@@ -160,6 +160,14 @@ nginx_case() {
 nginx_case jit_on
 nginx_case jit_off
 
+# Off-CPU time (record --off-cpu) on the arm64 kernel, whose kprobes close the intervals at
+# finish_task_switch: Debian's luajit blocking in usleep (../workloads/off_cpu.lua prints its own
+# per-function sleeping time); the folded stacks are the off-CPU view, in microseconds.
+mark "off_cpu start"
+"$ljprof" record --off-cpu=5ms -q -o "$out/off_cpu.pb.gz" --folded "$out/off_cpu.folded" -- \
+  /usr/bin/luajit "$workloads/off_cpu.lua" 3 >"$out/off_cpu.out" 2>"$out/off_cpu.log"
+echo $? >"$out/off_cpu.rc"
+
 mark done
 touch /tmp/recordings-done
 wait "$counter"
