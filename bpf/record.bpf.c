@@ -168,26 +168,6 @@ struct {
   __type(value, struct lj_rec_capture);
 } capture_scratch SEC(".maps");
 
-/* When each followed thread that is off the CPU left it, and why (on_switch_out). */
-struct lj_rec_off_cpu {
-  uint64_t ns;
-  uint32_t state; /* LJ_REC_OFF_CPU_* */
-  uint32_t pad;
-  /* The user pc and sp saved at the kernel entry it left the CPU in: a syscall that returns
-   * with the same ones is that entry's end (on_syscall_return). */
-  uint64_t user_pc;
-  uint64_t user_sp;
-};
-/* A plain hash, not an LRU one: the syscall-exit program looks it up on every syscall of every
- * task, and an LRU lookup also updates the LRU lists. Entries are deleted when their interval
- * closes; a thread that leaves the CPU for good (PF_EXITING) adds none. */
-struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, LJ_REC_OFF_CPU_THREADS);
-  __type(key, uint32_t);
-  __type(value, struct lj_rec_off_cpu);
-} off_cpu_since SEC(".maps");
-
 /* Set by the loader before load (skeleton .rodata). */
 const volatile uint32_t follow_children = 0;
 /* 1 (-a, ljprof agent): every exec and every executable mmap on the host is notified, so a
@@ -204,6 +184,9 @@ const volatile uint64_t capture_young_ns = 0;
 /* record --off-cpu: off-CPU intervals of followed threads at least this long are walked and
  * sent (LJ_REC_KIND_OFF_CPU). 0: off-CPU time is not recorded (its programs are not loaded). */
 const volatile uint64_t off_cpu_threshold_ns = 0;
+/* record --loop-stalls: a followed thread away from its event loop's wait at least this long is
+ * a stall (lj_rec_stall). 0: not watched (its programs are not loaded). */
+const volatile uint64_t loop_stall_ns = 0;
 
 LJ_INLINE void count(uint32_t index) {
   uint64_t* c = bpf_map_lookup_elem(&counters, &index);
@@ -681,86 +664,5 @@ int on_sample(struct bpf_perf_event_data* ctx) {
   return sample_current(tgid, tid, *slotp, start_ns, LJ_REC_KIND_SAMPLE, 0, 0);
 }
 
-/* Off-CPU time (record --off-cpu). sched_switch runs as `prev` leaves the CPU: a followed thread
- * notes when, why, and the user pc and sp of the kernel entry it is in (off_cpu_since). The
- * interval is closed in the thread itself, once it has the CPU back and before it returns to user
- * space — where its memory can be read and the interval's length is known:
- *  - on_switch_in, a kprobe on finish_task_switch, on kernels with kprobes: every interval;
- *  - on_syscall_return, at the exit of the syscall it blocked in (same user pc and sp): where
- *    kprobes are missing, the intervals spent in a syscall (sleeps, I/O, futex, epoll). An
- *    interval that ends elsewhere (a preemption in user code, a page fault) is counted when the
- *    thread next leaves the CPU, not walked.
- * Under the threshold an interval costs a lookup and a delete; a longer one is walked from the
- * user registers saved at that kernel entry and sent weighted by its length. Threads of processes
- * nobody follows cost one hash lookup per switch. */
-LJ_INLINE int close_off_cpu(struct lj_rec_off_cpu* since, uint32_t tgid, uint32_t tid) {
-  uint64_t now = bpf_ktime_get_ns(), took = now - since->ns;
-  uint32_t state = since->state;
-  uint32_t* slotp;
-  bpf_map_delete_elem(&off_cpu_since, &tid);
-  if (took < off_cpu_threshold_ns) {
-    count(LJ_REC_CTR_OFF_CPU_SHORT);
-    return 0;
-  }
-  slotp = bpf_map_lookup_elem(&pids, &tgid);
-  if (!slotp) return 0;
-  count(LJ_REC_CTR_OFF_CPU_WALKED);
-  return sample_current(tgid, tid, *slotp, now, LJ_REC_KIND_OFF_CPU, took, state);
-}
-
-SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch_out, bool preempt, struct task_struct* prev, struct task_struct* next) {
-  uint32_t tgid, tid;
-  struct lj_rec_off_cpu since;
-  struct pt_regs* regs;
-  (void)next;
-  if (off_cpu_threshold_ns == 0) return 0;
-  tgid = BPF_CORE_READ(prev, tgid);
-  tid = BPF_CORE_READ(prev, pid);
-  if (tgid == 0 || !bpf_map_lookup_elem(&pids, &tgid)) return 0;
-  if (BPF_CORE_READ(prev, flags) & 0x4) { /* PF_EXITING: it will not come back */
-    bpf_map_delete_elem(&off_cpu_since, &tid);
-    return 0;
-  }
-  /* An interval still open: it ended where no hook could walk it. */
-  if (bpf_map_lookup_elem(&off_cpu_since, &tid)) count(LJ_REC_CTR_OFF_CPU_UNWALKED);
-  since.ns = bpf_ktime_get_ns();
-  /* Not preempted and not runnable (task_struct.__state != TASK_RUNNING): it waits. */
-  since.state = !preempt && BPF_CORE_READ(prev, __state) != 0 ? LJ_REC_OFF_CPU_BLOCKED
-                                                              : LJ_REC_OFF_CPU_PREEMPTED;
-  since.pad = 0;
-  regs = (struct pt_regs*)bpf_task_pt_regs(prev);
-  since.user_pc = PT_REGS_IP_CORE(regs);
-  since.user_sp = PT_REGS_SP_CORE(regs);
-  bpf_map_update_elem(&off_cpu_since, &tid, &since, BPF_ANY);
-  return 0;
-}
-
-SEC("kprobe")
-int on_switch_in(struct pt_regs* ctx) {
-  uint64_t id = bpf_get_current_pid_tgid();
-  uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
-  struct lj_rec_off_cpu* since;
-  (void)ctx;
-  if (off_cpu_threshold_ns == 0 || tgid == 0) return 0;
-  since = bpf_map_lookup_elem(&off_cpu_since, &tid);
-  if (!since) return 0;
-  return close_off_cpu(since, tgid, tid);
-}
-
-SEC("tp_btf/sys_exit")
-int BPF_PROG(on_syscall_return, struct pt_regs* regs, long ret) {
-  uint64_t id = bpf_get_current_pid_tgid();
-  uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
-  struct lj_rec_off_cpu* since;
-  (void)ret;
-  if (off_cpu_threshold_ns == 0 || tgid == 0) return 0;
-  since = bpf_map_lookup_elem(&off_cpu_since, &tid);
-  if (!since) return 0;
-  if (since->user_pc != PT_REGS_IP_CORE(regs) || since->user_sp != PT_REGS_SP_CORE(regs)) {
-    return 0; /* it left the CPU in another kernel entry: not this syscall's */
-  }
-  return close_off_cpu(since, tgid, tid);
-}
-
 #include "record_follow.bpf.h"
+#include "record_off_cpu.bpf.h"

@@ -171,6 +171,21 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_frame) == 48, "lj_rec_frame: 48 bytes, no 
  * lj_rec_sample whose stack is where the thread left the CPU, weighted by off_cpu_ns. */
 #define LJ_REC_KIND_OFF_CPU 3
 
+/* An event-loop stall (record --loop-stalls): a followed thread was away from its loop's wait
+ * (epoll_wait and kin) longer than the threshold, between returning from one wait and entering
+ * the next (record.bpf.c on_loop_wait_enter). */
+#define LJ_REC_KIND_STALL 4
+
+struct lj_rec_stall {
+  uint32_t kind; /* LJ_REC_KIND_STALL */
+  uint32_t pid;  /* tgid */
+  uint32_t tid;
+  uint32_t pad;
+  uint64_t start_ns;    /* bpf_ktime_get_ns when the previous wait returned */
+  uint64_t duration_ns; /* until the next wait was entered */
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_stall) == 32, "lj_rec_stall: 32 bytes");
+
 /* Why a thread left the CPU (lj_rec_sample.off_cpu_state). */
 #define LJ_REC_OFF_CPU_BLOCKED 1   /* it waited (sleep, I/O, a lock): not runnable */
 #define LJ_REC_OFF_CPU_PREEMPTED 2 /* it was runnable and another task got the CPU */

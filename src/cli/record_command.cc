@@ -11,6 +11,7 @@
 #include "cli/recording.h"
 #include "record/recorder.h"
 #include "report/outputs.h"
+#include "report/stalls.h"
 
 namespace ljprof::cli {
 
@@ -30,11 +31,13 @@ struct RecordFlags {
   bool stats = false;
   std::string off_cpu;  // --off-cpu[=THRESHOLD]: "" = off
   std::string value;
+  std::string loop_stalls;  // --loop-stalls THRESHOLD: "" = off
+  std::string stalls_json;
   std::vector<std::string> command;
 };
 
 // "10ms", "500us", "1s", "2000ns": a duration in ns; an error names the flag.
-Result<uint64_t> parse_threshold(const std::string& text) {
+Result<uint64_t> parse_threshold(const char* flag, const std::string& text) {
   static const std::pair<const char*, double> kUnits[] = {
       {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
   for (const auto& [unit, scale] : kUnits) {
@@ -44,14 +47,13 @@ Result<uint64_t> parse_threshold(const std::string& text) {
     char* end = nullptr;
     const double v = std::strtod(number.c_str(), &end);
     if (end == number.c_str() || *end != '\0' || !(v > 0) || v * scale > 3600e9) break;
-    // "1s" must not read as "1" + "s" of "ms": the longest unit that ends the text wins, and
-    // "ms"/"us"/"ns" come before "s" above.
+    // "ms", "us" and "ns" are tried before "s", so "10ms" is never 10 "m" seconds.
     return static_cast<uint64_t>(v * scale);
   }
   return make_error(
-      "--off-cpu={}: expected a duration above 0 and up to an hour, with a unit: ns, us, ms or s "
-      "(e.g. --off-cpu=10ms)",
-      text);
+      "{} {}: expected a duration above 0 and up to an hour, with a unit: ns, us, ms or s "
+      "(e.g. 10ms)",
+      flag, text);
 }
 
 // What run_record_command takes: the recorder's options (without its callbacks) and the outputs.
@@ -60,6 +62,7 @@ struct RecordCommandOptions {
   report::OutputOptions outputs;
   bool quiet = false;
   bool stats = false;
+  std::string stalls_json;  // --stalls FILE
 };
 
 // The flags as the recording's options; an error names the flag.
@@ -86,8 +89,15 @@ Result<RecordCommandOptions> record_command_options(const RecordFlags& f) {
     o.outputs.top = 20;
   }
   if (!f.off_cpu.empty()) {
-    LJ_ASSIGN_OR_RETURN(o.record.off_cpu_threshold_ns, parse_threshold(f.off_cpu));
+    LJ_ASSIGN_OR_RETURN(o.record.off_cpu_threshold_ns, parse_threshold("--off-cpu", f.off_cpu));
   }
+  if (!f.loop_stalls.empty()) {
+    LJ_ASSIGN_OR_RETURN(o.record.loop_stall_ns, parse_threshold("--loop-stalls", f.loop_stalls));
+  }
+  if (!f.stalls_json.empty() && f.loop_stalls.empty()) {
+    return make_error("--stalls FILE needs --loop-stalls THRESHOLD");
+  }
+  o.stalls_json = f.stalls_json;
   o.quiet = f.quiet;
   o.stats = f.stats;
   return o;
@@ -124,6 +134,17 @@ int run_record_command(RecordCommandOptions o) {
   }
   for (const std::string* p : {&out.pprof_path, &out.folded_path, &out.flamegraph_path}) {
     if (!p->empty() && *p != "-") std::cerr << "ljprof record: wrote " << *p << "\n";
+  }
+  if (o.record.loop_stall_ns != 0) {
+    std::cerr << "ljprof record: " << report::stalls_text(r->profile.stalls);
+    if (!o.stalls_json.empty()) {
+      auto stalls = report::write_stalls_json(r->profile.stalls, o.stalls_json);
+      if (!stalls.ok()) {
+        std::cerr << "ljprof record: " << stalls.message() << "\n";
+        return 2;
+      }
+      std::cerr << "ljprof record: wrote " << o.stalls_json << "\n";
+    }
   }
   return 0;
 }
@@ -164,6 +185,18 @@ void add_record_command(CommandLine& cli) {
            "CPU, weighted by the time away (pprof sample type off_cpu/nanoseconds; label state: "
            "blocked or preempted; go tool pprof -sample_index=off_cpu)")
       .option_text("[=THRESHOLD]");
+  cmd.option("--loop-stalls", f->loop_stalls,
+             "Report event-loop stalls: every time a followed thread (Tarantool's tx thread, an "
+             "nginx worker) spends at least THRESHOLD (e.g. 50ms) between returning from its "
+             "loop's wait (epoll_wait) and entering the next one, with the Lua functions sampled "
+             "inside it (on the CPU, and off it with --off-cpu): count, p50/p99/max and the worst "
+             "stalls on stderr")
+      .type_name("THRESHOLD");
+  cmd.option("--stalls", f->stalls_json,
+             "With --loop-stalls: also write every stall to FILE as JSON: [{\"pid\", \"tid\", "
+             "\"start_ns\", \"duration_ns\", \"stacks\": [{\"frames\", \"samples\", "
+             "\"off_cpu_ns\"}]}]")
+      .type_name("FILE.json");
   cmd.flag("-q,--quiet", f->quiet, "No progress line while recording");
   cmd.flag("--stats", f->stats,
            "Also print what recording cost: the agent's CPU per delivered sample in steady "

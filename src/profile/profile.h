@@ -66,6 +66,17 @@ struct Sample {
   std::string state;
 };
 
+// An event-loop stall (record --loop-stalls): thread `tid` of `pid` spent `duration_ns` between
+// returning from its loop's wait and entering the next one, from `start_ns` (CLOCK_MONOTONIC, the
+// kernel's clock); `samples` are the CPU samples and off-CPU intervals taken inside it.
+struct LoopStall {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+  std::vector<Sample> samples;
+};
+
 // What a sample's weight measures (DESIGN.md "Profile types"): CPU time of the thread that was
 // sampled, or wall-clock time of a fiber whether it ran or waited (Pyroscope's `wall` type).
 enum class ValueType { Cpu, Wall };
@@ -82,6 +93,8 @@ struct Profile {
   // What Sample::count counts, as the top table and the flame graph word it: "samples", or "us
   // off-CPU" in an off-CPU view (report/views.h). Not written to pprof.
   std::string count_unit = "samples";
+  // record --loop-stalls: every stall over the threshold, in the order they ended. Not in pprof.
+  std::vector<LoopStall> stalls;
 };
 
 }  // namespace ljprof::profile

@@ -166,6 +166,7 @@ Status Recorder::check_options() const {
 
 // Loads the kernel program and follows the processes given (-p) or found (-a).
 Status Recorder::start_following() {
+  if (opt_.loop_stall_ns != 0) intake_.keep_sample_times();
   LJ_TRY(session_.open(
       opt_, static_cast<uint64_t>(ProcessFollower::kCopyYoungS * 1e9),
       [this](const void* data, size_t size) { intake_.handle_record(data, size); },
@@ -283,6 +284,7 @@ RecordResult Recorder::result(std::chrono::system_clock::time_point wall_start, 
   prof.start_time_ns = unix_ns(wall_start);
   prof.duration_ns = static_cast<int64_t>(elapsed * 1e9);
   intake_.add_samples(prof);
+  prof.stalls = intake_.stalls();
   add_profile_counters(r, prof);
   return r;
 }

@@ -25,6 +25,9 @@ struct RecordOptions {
   // --off-cpu: off-CPU intervals of followed threads at least this long are recorded, each
   // weighted by its length, at the stack where the thread left the CPU (0: no off-CPU time).
   uint64_t off_cpu_threshold_ns = 0;
+  // --loop-stalls: a followed thread away from its event loop's wait (epoll_wait) at least this
+  // long is a stall, reported with the samples taken inside it (0: not watched).
+  uint64_t loop_stall_ns = 0;
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
   bool keep_running = false;  // with -p: until stopped, also once every process is gone
   uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (bpf_session.cc ring_bytes)

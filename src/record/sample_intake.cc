@@ -20,6 +20,8 @@ void SampleIntake::handle_record(const void* data, size_t size) {
     handle_sample(data, size);
   } else if (kind == LJ_REC_KIND_CAPTURE) {
     handle_capture(data, size);
+  } else if (kind == LJ_REC_KIND_STALL) {
+    handle_stall(data, size);
   } else {
     ++counts_[LJ_REC_CTR_MALFORMED];
   }
@@ -41,6 +43,52 @@ void SampleIntake::handle_capture(const void* data, size_t size) {
   }
   const auto* bytes = static_cast<const uint8_t*>(data) + header;
   follower_.keep_copy(c.pid, c.addr, {bytes, c.len});
+}
+
+void SampleIntake::handle_stall(const void* data, size_t size) {
+  lj_rec_stall stall;
+  if (size < sizeof(stall) || stall_records_.size() >= kMaxKeptTimes) {
+    ++counts_[LJ_REC_CTR_MALFORMED];
+    return;
+  }
+  std::memcpy(&stall, data, sizeof(stall));
+  stall_records_.push_back(stall);
+}
+
+void SampleIntake::keep_time(const lj_rec_sample& s, const StackTable::Entry& e) {
+  if (!keep_times_) return;
+  std::deque<SampleTime>& times = times_[s.tid];
+  if (kept_times_ >= kMaxKeptTimes && !times.empty()) {
+    times.pop_front();
+    --kept_times_;
+  }
+  times.push_back({s.time_ns, &e, s.off_cpu_ns, s.off_cpu_state});
+  ++kept_times_;
+}
+
+std::vector<profile::LoopStall> SampleIntake::stalls() const {
+  std::vector<profile::LoopStall> out;
+  for (const lj_rec_stall& r : stall_records_) {
+    profile::LoopStall stall{
+        r.pid, r.tid, static_cast<int64_t>(r.start_ns), static_cast<int64_t>(r.duration_ns), {}};
+    auto times = times_.find(r.tid);
+    if (times != times_.end()) {
+      const uint64_t end = r.start_ns + r.duration_ns;
+      for (const SampleTime& t : times->second) {
+        // An off-CPU interval is timed at its end, which lies inside the stall it blocked.
+        if (t.time_ns < r.start_ns || t.time_ns > end) continue;
+        profile::Sample sample = stacks_.sample_of(*t.entry);
+        sample.count = t.off_cpu_ns == 0 ? 1 : 0;
+        sample.off_cpu_ns = static_cast<int64_t>(t.off_cpu_ns);
+        if (t.off_cpu_ns != 0) {
+          sample.state = t.off_cpu_state == LJ_REC_OFF_CPU_BLOCKED ? "blocked" : "preempted";
+        }
+        stall.samples.push_back(std::move(sample));
+      }
+    }
+    out.push_back(std::move(stall));
+  }
+  return out;
 }
 
 void SampleIntake::handle_sample(const void* data, size_t size) {
@@ -97,6 +145,7 @@ void SampleIntake::symbolize_sample(const lj_rec_sample& s, const FollowedProces
     // Where the thread left the CPU, weighted by how long it was away.
     const StackTable::Entry& e = stacks_.on_fiber(*raw.stack, fiber_of(s));
     off_cpu_[{&e, s.off_cpu_state}] += static_cast<int64_t>(s.off_cpu_ns);
+    keep_time(s, e);
     return;
   }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO && s.end < before_context_.size() &&
@@ -104,11 +153,15 @@ void SampleIntake::symbolize_sample(const lj_rec_sample& s, const FollowedProces
     ++before_context_[s.end];
     std::vector<profile::Frame> late = stacks_.frames(*raw.stack);
     late.back().function = fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
-    stacks_.on_fiber(stacks_.entry(s.pid, std::move(late)), fiber_of(s)).second += 1;
+    StackTable::Entry& e = stacks_.on_fiber(stacks_.entry(s.pid, std::move(late)), fiber_of(s));
+    e.second += 1;
+    keep_time(s, e);
     return;
   }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
-  stacks_.on_fiber(*raw.stack, fiber_of(s)).second += 1;
+  StackTable::Entry& e = stacks_.on_fiber(*raw.stack, fiber_of(s));
+  e.second += 1;
+  keep_time(s, e);
 }
 
 // The fiber the kernel read for the sample (record_types.h lj_rec_sample.fiber_id), its name

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -36,6 +37,11 @@ class SampleIntake {
   // One ring-buffer record (BpfSession::OnRecord): a sample, or a young process's object.
   void handle_record(const void* data, size_t size);
 
+  // --loop-stalls: keep each sample's thread and time, to find the samples inside each stall.
+  void keep_sample_times() { keep_times_ = true; }
+  // The stalls so far with their samples (record --loop-stalls).
+  std::vector<profile::LoopStall> stalls() const;
+
   // The stacks so far, one profile per process sampled every `period_ns` from `start_unix_ns`
   // to `end_unix_ns`; the stack table starts over empty (and the symbolized-stack cache, which
   // points into it, with it).
@@ -59,6 +65,8 @@ class SampleIntake {
  private:
   void handle_sample(const void* data, size_t size);
   void handle_capture(const void* data, size_t size);
+  void handle_stall(const void* data, size_t size);
+  void keep_time(const lj_rec_sample& s, const StackTable::Entry& e);
   void symbolize_sample(const lj_rec_sample& s, const FollowedProcess& p,
                         const ProcessContext& ctx);
   bool walked_before_its_rows(const lj_rec_sample& s, const FollowedProcess& p,
@@ -77,6 +85,20 @@ class SampleIntake {
   // Off-CPU time (record --off-cpu) per (stack entry in stacks_, LJ_REC_OFF_CPU_* state), in ns.
   // The entries' own counts are CPU samples only.
   std::map<std::pair<const StackTable::Entry*, uint32_t>, int64_t> off_cpu_;
+  // --loop-stalls: per thread, each sample's time (bpf_ktime: for an off-CPU interval, its end),
+  // its entry in stacks_ and its off-CPU ns (0: a CPU sample); at most kMaxKeptTimes in all, the
+  // oldest of a thread dropped first.
+  struct SampleTime {
+    uint64_t time_ns = 0;
+    const StackTable::Entry* entry = nullptr;
+    uint64_t off_cpu_ns = 0;
+    uint32_t off_cpu_state = 0;
+  };
+  static constexpr size_t kMaxKeptTimes = 1u << 21;
+  bool keep_times_ = false;
+  size_t kept_times_ = 0;
+  std::map<uint32_t, std::deque<SampleTime>> times_;
+  std::vector<lj_rec_stall> stall_records_;
   // Adds the off-CPU samples so far to `f` (count 0, off_cpu_ns and state set).
   void for_each_off_cpu(const std::function<void(profile::Sample)>& f) const;
   std::array<uint64_t, LJ_END_COUNT> before_context_{};

@@ -66,8 +66,8 @@ profile::Profile small_profile() {
   native.module = "/usr/bin/luajit";
   native.address = 0x401000;
   native.module_offset = 0x1000;
-  p.samples.push_back({{lua, native}, 7, 4242, 4242, {}});
-  p.samples.push_back({{native}, 3, 4242, 4243, {}});
+  p.samples.push_back({{lua, native}, 7, 4242, 4242, {}, 0, ""});
+  p.samples.push_back({{native}, 3, 4242, 4243, {}, 0, ""});
   return p;
 }
 

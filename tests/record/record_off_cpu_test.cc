@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 
@@ -87,6 +88,58 @@ TEST(RecordOffCpu, AnIdleEventLoopIsLabelledIdleAndLeftOut) {
   const std::string folded = test::read_text(dir.file("off.folded"));
   EXPECT_NE(folded.find("block_tx"), std::string::npos) << folded;
   EXPECT_EQ(folded.find("epoll_wait"), std::string::npos) << folded;
+}
+
+// A fiber blocks Tarantool's tx thread in a C call for 100 ms every 0.4 s: each block is an
+// event-loop stall of about 100 ms whose off-CPU stack names the Lua function that made the call;
+// an idle Tarantool has none.
+TEST(RecordLoopStalls, EachBlockOfTheTxThreadIsAStallNamingItsLuaFunction) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir dir;
+  test::Background tarantool(
+      {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua"},
+      dir.file("tarantool.out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("tarantool.out"), "ljprof-ready", 60));
+  const test::CommandResult rec =
+      test::run({test::ljprof_bin(), "record", "-p", std::to_string(tarantool.pid()), "--off-cpu",
+                 "--loop-stalls", "50ms", "--stalls", dir.file("stalls.json"), "-d", "2", "-q",
+                 "-o", dir.file("off.pb.gz")});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  EXPECT_NE(rec.err.find("event-loop stalls: p50"), std::string::npos) << rec.err;
+  const nlohmann::json stalls = nlohmann::json::parse(test::read_text(dir.file("stalls.json")));
+  // 2 s at one block per 0.5 s (0.4 s asleep + 0.1 s blocked): 4, give or take the window's ends
+  // (and a busy machine's late wake-ups).
+  ASSERT_GE(stalls.size(), 2u) << stalls.dump(1);
+  ASSERT_LE(stalls.size(), 6u) << stalls.dump(1);
+  size_t named = 0;
+  for (const nlohmann::json& s : stalls) {
+    EXPECT_EQ(s["tid"], tarantool.pid()) << "the tx thread is the main thread";
+    // The 100 ms usleep, plus however late a busy machine lets the thread run again.
+    EXPECT_GE(s["duration_ns"].get<double>() / 1e6, 95) << s.dump();
+    EXPECT_LE(s["duration_ns"].get<double>() / 1e6, 250) << s.dump();
+    for (const nlohmann::json& stack : s["stacks"]) {
+      bool in_block_tx = false;
+      for (const nlohmann::json& f : stack["frames"]) {
+        in_block_tx = in_block_tx || f.get<std::string>().find("block_tx") != std::string::npos;
+      }
+      if (in_block_tx && stack["off_cpu_ns"].get<double>() > 50e6) {
+        ++named;
+        break;
+      }
+    }
+  }
+  // The first may have begun before the recording was ready to walk.
+  EXPECT_GE(named, stalls.size() - 1) << stalls.dump(1);
+
+  test::Background idle(
+      {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua", "idle"},
+      dir.file("idle.out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("idle.out"), "ljprof-ready", 60));
+  const test::CommandResult quiet =
+      test::run({test::ljprof_bin(), "record", "-p", std::to_string(idle.pid()), "--loop-stalls",
+                 "50ms", "-d", "1", "-q", "-o", dir.file("idle.pb.gz")});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_NE(quiet.err.find("no event-loop stalls"), std::string::npos) << quiet.err;
 }
 
 }  // namespace
