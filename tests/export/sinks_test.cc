@@ -66,8 +66,16 @@ profile::Profile small_profile() {
   native.module = "/usr/bin/luajit";
   native.address = 0x401000;
   native.module_offset = 0x1000;
-  p.samples.push_back({{lua, native}, 7, 4242, 4242, {}, 0, ""});
-  p.samples.push_back({{native}, 3, 4242, 4243, {}, 0, ""});
+  auto sample = [](std::vector<profile::Frame> frames, int64_t count, uint32_t tid) {
+    profile::Sample s;
+    s.frames = std::move(frames);
+    s.count = count;
+    s.pid = 4242;
+    s.tid = tid;
+    return s;
+  };
+  p.samples.push_back(sample({lua, native}, 7, 4242));
+  p.samples.push_back(sample({native}, 3, 4243));
   return p;
 }
 
