@@ -130,7 +130,9 @@ void add_fibers_command(CommandLine& cli) {
            "\"cord\", \"frames\", ...}]} instead of text (frames as in 'ljprof core --json')");
   cmd.option("--sample", f->sample_hz,
              "Take HZ snapshots a second and write a wall-clock profile (pprof sample type "
-             "wall/nanoseconds; labels fiber, fiber_id, state) instead of one snapshot")
+             "wall/nanoseconds; labels fiber, fiber_id, state) instead of one snapshot; its "
+             "folded stacks, flame graph and top table are grouped by fiber unless --group-by "
+             "none; with no output option, the top table")
       .type_name("HZ")
       .range(0.1, 1000.0);
   cmd.option("-d,--duration", f->duration, "With --sample: how long to sample (default 10 s)")

@@ -66,20 +66,33 @@ TEST(RecordOffCpu, BlockedTimeSplitsAsTheWorkloadsOwnClock) {
   EXPECT_NE(folded.find("long_wait"), std::string::npos) << folded;
 }
 
+// `ljprof record -p PID ARGS...` of tests/record/workloads/off_cpu_tarantool.lua (with `mode`
+// as its argument: "" blocks the tx thread, "idle" does not), started in `dir` and killed after;
+// its pid (the tx thread's id) in `*pid`.
+test::CommandResult record_tarantool(const test::TempDir& dir, const std::string& mode,
+                                     std::vector<std::string> args, uint32_t* pid) {
+  std::vector<std::string> argv = {"/usr/bin/tarantool",
+                                   test::record_workloads_dir() + "/off_cpu_tarantool.lua"};
+  if (!mode.empty()) argv.push_back(mode);
+  test::Background tarantool(argv, dir.file("tarantool" + mode + ".out"));
+  if (!test::wait_for_text(dir.file("tarantool" + mode + ".out"), "ljprof-ready", 60)) {
+    return {1, "", "the workload did not start"};
+  }
+  *pid = static_cast<uint32_t>(tarantool.pid());
+  args.insert(args.begin(), {test::ljprof_bin(), "record", "-p", std::to_string(*pid), "-q"});
+  return test::run(args);
+}
+
 // A Tarantool whose tx thread waits for work in epoll_wait, but for a fiber that blocks the
 // thread in a C call: the event loop's own waits are labelled idle and left out of the off-CPU
 // view, which holds the blocking call at the Lua function that made it.
 TEST(RecordOffCpu, AnIdleEventLoopIsLabelledIdleAndLeftOut) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   test::TempDir dir;
-  test::Background tarantool(
-      {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua"},
-      dir.file("tarantool.out"));
-  ASSERT_TRUE(test::wait_for_text(dir.file("tarantool.out"), "ljprof-ready", 60));
   const std::string profile = dir.file("off.pb.gz");
-  const test::CommandResult rec =
-      test::run({test::ljprof_bin(), "record", "-p", std::to_string(tarantool.pid()), "--off-cpu",
-                 "-d", "2", "-q", "-o", profile, "--folded", dir.file("off.folded")});
+  uint32_t pid = 0;
+  const test::CommandResult rec = record_tarantool(
+      dir, "", {"--off-cpu", "-d", "2", "-o", profile, "--folded", dir.file("off.folded")}, &pid);
   ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
   const test::CommandResult tags =
       test::go_tool_pprof(dir.path(), {"-tags", "-sample_index=off_cpu", profile});
@@ -96,14 +109,12 @@ TEST(RecordOffCpu, AnIdleEventLoopIsLabelledIdleAndLeftOut) {
 TEST(RecordLoopStalls, EachBlockOfTheTxThreadIsAStallNamingItsLuaFunction) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   test::TempDir dir;
-  test::Background tarantool(
-      {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua"},
-      dir.file("tarantool.out"));
-  ASSERT_TRUE(test::wait_for_text(dir.file("tarantool.out"), "ljprof-ready", 60));
-  const test::CommandResult rec =
-      test::run({test::ljprof_bin(), "record", "-p", std::to_string(tarantool.pid()), "--off-cpu",
-                 "--loop-stalls", "50ms", "--stalls", dir.file("stalls.json"), "-d", "2", "-q",
-                 "-o", dir.file("off.pb.gz")});
+  uint32_t pid = 0;
+  const test::CommandResult rec = record_tarantool(
+      dir, "",
+      {"--off-cpu", "--loop-stalls", "50ms", "--stalls", dir.file("stalls.json"), "-d", "2", "-o",
+       dir.file("off.pb.gz")},
+      &pid);
   ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
   EXPECT_NE(rec.err.find("event-loop stalls: p50"), std::string::npos) << rec.err;
   const nlohmann::json stalls = nlohmann::json::parse(test::read_text(dir.file("stalls.json")));
@@ -113,7 +124,7 @@ TEST(RecordLoopStalls, EachBlockOfTheTxThreadIsAStallNamingItsLuaFunction) {
   ASSERT_LE(stalls.size(), 6u) << stalls.dump(1);
   size_t named = 0;
   for (const nlohmann::json& s : stalls) {
-    EXPECT_EQ(s["tid"], tarantool.pid()) << "the tx thread is the main thread";
+    EXPECT_EQ(s["tid"], pid) << "the tx thread is the main thread";
     // The 100 ms usleep, plus however late a busy machine lets the thread run again.
     EXPECT_GE(s["duration_ns"].get<double>() / 1e6, 95) << s.dump();
     EXPECT_LE(s["duration_ns"].get<double>() / 1e6, 250) << s.dump();
@@ -131,13 +142,9 @@ TEST(RecordLoopStalls, EachBlockOfTheTxThreadIsAStallNamingItsLuaFunction) {
   // The first may have begun before the recording was ready to walk.
   EXPECT_GE(named, stalls.size() - 1) << stalls.dump(1);
 
-  test::Background idle(
-      {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua", "idle"},
-      dir.file("idle.out"));
-  ASSERT_TRUE(test::wait_for_text(dir.file("idle.out"), "ljprof-ready", 60));
-  const test::CommandResult quiet =
-      test::run({test::ljprof_bin(), "record", "-p", std::to_string(idle.pid()), "--loop-stalls",
-                 "50ms", "-d", "1", "-q", "-o", dir.file("idle.pb.gz")});
+  uint32_t idle = 0;
+  const test::CommandResult quiet = record_tarantool(
+      dir, "idle", {"--loop-stalls", "50ms", "-d", "1", "-o", dir.file("idle.pb.gz")}, &idle);
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_NE(quiet.err.find("no event-loop stalls"), std::string::npos) << quiet.err;
 }
