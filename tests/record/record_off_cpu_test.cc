@@ -110,11 +110,11 @@ TEST(RecordLoopStalls, EachBlockOfTheTxThreadIsAStallNamingItsLuaFunction) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   test::TempDir dir;
   uint32_t pid = 0;
-  const test::CommandResult rec = record_tarantool(
-      dir, "",
-      {"--off-cpu", "--loop-stalls", "50ms", "--stalls", dir.file("stalls.json"), "-d", "2", "-o",
-       dir.file("off.pb.gz")},
-      &pid);
+  const test::CommandResult rec =
+      record_tarantool(dir, "",
+                       {"--off-cpu", "--loop-stalls", "50ms", "--stalls", dir.file("stalls.json"),
+                        "-d", "2", "-o", dir.file("off.pb.gz")},
+                       &pid);
   ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
   EXPECT_NE(rec.err.find("event-loop stalls: p50"), std::string::npos) << rec.err;
   const nlohmann::json stalls = nlohmann::json::parse(test::read_text(dir.file("stalls.json")));
