@@ -10,6 +10,7 @@
 #include <regex>
 #include <string>
 
+#include "support/nginx_lua.h"
 #include "support/test_support.h"
 
 namespace ljprof {
@@ -147,6 +148,40 @@ TEST(RecordLoopStalls, EachBlockOfTheTxThreadIsAStallNamingItsLuaFunction) {
       dir, "idle", {"--loop-stalls", "50ms", "-d", "1", "-o", dir.file("idle.pb.gz")}, &idle);
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_NE(quiet.err.find("no event-loop stalls"), std::string::npos) << quiet.err;
+}
+
+// An nginx-lua worker (OpenResty's lua module and luajit2) whose handler blocks in
+// os.execute("sleep 0.05"): its off-CPU time is at the handler's Lua function, and each request
+// is an event-loop stall of at least 50 ms in that worker.
+TEST(RecordLoopStalls, ABlockingNginxHandlerIsOffCpuAndStallsItsWorker) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir dir;
+  test::NginxLua nginx(dir.file("nginx"), false);
+  ASSERT_EQ(nginx.error(), "");
+  const std::string worker = std::to_string(nginx.worker());
+  test::Background rec({test::ljprof_bin(), "record", "-p", worker, "--off-cpu", "--loop-stalls",
+                        "40ms", "--stalls", dir.file("stalls.json"), "-d", "3", "-q", "-o",
+                        dir.file("off.pb.gz"), "--folded", dir.file("off.folded")},
+                       dir.file("record.log"));
+  ASSERT_TRUE(test::wait_until_sampling(rec.pid(), 60)) << test::read_text(dir.file("record.log"));
+  int blocked = 0;
+  while (rec.running() && blocked < 200) {
+    if (test::http_get(nginx.port(), "/block", 10000).status == 200) ++blocked;
+  }
+  ASSERT_EQ(rec.wait(30000), 0) << test::read_text(dir.file("record.log"));
+  ASSERT_GE(blocked, 5) << nginx.logs();
+  const std::string folded = test::read_text(dir.file("off.folded"));
+  EXPECT_NE(folded.find("blocking_handler"), std::string::npos) << folded;
+  const nlohmann::json stalls = nlohmann::json::parse(test::read_text(dir.file("stalls.json")));
+  ASSERT_GE(stalls.size(), 3u) << stalls.dump(1);
+  size_t named = 0;
+  for (const nlohmann::json& s : stalls) {
+    EXPECT_EQ(std::to_string(s["tid"].get<uint32_t>()), worker);
+    EXPECT_GE(s["duration_ns"].get<double>() / 1e6, 50) << s.dump();
+    named += s.dump().find("blocking_handler") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_GE(named, stalls.size() - 1) << stalls.dump(1);
+  EXPECT_EQ(nginx.stop(), 0) << nginx.logs();
 }
 
 }  // namespace
