@@ -36,26 +36,6 @@ struct RecordFlags {
   std::vector<std::string> command;
 };
 
-// "10ms", "500us", "1s", "2000ns": a duration in ns; an error names the flag.
-Result<uint64_t> parse_threshold(const char* flag, const std::string& text) {
-  static const std::pair<const char*, double> kUnits[] = {
-      {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
-  for (const auto& [unit, scale] : kUnits) {
-    const size_t n = std::strlen(unit);
-    if (text.size() <= n || text.compare(text.size() - n, n, unit) != 0) continue;
-    const std::string number = text.substr(0, text.size() - n);
-    char* end = nullptr;
-    const double v = std::strtod(number.c_str(), &end);
-    if (end == number.c_str() || *end != '\0' || !(v > 0) || v * scale > 3600e9) break;
-    // "ms", "us" and "ns" are tried before "s", so "10ms" is never 10 "m" seconds.
-    return static_cast<uint64_t>(v * scale);
-  }
-  return make_error(
-      "{} {}: expected a duration above 0 and up to an hour, with a unit: ns, us, ms or s "
-      "(e.g. 10ms)",
-      flag, text);
-}
-
 // What run_record_command takes: the recorder's options (without its callbacks) and the outputs.
 struct RecordCommandOptions {
   record::RecordOptions record;
@@ -89,10 +69,10 @@ Result<RecordCommandOptions> record_command_options(const RecordFlags& f) {
     o.outputs.top = 20;
   }
   if (!f.off_cpu.empty()) {
-    LJ_ASSIGN_OR_RETURN(o.record.off_cpu_threshold_ns, parse_threshold("--off-cpu", f.off_cpu));
+    LJ_ASSIGN_OR_RETURN(o.record.off_cpu_threshold_ns, parse_duration("--off-cpu", f.off_cpu));
   }
   if (!f.loop_stalls.empty()) {
-    LJ_ASSIGN_OR_RETURN(o.record.loop_stall_ns, parse_threshold("--loop-stalls", f.loop_stalls));
+    LJ_ASSIGN_OR_RETURN(o.record.loop_stall_ns, parse_duration("--loop-stalls", f.loop_stalls));
   }
   if (!f.stalls_json.empty() && f.loop_stalls.empty()) {
     return make_error("--stalls FILE needs --loop-stalls THRESHOLD");

@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <cstring>
+
 namespace ljprof::cli {
 
 Result<std::vector<uint32_t>> parse_pid_list(const std::string& text) {
@@ -64,6 +67,25 @@ Result<record::RecordOptions> recording_options(const RecordingFlags& flags) {
     return make_error("--ringbuf-mb must be a power of two");
   }
   return o;
+}
+
+Result<uint64_t> parse_duration(const char* flag, const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+  for (const auto& [unit, scale] : kUnits) {
+    const size_t n = std::strlen(unit);
+    if (text.size() <= n || text.compare(text.size() - n, n, unit) != 0) continue;
+    const std::string number = text.substr(0, text.size() - n);
+    char* end = nullptr;
+    const double v = std::strtod(number.c_str(), &end);
+    if (end == number.c_str() || *end != '\0' || !(v > 0) || v * scale > 3600e9) break;
+    // "ms", "us" and "ns" are tried before "s", so "10ms" is never 10 "m" seconds.
+    return static_cast<uint64_t>(v * scale);
+  }
+  return make_error(
+      "{} {}: expected a duration above 0 and up to an hour, with a unit: ns, us, ms or s "
+      "(e.g. 10ms)",
+      flag, text);
 }
 
 void print_record_summary(std::ostream& out, std::string_view command, const record::RecordStats& r,

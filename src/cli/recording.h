@@ -47,6 +47,10 @@ void add_recording_resource_options(Command& cmd, RecordingFlags& flags,
 // error names the option.
 Result<record::RecordOptions> recording_options(const RecordingFlags& flags);
 
+// FLAG's value "10ms", "500us", "1s", "2000ns" (above 0, at most an hour) in ns; an error names
+// the flag, the value and what is expected.
+Result<uint64_t> parse_duration(const char* flag, const std::string& text);
+
 // "ljprof COMMAND: N samples in S s, D delivered, R (P%) unwound to a proven root", then one
 // line per reason with its count and where walks stopped.
 void print_record_summary(std::ostream& out, std::string_view command,

@@ -24,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 // What the metrics page shows, updated by the recorder's loop and read by the server thread.
 class AgentState {
  public:
+  bool loop_stalls_enabled = false;  // --loop-stalls: the histogram is on the page
   void set_stats(const record::RecordStats& stats) {
     std::lock_guard lock(mutex_);
     stats_ = stats;
@@ -37,6 +38,14 @@ class AgentState {
   uint64_t wall_profiles() const {
     std::lock_guard lock(mutex_);
     return wall_profiles_;
+  }
+  void observe_stalls(const std::vector<profile::LoopStall>& stalls) {
+    std::lock_guard lock(mutex_);
+    for (const profile::LoopStall& s : stalls) loop_stalls_.observe(s.duration_ns / 1e9);
+  }
+  Histogram loop_stalls() const {
+    std::lock_guard lock(mutex_);
+    return loop_stalls_;
   }
   record::RecordStats stats() const {
     std::lock_guard lock(mutex_);
@@ -53,6 +62,12 @@ class AgentState {
   uint64_t intervals_ = 0;
   uint64_t profiles_ = 0;
   uint64_t wall_profiles_ = 0;
+  Histogram loop_stalls_{"ljprof_loop_stall_seconds",
+                         "event-loop stalls over the --loop-stalls threshold, by length",
+                         {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+                         {},
+                         0,
+                         0};
 };
 
 MetricFamily counter(std::string name, std::string help, double value) {
@@ -138,7 +153,9 @@ std::string render_metrics(const AgentState& state,
       gauge("process_resident_memory_bytes", "the agent's resident memory", resident_bytes()));
   families.push_back(
       counter("process_cpu_seconds_total", "the agent's CPU time (user + system)", cpu_seconds()));
-  return render_prometheus(families);
+  std::vector<Histogram> histograms;
+  if (state.loop_stalls_enabled) histograms.push_back(state.loop_stalls());
+  return render_prometheus(families, histograms);
 }
 
 std::string default_host_name() {
@@ -229,12 +246,14 @@ void deliver_interval(const AgentOptions& o, const std::string& host,
   }
   const size_t wall_profiles = walls ? deliver_walls(o, host, cut, *walls, tarantools, queues) : 0;
   state.count_interval(cut.processes.size() + wall_profiles, wall_profiles);
+  state.observe_stalls(cut.stalls);
   if (!o.log) return;
   std::string line =
       fmt::format("interval of {:.1f} s{}: {} profile{}, {} samples",
                   (cut.end_unix_ns - cut.start_unix_ns) / 1e9, cut.last ? " (last, partial)" : "",
                   cut.processes.size(), cut.processes.size() == 1 ? "" : "s", samples);
   if (walls) line += fmt::format(", {} wall-clock fiber profile(s)", wall_profiles);
+  if (o.record.loop_stall_ns != 0) line += fmt::format(", {} loop stall(s)", cut.stalls.size());
   for (const auto& q : queues) {
     const QueueCounts c = q->counts();
     line += fmt::format("; {}: {} queued, {} delivered, {} dropped", q->sink_name(), c.depth,
@@ -309,6 +328,7 @@ Result<AgentSummary> run_agent(AgentOptions o) {
   LJ_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<UploadQueue>> queues, make_queues(o));
   const std::string host = o.host_name.empty() ? default_host_name() : o.host_name;
   AgentState state;
+  state.loop_stalls_enabled = o.record.loop_stall_ns != 0;
   std::unique_ptr<MetricsServer> metrics;
   if (!o.metrics_address.empty()) {
     LJ_ASSIGN_OR_RETURN(metrics, MetricsServer::start(o.metrics_address, [&state, &queues] {

@@ -331,6 +331,43 @@ std::string render_prometheus(const std::vector<MetricFamily>& families) {
   return out;
 }
 
+void Histogram::observe(double value) {
+  if (buckets.size() != bounds.size()) buckets.assign(bounds.size(), 0);
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (value <= bounds[i]) ++buckets[i];
+  }
+  sum += value;
+  ++count;
+}
+
+std::string render_prometheus(const std::vector<MetricFamily>& families,
+                              const std::vector<Histogram>& histograms) {
+  std::string out = render_prometheus(families);
+  for (const Histogram& h : histograms) {
+    bool repeated = !valid_metric_name(h.name);
+    for (const MetricFamily& f : families) repeated = repeated || f.name == h.name;
+    if (repeated) {
+      invalid_input("invalid or repeated histogram", h.name);
+      continue;
+    }
+    if (!h.help.empty()) {
+      fmt::format_to(std::back_inserter(out), "# HELP {} ", h.name);
+      append_escaped(out, h.help, /*quote=*/false);
+      out += '\n';
+    }
+    fmt::format_to(std::back_inserter(out), "# TYPE {} histogram\n", h.name);
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      const uint64_t n = i < h.buckets.size() ? h.buckets[i] : 0;
+      fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"{}\"}} {}\n", h.name, h.bounds[i],
+                     n);
+    }
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"+Inf\"}} {}\n", h.name, h.count);
+    fmt::format_to(std::back_inserter(out), "{}_sum {}\n{}_count {}\n", h.name, h.sum, h.name,
+                   h.count);
+  }
+  return out;
+}
+
 struct MetricsServer::Impl {
   HttpServer server;
   std::thread thread;

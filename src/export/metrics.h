@@ -37,6 +37,22 @@ struct MetricFamily {
 // of the page stays valid) and asserts in debug builds.
 std::string render_prometheus(const std::vector<MetricFamily>& families);
 
+// A Prometheus histogram: cumulative counts per upper bound, then +Inf (= count).
+struct Histogram {
+  std::string name;  // without _bucket/_sum/_count, e.g. "ljprof_loop_stall_seconds"
+  std::string help;
+  std::vector<double> bounds;     // upper bounds, ascending
+  std::vector<uint64_t> buckets;  // per bound: observations <= it (cumulative), same size
+  double sum = 0;
+  uint64_t count = 0;
+  void observe(double value);
+};
+// `histograms` rendered after `families` as `# TYPE NAME histogram` with NAME_bucket{le=...},
+// NAME_sum and NAME_count (a name repeated from `families` is left out, as render_prometheus
+// leaves out a repeated family).
+std::string render_prometheus(const std::vector<MetricFamily>& families,
+                              const std::vector<Histogram>& histograms);
+
 // Serves GET /metrics (Content-Type: text/plain; version=0.0.4; charset=utf-8) and 404 for
 // every other path, on its own thread. Request handling is bounded: a pool of 2 worker threads
 // and 1-second read/write/keep-alive timeouts, so a slow or idle client holds one worker for at

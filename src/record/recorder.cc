@@ -166,7 +166,9 @@ Status Recorder::check_options() const {
 
 // Loads the kernel program and follows the processes given (-p) or found (-a).
 Status Recorder::start_following() {
-  if (opt_.loop_stall_ns != 0) intake_.keep_sample_times();
+  // Per-sample times (to give each stall its samples) for one recording; the agent, which runs
+  // for months, counts stalls only.
+  if (opt_.loop_stall_ns != 0 && opt_.interval_s <= 0) intake_.keep_sample_times();
   LJ_TRY(session_.open(
       opt_, static_cast<uint64_t>(ProcessFollower::kCopyYoungS * 1e9),
       [this](const void* data, size_t size) { intake_.handle_record(data, size); },
@@ -253,6 +255,7 @@ void Recorder::cut_interval(bool last) {
   cut.last = last;
   cut.processes =
       intake_.take_profiles(1000000000LL / opt_.frequency_hz, cut.start_unix_ns, cut.end_unix_ns);
+  cut.stalls = intake_.take_stalls();
   interval_start_ = now;
   follower_.release_gone();
   if (opt_.on_interval) opt_.on_interval(std::move(cut));

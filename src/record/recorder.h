@@ -78,6 +78,9 @@ struct IntervalProfiles {
   int64_t end_unix_ns = 0;
   bool last = false;  // the partial interval cut when recording stopped
   std::vector<ProcessProfile> processes;
+  // --loop-stalls: the event-loop stalls that ended in the interval (without their samples: the
+  // agent keeps no per-sample times).
+  std::vector<profile::LoopStall> stalls;
 };
 
 // The counters of a recording so far: the end-of-run summary and the agent's metrics.

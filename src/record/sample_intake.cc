@@ -91,6 +91,12 @@ std::vector<profile::LoopStall> SampleIntake::stalls() const {
   return out;
 }
 
+std::vector<profile::LoopStall> SampleIntake::take_stalls() {
+  std::vector<profile::LoopStall> out = stalls();
+  stall_records_.clear();
+  return out;
+}
+
 void SampleIntake::handle_sample(const void* data, size_t size) {
   const size_t header = offsetof(lj_rec_sample, frames);
   if (size < header) {

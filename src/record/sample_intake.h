@@ -41,6 +41,8 @@ class SampleIntake {
   void keep_sample_times() { keep_times_ = true; }
   // The stalls so far with their samples (record --loop-stalls).
   std::vector<profile::LoopStall> stalls() const;
+  // The same, and forgotten (the agent's intervals).
+  std::vector<profile::LoopStall> take_stalls();
 
   // The stacks so far, one profile per process sampled every `period_ns` from `start_unix_ns`
   // to `end_unix_ns`; the stack table starts over empty (and the symbolized-stack cache, which

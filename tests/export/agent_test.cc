@@ -984,5 +984,51 @@ TEST(AgentLive, FiberWallProfilesOfATarantool) {
   EXPECT_EQ(raw.out.find("fiber_id"), std::string::npos) << raw.out.substr(0, 2000);
 }
 
+// --loop-stalls: a Tarantool whose fiber blocks the tx thread 100 ms every 0.5 s shows one stall
+// per block in the metrics page's histogram ljprof_loop_stall_seconds (in its 0.1-0.25 s
+// bucket), a page Prometheus's own promtool accepts.
+TEST(AgentLive, LoopStallsAreAHistogramOnTheMetricsPage) {
+  test::TempDir dir;
+  test::Background tarantool(
+      {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua"},
+      dir.file("tarantool.out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("tarantool.out"), "ljprof-ready", 60));
+  Agent agent(dir.path(),
+              {"-p", std::to_string(tarantool.pid()), "--loop-stalls", "50ms", "--interval", "1",
+               "--out-dir", dir.file("out"), "--metrics-addr", "127.0.0.1:0"});
+  const int port = agent.metrics_port(60);
+  ASSERT_GT(port, 0) << agent.log();
+  // Three stalls logged (one per 0.5 s), then the page.
+  static const std::regex kStalls(R"(, (\d+) loop stall\(s\))");
+  int logged = 0;
+  for (int i = 0; i < 200 && logged < 3; ++i) {
+    logged = 0;
+    const std::string log = agent.log();
+    for (std::sregex_iterator it(log.begin(), log.end(), kStalls), end; it != end; ++it) {
+      logged += std::stoi((*it)[1]);
+    }
+    sleep_s(0.05);
+  }
+  ASSERT_GE(logged, 3) << agent.log();
+  const test::HttpResponse page = test::http_get(port, "/metrics", 5000);
+  ASSERT_EQ(page.status, 200);
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(page.body, m, std::regex(R"(ljprof_loop_stall_seconds_count (\d+))")))
+      << page.body;
+  EXPECT_GE(std::stoi(m[1]), logged);
+  ASSERT_TRUE(std::regex_search(
+      page.body, m, std::regex(R"(ljprof_loop_stall_seconds_bucket\{le="0.05"\} (\d+))")))
+      << page.body;
+  EXPECT_EQ(m[1], "0") << "no stall is shorter than the threshold";
+  const std::string page_file = dir.file("metrics.txt");
+  std::ofstream(page_file) << page.body;
+  test::CommandResult check =
+      test::run({"/bin/sh", "-c",
+                 test::fixture("prometheus/usr/bin/promtool") + " check metrics < " + page_file});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err << page.body;
+  ASSERT_EQ(agent.terminate(), 0) << agent.log();
+}
+
 }  // namespace
 }  // namespace ljprof
