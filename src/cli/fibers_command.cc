@@ -2,6 +2,7 @@
 // state and mixed stack — read without stopping it; with `--sample HZ -d SECONDS` the wall-clock
 // fiber profile (where fibers wait) written like `ljprof record`'s outputs.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -78,11 +79,20 @@ int record_wall(const FibersFlags& f, const core::CoreWalker& walker) {
   }, old_int{};
   sa.sa_handler = on_interrupt;
   ::sigaction(SIGINT, &sa, &old_int);
+  // About once a second, on a terminal: how far it is.
+  const bool tty = ::isatty(2);
+  const double seconds = f.duration;
   record::FiberWallOptions options{
-      .pid = f.pid, .hz = f.sample_hz, .seconds = f.duration, .keep_going = [](uint64_t) {
+      .pid = f.pid, .hz = f.sample_hz, .seconds = f.duration, .keep_going = [&](uint64_t ticks) {
+        if (tty) {
+          std::cerr << fmt::format("\r{} snapshots, {:.0f} of {:.0f} s\033[K", ticks,
+                                   static_cast<double>(ticks) / f.sample_hz, seconds)
+                    << std::flush;
+        }
         return !g_interrupted;
       }};
   auto profile = record::record_fiber_wall(walker, options);
+  if (tty) std::cerr << "\r\033[K";
   ::sigaction(SIGINT, &old_int, nullptr);
   if (!profile.ok()) return fail(profile.message());
   uint64_t samples = 0;
@@ -96,6 +106,9 @@ int record_wall(const FibersFlags& f, const core::CoreWalker& walker) {
   }
   auto written = report::write_outputs(*profile, out);
   if (!written.ok()) return fail(written.message());
+  for (const std::string* p : {&out.pprof_path, &out.folded_path, &out.flamegraph_path}) {
+    if (!p->empty() && *p != "-") std::cerr << "ljprof fibers: wrote " << *p << "\n";
+  }
   return 0;
 }
 
