@@ -3,7 +3,6 @@
 // the in-kernel walker (record/recorder.h), written through report/outputs.h.
 #include <unistd.h>
 
-#include <cstring>
 #include <iostream>
 
 #include "cli/commands.h"

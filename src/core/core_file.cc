@@ -160,7 +160,7 @@ int CoreFile::read_mem_of_state(void* ctx, uint64_t addr, void* dst, uint32_t le
 }
 
 int CoreFile::read_live_of_state(void* ctx, uint64_t addr, void* dst, uint32_t len) {
-  return static_cast<CoreFile::State*>(ctx)->read_live(addr, dst, len);
+  return static_cast<const CoreFile::State*>(ctx)->read_live(addr, dst, len);
 }
 
 ljprof_mem_reader CoreFile::mem_reader() const {

@@ -67,10 +67,10 @@ struct CoreFile::State {
   // A live process (CoreFile::from_process): every read goes to its memory.
   std::unique_ptr<proc::ProcessMemory> live;
   PrefetchedMemory prefetched;
-  PageCache page_cache;
+  mutable PageCache page_cache;  // filled by reads, which are const
   // A read of the live process through the prefetched batch, then the page cache, then its
   // memory: 0 or -EFAULT (abi/read_mem.h).
-  int read_live(uint64_t addr, void* dst, uint32_t len);
+  int read_live(uint64_t addr, void* dst, uint32_t len) const;
 
   std::span<const uint8_t> bytes() const { return elf->bytes(); }
 

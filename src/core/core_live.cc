@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "core/core_file_internal.h"
+#include "proc/identity.h"
 
 namespace ljprof::core {
 
@@ -33,12 +34,6 @@ Result<std::vector<AuxEntry>> read_auxv(uint32_t pid) {
     out.push_back({words[i], words[i + 1]});
   }
   return out;
-}
-
-std::string exe_path(uint32_t pid) {
-  char buf[Limits::kMaxPath];
-  const ssize_t n = ::readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
 // The ELF file of one mapping as the process sees it; the recorded path when map_files cannot
@@ -70,7 +65,7 @@ Result<CoreFile> CoreFile::from_process(uint32_t pid) {
   LJ_ASSIGN_OR_RETURN(st->auxv, read_auxv(pid));
   st->have_auxv = true;
   LJ_ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::read_proc_maps(pid));
-  const std::string exe = exe_path(pid);
+  const std::string exe = proc::executable_path(pid);
   // One MappedFile per mapped file (device, inode and path), its mappings in address order.
   std::map<std::tuple<std::string, uint64_t, std::string>, uint32_t> index;
   for (const proc::MapEntry& map : maps) {
@@ -158,7 +153,7 @@ void CoreFile::cache_pages(bool on) const {
   state_->page_cache.pages.clear();
 }
 
-int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) {
+int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) const {
   if (prefetched.read(addr, dst, len)) return 0;
   const uint64_t page = addr & ~(PageCache::kPage - 1);
   if (!page_cache.on || len == 0 || addr + len - page > PageCache::kPage) {

@@ -143,7 +143,7 @@ Result<size_t> CoreFile::State::read(uint64_t addr, void* dst, size_t len) const
     return make_error("{}: read of {} bytes at {:#x}: too long or wraps around", path, len, addr);
   }
   if (live) {
-    if (const_cast<State*>(this)->read_live(addr, dst, static_cast<uint32_t>(len)) != 0) {
+    if (read_live(addr, dst, static_cast<uint32_t>(len)) != 0) {
       return make_error("{}: {:#x}: {} bytes are not readable in its memory", path, addr, len);
     }
     return len;

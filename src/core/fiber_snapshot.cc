@@ -68,14 +68,16 @@ FiberStack FiberSnapshotter::read_stack(const FiberName& fiber, FiberState state
     }
     walker_.cache_pages(false);
     auto again = walker_.reread_fiber(f);
-    if (again.ok() && stamp_of(*again) == before && walker_.running_fiber() != f.fiber) {
+    if (!again.ok()) break;  // freed under the read: nothing left to show
+    const Stamp after = stamp_of(*again);
+    if (after == before && walker_.running_fiber() != f.fiber) {
       out.fiber = *again;
       previous_[f.fiber] = {before, out};
       return out;
     }
-    if (!again.ok()) break;  // freed under the read: nothing left to show
+    // Read again from the state it has now.
     f = *again;
-    before = stamp_of(f);
+    before = after;
   }
   ++snapshot.unsettled;
   out.stack = std::make_shared<const ThreadStack>();

@@ -15,11 +15,15 @@ std::string read_comm(uint32_t pid) {
   return comm;
 }
 
-std::string executable_name(uint32_t pid) {
+std::string executable_path(uint32_t pid) {
   char buf[4096];
   const ssize_t n = ::readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof(buf) - 1);
-  if (n <= 0) return "";
-  std::string path(buf, static_cast<size_t>(n));
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string executable_name(uint32_t pid) {
+  std::string path = executable_path(pid);
+  if (path.empty()) return "";
   // An executable replaced on disk since the process started (a package upgrade).
   constexpr std::string_view kDeleted = " (deleted)";
   if (path.ends_with(kDeleted)) path.resize(path.size() - kDeleted.size());

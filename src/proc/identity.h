@@ -11,6 +11,9 @@ namespace ljprof::proc {
 
 std::string read_comm(uint32_t pid);        // /proc/PID/comm; "" if unreadable
 std::string executable_name(uint32_t pid);  // the basename of /proc/PID/exe; "" if unreadable
+// The target of /proc/PID/exe as the kernel words it (a replaced file ends in " (deleted)", as
+// its lines of /proc/PID/maps do); "" if unreadable.
+std::string executable_path(uint32_t pid);
 
 // The value of the first of `names` set in /proc/PID/environ (the environment the process
 // started with); "" if none is, or the file is unreadable (at most kMaxEnvironBytes are read).

@@ -58,7 +58,8 @@ void SampleIntake::handle_stall(const void* data, size_t size) {
 void SampleIntake::keep_time(const lj_rec_sample& s, const StackTable::Entry& e) {
   if (!keep_times_) return;
   std::deque<SampleTime>& times = times_[s.tid];
-  if (kept_times_ >= kMaxKeptTimes && !times.empty()) {
+  if (kept_times_ >= kMaxKeptTimes) {
+    if (times.empty()) return;  // at the bound: a thread without kept times keeps none
     times.pop_front();
     --kept_times_;
   }
