@@ -1,7 +1,9 @@
 -- Off-CPU time in two places: each round long_wait blocks in the FFI call usleep 3 x 30 ms and
 -- short_wait 1 x 10 ms. Each measures its own time in usleep with the monotonic clock; at the
 -- end it prints "off_cpu long=SECONDS short=SECONDS": the oracle for the off-CPU profile's split
--- and total. Runs for arg[1] seconds (default 3).
+-- and total. Runs for arg[1] seconds (default 3) after a first, unmeasured half-second asleep in
+-- the main chunk: a recorder that starts it needs a moment to have its unwind context, however
+-- fast the machine, and that moment must not fall in the measured part.
 local ffi = require("ffi")
 ffi.cdef([[
 int usleep(unsigned int usec);
@@ -21,6 +23,7 @@ local function timed_sleep(which, us)
 end
 local function long_wait() for _ = 1, 3 do timed_sleep("long", 30000) end end
 local function short_wait() timed_sleep("short", 10000) end
+ffi.C.usleep(500000)
 local stop = now() + (tonumber(arg[1]) or 3)
 while now() < stop do
   long_wait()
