@@ -666,3 +666,23 @@ int on_sample(struct bpf_perf_event_data* ctx) {
 
 #include "record_follow.bpf.h"
 #include "record_off_cpu.bpf.h"
+
+/* Every syscall exit of every task on the host runs this one program: the mmap watcher's check,
+ * and with --off-cpu and --loop-stalls theirs, behind one BPF trampoline (one program each cost a
+ * trampoline per syscall: bench/off_cpu_switches). The raw syscall-exit tracepoint (ftrace-based
+ * fexit hooks are not available on every kernel); the settings are load-time constants, so the
+ * verifier drops the parts of features that are off. Syscall numbers: mmap 9
+ * (arch/x86/entry/syscalls/syscall_64.tbl), 222 (include/uapi/asm-generic/unistd.h). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs* regs, long ret) {
+#if defined(__TARGET_ARCH_x86)
+  long nr = regs->orig_ax;
+  if (nr == 9) mmap_returned(regs, ret);
+#else
+  long nr = regs->syscallno;
+  if (nr == 222) mmap_returned(regs, ret);
+#endif
+  if (off_cpu_threshold_ns != 0) off_cpu_syscall_returned(regs);
+  if (loop_stall_ns != 0 && is_loop_wait(nr)) loop_wait_returned_now();
+  return 0;
+}

@@ -155,29 +155,21 @@ int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
   return 0;
 }
 
-/* mmap(2) returned: a followed process may have mapped new code (dlopen of an nginx module, a
- * library loaded after exec); with notify_all, any process may have loaded LuaJIT. The raw
- * syscall-exit tracepoint (ftrace-based fexit hooks are not available on every kernel); the syscall
- * number test comes first so other syscalls cost only that. PROT_EXEC is 4 (uapi
- * asm-generic/mman-common.h). */
-SEC("tp_btf/sys_exit")
-int BPF_PROG(on_sys_exit, struct pt_regs* regs, long ret) {
+/* mmap(2) returned (on_sys_exit, record.bpf.c): a followed process may have mapped new code
+ * (dlopen of an nginx module, a library loaded after exec); with notify_all, any process may have
+ * loaded LuaJIT. PROT_EXEC is 4 (uapi asm-generic/mman-common.h). */
+LJ_INLINE void mmap_returned(struct pt_regs* regs, long ret) {
   uint32_t tgid;
-  unsigned long nr, prot;
+  unsigned long prot;
 #if defined(__TARGET_ARCH_x86)
-  nr = regs->orig_ax; /* __NR_mmap 9 (arch/x86/entry/syscalls/syscall_64.tbl) */
-  prot = regs->dx;    /* third argument */
-  if (nr != 9) return 0;
+  prot = regs->dx; /* third argument */
 #else
-  nr = regs->syscallno; /* __NR_mmap 222 (include/uapi/asm-generic/unistd.h) */
   prot = regs->regs[2];
-  if (nr != 222) return 0;
 #endif
-  if (!(prot & 4) || ret < 0) return 0;
+  if (!(prot & 4) || ret < 0) return;
   tgid = (uint32_t)(bpf_get_current_pid_tgid() >> 32);
-  if (!bpf_map_lookup_elem(&pids, &tgid) && !notify_all) return 0;
+  if (!bpf_map_lookup_elem(&pids, &tgid) && !notify_all) return;
   notify_rescan(tgid);
-  return 0;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -11,7 +11,7 @@ struct lj_rec_off_cpu {
   uint32_t state; /* LJ_REC_OFF_CPU_* */
   uint32_t pad;
   /* The user pc and sp saved at the kernel entry it left the CPU in: a syscall that returns
-   * with the same ones is that entry's end (on_syscall_return). */
+   * with the same ones is that entry's end (off_cpu_syscall_returned). */
   uint64_t user_pc;
   uint64_t user_sp;
 };
@@ -38,8 +38,8 @@ struct {
  * interval is closed in the thread itself, once it has the CPU back and before it returns to user
  * space — where its memory can be read and the interval's length is known:
  *  - on_switch_in, a kprobe on finish_task_switch, on kernels with kprobes: every interval;
- *  - on_syscall_return, at the exit of the syscall it blocked in (same user pc and sp): where
- *    kprobes are missing, the intervals spent in a syscall (sleeps, I/O, futex, epoll). An
+ *  - off_cpu_syscall_returned, at the exit of the syscall it blocked in (same user pc and sp):
+ * where kprobes are missing, the intervals spent in a syscall (sleeps, I/O, futex, epoll). An
  *    interval that ends elsewhere (a preemption in user code, a page fault) is counted when the
  *    thread next leaves the CPU, not walked.
  * Under the threshold an interval costs a lookup and a delete; a longer one is walked from the
@@ -100,19 +100,19 @@ int on_switch_in(struct pt_regs* ctx) {
   return close_off_cpu(since, tgid, tid);
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(on_syscall_return, struct pt_regs* regs, long ret) {
+/* A syscall returned (on_sys_exit, record.bpf.c): the end of an off-CPU interval its thread
+ * spent blocked in it. */
+LJ_INLINE void off_cpu_syscall_returned(struct pt_regs* regs) {
   uint64_t id = bpf_get_current_pid_tgid();
   uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
   struct lj_rec_off_cpu* since;
-  (void)ret;
-  if (off_cpu_threshold_ns == 0 || tgid == 0) return 0;
+  if (tgid == 0) return;
   since = bpf_map_lookup_elem(&off_cpu_since, &tid);
-  if (!since) return 0;
+  if (!since) return;
   if (since->user_pc != PT_REGS_IP_CORE(regs) || since->user_sp != PT_REGS_SP_CORE(regs)) {
-    return 0; /* it left the CPU in another kernel entry: not this syscall's */
+    return; /* it left the CPU in another kernel entry: not this syscall's */
   }
-  return close_off_cpu(since, tgid, tid);
+  close_off_cpu(since, tgid, tid);
 }
 
 /* Event-loop stalls (record --loop-stalls): the time a followed thread spends between returning
@@ -128,21 +128,13 @@ LJ_INLINE int is_loop_wait(long nr) {
 #endif
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(on_loop_wait_return, struct pt_regs* regs, long ret) {
+/* A loop's wait returned (on_sys_exit, record.bpf.c): the iteration's work starts now. */
+LJ_INLINE void loop_wait_returned_now(void) {
   uint64_t id = bpf_get_current_pid_tgid(), now;
   uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
-  long nr;
-  (void)ret;
-#if defined(__TARGET_ARCH_x86)
-  nr = regs->orig_ax;
-#else
-  nr = regs->syscallno;
-#endif
-  if (loop_stall_ns == 0 || !is_loop_wait(nr) || !bpf_map_lookup_elem(&pids, &tgid)) return 0;
+  if (!bpf_map_lookup_elem(&pids, &tgid)) return;
   now = bpf_ktime_get_ns();
   bpf_map_update_elem(&loop_wait_returned, &tid, &now, BPF_ANY);
-  return 0;
 }
 
 SEC("tp_btf/sys_enter")

@@ -142,9 +142,7 @@ Status BpfSession::load(const RecordOptions& o, uint64_t capture_young_ns) {
   // the host would run them.
   bpf_program__set_autoload(skel_->progs.on_switch_out, o.off_cpu_threshold_ns != 0);
   bpf_program__set_autoload(skel_->progs.on_switch_in, o.off_cpu_threshold_ns != 0);
-  bpf_program__set_autoload(skel_->progs.on_syscall_return, o.off_cpu_threshold_ns != 0);
   skel_->rodata->loop_stall_ns = o.loop_stall_ns;
-  bpf_program__set_autoload(skel_->progs.on_loop_wait_return, o.loop_stall_ns != 0);
   bpf_program__set_autoload(skel_->progs.on_loop_wait_enter, o.loop_stall_ns != 0);
   bpf_map__set_max_entries(skel_->maps.rows, o.unwind_rows);
   const double load_cpu0 = thread_cpu_seconds();
