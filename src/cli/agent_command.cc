@@ -33,7 +33,6 @@ struct AgentFlags {
   uint32_t queue = 64;
   std::string metrics;
   double fiber_wall = 0;
-  std::string loop_stalls;
   bool quiet = false;
 };
 
@@ -90,9 +89,6 @@ Result<exporter::AgentOptions> agent_options(const AgentFlags& f) {
   o.drain_timeout_s = std::min(5.0, f.interval);
   o.metrics_address = f.metrics;
   o.fiber_wall_hz = f.fiber_wall;
-  if (!f.loop_stalls.empty()) {
-    LJ_ASSIGN_OR_RETURN(o.record.loop_stall_ns, parse_duration("--loop-stalls", f.loop_stalls));
-  }
   return o;
 }
 
@@ -184,12 +180,15 @@ void add_agent_command(CommandLine& cli) {
              "10 costs about 1% of a CPU for 1000 waiting fibers")
       .type_name("HZ")
       .range(0, 100);
-  cmd.option("--loop-stalls", f->loop_stalls,
-             "Count event-loop stalls: a followed thread (Tarantool's tx thread, an nginx worker) "
-             "spending at least THRESHOLD (e.g. 50ms) between returning from its loop's wait "
-             "and entering the next one; the metrics page gets the histogram "
-             "ljprof_loop_stall_seconds and each interval's log line the count")
-      .type_name("THRESHOLD");
+  add_off_cpu_option(cmd, f->recording,
+                     "each profile gets the sample type off_cpu/nanoseconds beside cpu "
+                     "(Pyroscope: process_cpu:off_cpu, label state blocked or preempted); the "
+                     "event loop's idle wait is not sent");
+  add_loop_stalls_option(cmd, f->recording,
+                         "the metrics page gets the histogram ljprof_loop_stall_seconds, each "
+                         "interval's log line the count, and each process with stalls a profile "
+                         "of the time inside them, on and off the CPU (Pyroscope APP.loop_stall; "
+                         "out-dir TIME-APP-PID.loop_stall.pb.gz)");
   add_recording_resource_options(cmd, f->recording,
                                  "Kernel ring buffer in MiB, a power of two (default: a second "
                                  "of samples, CPUs x freq x 1 KiB, 256 KiB to 256 MiB)");

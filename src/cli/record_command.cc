@@ -28,9 +28,7 @@ struct RecordFlags {
   size_t top = 0;
   bool quiet = false;
   bool stats = false;
-  std::string off_cpu;  // --off-cpu[=THRESHOLD]: "" = off
   std::string value;
-  std::string loop_stalls;  // --loop-stalls THRESHOLD: "" = off
   std::string stalls_json;
   std::vector<std::string> command;
 };
@@ -62,18 +60,13 @@ Result<RecordCommandOptions> record_command_options(const RecordFlags& f) {
   LJ_ASSIGN_OR_RETURN(o.outputs.group_by, parse_group_by(f.group_by));
   LJ_ASSIGN_OR_RETURN(o.outputs.value, parse_value(f.value));
   // A recording of off-CPU time shows it unless asked otherwise.
-  if (!f.off_cpu.empty() && !o.outputs.value) o.outputs.value = report::ProfileValue::OffCpu;
+  if (!f.recording.off_cpu.empty() && !o.outputs.value)
+    o.outputs.value = report::ProfileValue::OffCpu;
   if (!o.outputs.any()) {
     o.outputs.pprof_path = "ljprof.pb.gz";
     o.outputs.top = 20;
   }
-  if (!f.off_cpu.empty()) {
-    LJ_ASSIGN_OR_RETURN(o.record.off_cpu_threshold_ns, parse_duration("--off-cpu", f.off_cpu));
-  }
-  if (!f.loop_stalls.empty()) {
-    LJ_ASSIGN_OR_RETURN(o.record.loop_stall_ns, parse_duration("--loop-stalls", f.loop_stalls));
-  }
-  if (!f.stalls_json.empty() && f.loop_stalls.empty()) {
+  if (!f.stalls_json.empty() && f.recording.loop_stalls.empty()) {
     return make_error("--stalls FILE needs --loop-stalls THRESHOLD");
   }
   o.stalls_json = f.stalls_json;
@@ -158,19 +151,13 @@ void add_record_command(CommandLine& cli) {
   add_group_by_option(cmd, f->group_by);
   add_value_option(cmd, f->value);
   cmd.flag("--top{20}", f->top, "Print the N hottest functions (default 20)");
-  cmd.flag("--off-cpu{1ms}", f->off_cpu,
-           "Also record time off the CPU: each time a followed thread is away at least "
-           "THRESHOLD (default 1ms; e.g. --off-cpu=10ms), the mixed stack where it left the "
-           "CPU, weighted by the time away (pprof sample type off_cpu/nanoseconds; label state: "
-           "blocked or preempted; go tool pprof -sample_index=off_cpu)")
-      .option_text("[=THRESHOLD]");
-  cmd.option("--loop-stalls", f->loop_stalls,
-             "Report event-loop stalls: every time a followed thread (Tarantool's tx thread, an "
-             "nginx worker) spends at least THRESHOLD (e.g. 50ms) between returning from its "
-             "loop's wait (epoll_wait) and entering the next one, with the Lua functions sampled "
-             "inside it (on the CPU, and off it with --off-cpu): count, p50/p99/max and the worst "
-             "stalls on stderr")
-      .type_name("THRESHOLD");
+  add_off_cpu_option(cmd, f->recording,
+                     "pprof sample type off_cpu/nanoseconds, label state: blocked, preempted or "
+                     "idle (the event loop waiting for work, left out of the text outputs); go "
+                     "tool pprof -sample_index=off_cpu");
+  add_loop_stalls_option(cmd, f->recording,
+                         "each one with the Lua functions sampled inside it (on the CPU, and off "
+                         "it with --off-cpu): count, p50/p99/max and the worst stalls on stderr");
   cmd.option("--stalls", f->stalls_json,
              "With --loop-stalls: also write every stall to FILE as JSON: [{\"pid\", \"tid\", "
              "\"start_ns\", \"duration_ns\", \"stacks\": [{\"frames\", \"samples\", "

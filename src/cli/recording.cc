@@ -53,6 +53,25 @@ void add_recording_resource_options(Command& cmd, RecordingFlags& flags,
   add_table_cache_option(cmd, flags.table_cache);
 }
 
+void add_off_cpu_option(Command& cmd, RecordingFlags& flags, std::string_view help) {
+  cmd.flag("--off-cpu{1ms}", flags.off_cpu,
+           fmt::format("Also record time off the CPU: each time a followed thread is away at "
+                       "least THRESHOLD (default 1ms; e.g. --off-cpu=10ms), the mixed stack "
+                       "where it left the CPU, weighted by the time away; {}",
+                       help))
+      .option_text("[=THRESHOLD]");
+}
+
+void add_loop_stalls_option(Command& cmd, RecordingFlags& flags, std::string_view help) {
+  cmd.option("--loop-stalls", flags.loop_stalls,
+             fmt::format("Watch for event-loop stalls: a followed thread (Tarantool's tx thread, "
+                         "an nginx worker) spending at least THRESHOLD (e.g. 50ms) between "
+                         "returning from its loop's wait (epoll_wait) and entering the next one; "
+                         "{}",
+                         help))
+      .type_name("THRESHOLD");
+}
+
 Result<record::RecordOptions> recording_options(const RecordingFlags& flags) {
   record::RecordOptions o;
   if (!flags.pids.empty()) {
@@ -65,6 +84,12 @@ Result<record::RecordOptions> recording_options(const RecordingFlags& flags) {
   o.table_cache_dir = flags.table_cache;
   if ((flags.ringbuf_mb & (flags.ringbuf_mb - 1)) != 0) {
     return make_error("--ringbuf-mb must be a power of two");
+  }
+  if (!flags.off_cpu.empty()) {
+    LJ_ASSIGN_OR_RETURN(o.off_cpu_threshold_ns, parse_duration("--off-cpu", flags.off_cpu));
+  }
+  if (!flags.loop_stalls.empty()) {
+    LJ_ASSIGN_OR_RETURN(o.loop_stall_ns, parse_duration("--loop-stalls", flags.loop_stalls));
   }
   return o;
 }

@@ -30,6 +30,8 @@ struct RecordingFlags {
   uint32_t ringbuf_mb = 0;
   uint32_t unwind_rows = 0;
   std::string table_cache;
+  std::string off_cpu;      // --off-cpu[=THRESHOLD]: "" = off
+  std::string loop_stalls;  // --loop-stalls THRESHOLD: "" = off
 };
 
 // -p,--pid PID[,PID...]
@@ -43,8 +45,13 @@ void add_duration_option(Command& cmd, RecordingFlags& flags, std::string_view o
 void add_recording_resource_options(Command& cmd, RecordingFlags& flags,
                                     std::string_view ringbuf_help);
 
-// The shared options as the recorder's: the -p list parsed, --ringbuf-mb a power of two; an
-// error names the option.
+// --off-cpu[=THRESHOLD] (default 1ms); `help`: what the command does with the time.
+void add_off_cpu_option(Command& cmd, RecordingFlags& flags, std::string_view help);
+// --loop-stalls THRESHOLD; `help`: what the command reports of the stalls.
+void add_loop_stalls_option(Command& cmd, RecordingFlags& flags, std::string_view help);
+
+// The shared options as the recorder's: the -p list parsed, --ringbuf-mb a power of two, the
+// thresholds of --off-cpu and --loop-stalls as durations; an error names the option.
 Result<record::RecordOptions> recording_options(const RecordingFlags& flags);
 
 // FLAG's value "10ms", "500us", "1s", "2000ns" (above 0, at most an hour) in ns; an error names

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "export/metrics.h"
 #include "proc/identity.h"
@@ -234,26 +236,82 @@ size_t deliver_walls(const AgentOptions& o, const std::string& host,
   return delivered;
 }
 
+// Per process with samples inside the interval's stalls (--loop-stalls), the profile of the time
+// inside them: its CPU samples and off-CPU intervals, each sample counted once.
+std::map<uint32_t, profile::Profile> stall_profiles(const record::IntervalProfiles& cut,
+                                                    int64_t period_ns) {
+  std::map<uint32_t, profile::Profile> out;
+  for (const profile::LoopStall& stall : cut.stalls) {
+    if (stall.samples.empty()) continue;
+    profile::Profile& p = out[stall.pid];
+    if (p.samples.empty()) {
+      p.value_type = profile::ValueType::LoopStall;
+      p.period_ns = period_ns;
+      p.start_time_ns = cut.start_unix_ns;
+      p.duration_ns = cut.end_unix_ns - cut.start_unix_ns;
+    }
+    for (profile::Sample s : stall.samples) {
+      s.count = 1;
+      p.samples.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+// The stall profiles of the interval, each under the identity its process's CPU profile has (a
+// process with samples in a stall has a CPU profile in the same cut). The count handed over.
+size_t deliver_stalls(const AgentOptions& o, const std::string& host,
+                      const record::IntervalProfiles& cut,
+                      std::vector<std::unique_ptr<UploadQueue>>& queues) {
+  size_t delivered = 0;
+  const int64_t period_ns = 1000000000LL / o.record.frequency_hz;
+  for (const auto& [pid, profile] : stall_profiles(cut, period_ns)) {
+    for (const record::ProcessProfile& pp : cut.processes) {
+      if (pp.process.pid != pid) continue;
+      delivered += deliver_profile(o, host, cut, pp.process, profile, "loop_stall",
+                                   o.record.frequency_hz, queues);
+      break;
+    }
+  }
+  return delivered;
+}
+
 // The profiles of one interval, each to every queue.
 void deliver_interval(const AgentOptions& o, const std::string& host,
                       record::IntervalProfiles&& cut, record::FiberWallSampler* walls,
                       std::map<uint32_t, record::ProcessIdentity>& tarantools,
                       std::vector<std::unique_ptr<UploadQueue>>& queues, AgentState& state) {
   uint64_t samples = 0;
-  for (const record::ProcessProfile& pp : cut.processes) {
-    for (const profile::Sample& s : pp.profile.samples) samples += static_cast<uint64_t>(s.count);
+  int64_t off_cpu_ns = 0;
+  size_t cpu_profiles = 0;
+  for (record::ProcessProfile& pp : cut.processes) {
+    // --off-cpu: an event loop waiting for work is not a problem (profile_frames.h
+    // is_idle_wait); a backend's views would add it to every off-CPU graph.
+    std::erase_if(pp.profile.samples, [](const profile::Sample& s) { return s.state == "idle"; });
+    if (pp.profile.samples.empty()) continue;
+    for (const profile::Sample& s : pp.profile.samples) {
+      samples += static_cast<uint64_t>(s.count);
+      off_cpu_ns += s.off_cpu_ns;
+    }
     deliver_profile(o, host, cut, pp.process, pp.profile, "cpu", o.record.frequency_hz, queues);
+    ++cpu_profiles;
   }
   const size_t wall_profiles = walls ? deliver_walls(o, host, cut, *walls, tarantools, queues) : 0;
-  state.count_interval(cut.processes.size() + wall_profiles, wall_profiles);
+  const size_t stall_profiles = deliver_stalls(o, host, cut, queues);
+  state.count_interval(cpu_profiles + wall_profiles + stall_profiles, wall_profiles);
   state.observe_stalls(cut.stalls);
   if (!o.log) return;
   std::string line =
       fmt::format("interval of {:.1f} s{}: {} profile{}, {} samples",
                   (cut.end_unix_ns - cut.start_unix_ns) / 1e9, cut.last ? " (last, partial)" : "",
-                  cut.processes.size(), cut.processes.size() == 1 ? "" : "s", samples);
+                  cpu_profiles, cpu_profiles == 1 ? "" : "s", samples);
+  if (o.record.off_cpu_threshold_ns != 0)
+    line += fmt::format(", {:.2f} s off-CPU", off_cpu_ns / 1e9);
   if (walls) line += fmt::format(", {} wall-clock fiber profile(s)", wall_profiles);
-  if (o.record.loop_stall_ns != 0) line += fmt::format(", {} loop stall(s)", cut.stalls.size());
+  if (o.record.loop_stall_ns != 0) {
+    line +=
+        fmt::format(", {} loop stall(s) ({} stall profile(s))", cut.stalls.size(), stall_profiles);
+  }
   for (const auto& q : queues) {
     const QueueCounts c = q->counts();
     line += fmt::format("; {}: {} queued, {} delivered, {} dropped", q->sink_name(), c.depth,

@@ -78,8 +78,10 @@ struct LoopStall {
 };
 
 // What a sample's weight measures (DESIGN.md "Profile types"): CPU time of the thread that was
-// sampled, or wall-clock time of a fiber whether it ran or waited (Pyroscope's `wall` type).
-enum class ValueType { Cpu, Wall };
+// sampled, wall-clock time of a fiber whether it ran or waited (Pyroscope's `wall` type), or the
+// time inside event-loop stalls (the agent's --loop-stalls profile: a CPU sample weighs a
+// period, an off-CPU one its off_cpu_ns).
+enum class ValueType { Cpu, Wall, LoopStall };
 
 struct Profile {
   std::vector<Sample> samples;

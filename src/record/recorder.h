@@ -78,8 +78,8 @@ struct IntervalProfiles {
   int64_t end_unix_ns = 0;
   bool last = false;  // the partial interval cut when recording stopped
   std::vector<ProcessProfile> processes;
-  // --loop-stalls: the event-loop stalls that ended in the interval (without their samples: the
-  // agent keeps no per-sample times).
+  // --loop-stalls: the event-loop stalls that ended in the interval, with the samples taken
+  // inside them in this interval.
   std::vector<profile::LoopStall> stalls;
 };
 

@@ -47,7 +47,9 @@ void SampleIntake::handle_capture(const void* data, size_t size) {
 
 void SampleIntake::handle_stall(const void* data, size_t size) {
   lj_rec_stall stall;
-  if (size < sizeof(stall) || stall_records_.size() >= kMaxKeptTimes) {
+  // At most one stall per loop iteration of at least the threshold: the bound only guards
+  // against a hostile ring.
+  if (size < sizeof(stall) || stall_records_.size() >= kMaxStalls) {
     ++counts_[LJ_REC_CTR_MALFORMED];
     return;
   }
@@ -58,7 +60,7 @@ void SampleIntake::handle_stall(const void* data, size_t size) {
 void SampleIntake::keep_time(const lj_rec_sample& s, const StackTable::Entry& e) {
   if (!keep_times_) return;
   std::deque<SampleTime>& times = times_[s.tid];
-  if (kept_times_ >= kMaxKeptTimes) {
+  if (kept_times_ >= max_kept_times_) {
     if (times.empty()) return;  // at the bound: a thread without kept times keeps none
     times.pop_front();
     --kept_times_;
@@ -95,6 +97,8 @@ std::vector<profile::LoopStall> SampleIntake::stalls() const {
 std::vector<profile::LoopStall> SampleIntake::take_stalls() {
   std::vector<profile::LoopStall> out = stalls();
   stall_records_.clear();
+  times_.clear();
+  kept_times_ = 0;
   return out;
 }
 

@@ -37,11 +37,17 @@ class SampleIntake {
   // One ring-buffer record (BpfSession::OnRecord): a sample, or a young process's object.
   void handle_record(const void* data, size_t size);
 
-  // --loop-stalls: keep each sample's thread and time, to find the samples inside each stall.
-  void keep_sample_times() { keep_times_ = true; }
+  // --loop-stalls: keep each sample's thread and time, to find the samples inside each stall;
+  // at most `max_kept` at once (the oldest of a thread dropped first).
+  void keep_sample_times(size_t max_kept) {
+    keep_times_ = true;
+    max_kept_times_ = max_kept;
+  }
   // The stalls so far with their samples (record --loop-stalls).
   std::vector<profile::LoopStall> stalls() const;
-  // The same, and forgotten (the agent's intervals).
+  // The same, and forgotten with the kept sample times (the agent's intervals: call it before
+  // take_profiles, whose stack table the times point into). A stall that began in an earlier
+  // interval has only the samples of this one.
   std::vector<profile::LoopStall> take_stalls();
 
   // The stacks so far, one profile per process sampled every `period_ns` from `start_unix_ns`
@@ -88,19 +94,20 @@ class SampleIntake {
   // The entries' own counts are CPU samples only.
   std::map<std::pair<const StackTable::Entry*, uint32_t>, int64_t> off_cpu_;
   // --loop-stalls: per thread, each sample's time (bpf_ktime: for an off-CPU interval, its end),
-  // its entry in stacks_ and its off-CPU ns (0: a CPU sample); at most kMaxKeptTimes in all, the
-  // oldest of a thread dropped first.
+  // its entry in stacks_ and its off-CPU ns (0: a CPU sample); at most max_kept_times_ in all,
+  // the oldest of a thread dropped first.
   struct SampleTime {
     uint64_t time_ns = 0;
     const StackTable::Entry* entry = nullptr;
     uint64_t off_cpu_ns = 0;
     uint32_t off_cpu_state = 0;
   };
-  static constexpr size_t kMaxKeptTimes = 1u << 21;
   bool keep_times_ = false;
+  size_t max_kept_times_ = 0;
   size_t kept_times_ = 0;
   std::map<uint32_t, std::deque<SampleTime>> times_;
   std::vector<lj_rec_stall> stall_records_;
+  static constexpr size_t kMaxStalls = 1u << 20;
   // Adds the off-CPU samples so far to `f` (count 0, off_cpu_ns and state set).
   void for_each_off_cpu(const std::function<void(profile::Sample)>& f) const;
   std::array<uint64_t, LJ_END_COUNT> before_context_{};

@@ -125,6 +125,21 @@ Result<std::string> gunzip(const std::string& path, const std::string& in, uint6
 // ---------------------------------------------------------------------------------------------
 // Writing
 
+// The pprof name of what the samples' time value measures (period type and second sample type).
+const char* value_type_name(profile::ValueType type) {
+  switch (type) {
+    case profile::ValueType::Wall:
+      return "wall";
+    // Pyroscope names a profile by its sample types: one containing "cpu" would file the stalls
+    // under process_cpu (pkg/og/convert/pprof/profile.go metricName); this one is its own type.
+    case profile::ValueType::LoopStall:
+      return "loop_stall";
+    case profile::ValueType::Cpu:
+      break;
+  }
+  return "cpu";
+}
+
 int64_t saturating_mul(int64_t a, int64_t b) {
   int64_t r;
   if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
@@ -174,7 +189,9 @@ class Writer {
 
   Result<std::string> serialize() {
     std::vector<profile::Sample> samples = aggregate_samples(profile_.samples);
-    for (const profile::Sample& s : samples) off_cpu_ = off_cpu_ || s.off_cpu_ns > 0;
+    // A stall profile's off-CPU time is part of its one time value (value_ns).
+    stall_ = profile_.value_type == profile::ValueType::LoopStall;
+    for (const profile::Sample& s : samples) off_cpu_ = !stall_ && (off_cpu_ || s.off_cpu_ns > 0);
     write_header();
     write_mappings(samples);
     for (const profile::Sample& s : samples) write_sample(s);
@@ -193,7 +210,7 @@ class Writer {
   }
 
   void write_header() {
-    const char* value = profile_.value_type == profile::ValueType::Wall ? "wall" : "cpu";
+    const char* value = value_type_name(profile_.value_type);
     add_type(out_.add_sample_type(), "samples", "count");
     add_type(out_.add_sample_type(), value, "nanoseconds");
     if (off_cpu_) add_type(out_.add_sample_type(), "off_cpu", "nanoseconds");
@@ -297,7 +314,8 @@ class Writer {
     pp::Sample* ps = out_.add_sample();
     for (const profile::Frame& f : s.frames) ps->add_location_id(location_id(f));
     ps->add_value(s.count);
-    ps->add_value(saturating_mul(s.count, profile_.period_ns));
+    ps->add_value(stall_ && s.off_cpu_ns > 0 ? s.off_cpu_ns
+                                             : saturating_mul(s.count, profile_.period_ns));
     if (off_cpu_) ps->add_value(s.off_cpu_ns);
     add_label(ps, "pid", s.pid);
     add_label(ps, "tid", s.tid);
@@ -326,6 +344,7 @@ class Writer {
   const std::string& path_;
   FiberLabels fibers_;
   bool off_cpu_ = false;  // a third sample type, off_cpu/nanoseconds
+  bool stall_ = false;    // ValueType::LoopStall
   pp::Profile out_;
   StringTable strings_{&out_};
   std::map<MappingKey, uint64_t> mapping_ids_;
@@ -358,6 +377,7 @@ class Reader {
     LJ_ASSIGN_OR_RETURN(std::string period_unit, str(in_.period_type().unit(), "period_type.unit"));
     LJ_ASSIGN_OR_RETURN(std::string period_type, str(in_.period_type().type(), "period_type.type"));
     if (period_type == "wall") out.value_type = profile::ValueType::Wall;
+    if (period_type == "loop_stall") out.value_type = profile::ValueType::LoopStall;
     LJ_TRY(str(in_.drop_frames(), "drop_frames"));
     LJ_TRY(str(in_.keep_frames(), "keep_frames"));
     LJ_TRY(str(in_.default_sample_type(), "default_sample_type"));
@@ -494,11 +514,11 @@ class Reader {
     return Ok{};
   }
 
-  // The index of the off_cpu/nanoseconds sample type (record --off-cpu), or -1.
-  int off_cpu_index() const {
+  // The index of the sample type `name` (off_cpu: record --off-cpu; loop_stall), or -1.
+  int sample_type_index(const char* name) const {
     for (int i = 0; i < in_.sample_type_size(); ++i) {
       const int64_t type = in_.sample_type(i).type();
-      if (type >= 0 && type < in_.string_table_size() && in_.string_table(type) == "off_cpu") {
+      if (type >= 0 && type < in_.string_table_size() && in_.string_table(type) == name) {
         return i;
       }
     }
@@ -507,7 +527,10 @@ class Reader {
 
   Status read_samples(int value_index, profile::Profile* out) {
     uint64_t total_frames = 0;
-    const int off_cpu = off_cpu_index();
+    const int off_cpu = sample_type_index("off_cpu");
+    // A stall profile's off-CPU samples (those with a state) weigh their time, not a period.
+    const int stall_ns =
+        out->value_type == profile::ValueType::LoopStall ? sample_type_index("loop_stall") : -1;
     out->samples.reserve(static_cast<size_t>(in_.sample_size()));
     for (int i = 0; i < in_.sample_size(); ++i) {
       const pp::Sample& s = in_.sample(i);
@@ -544,6 +567,7 @@ class Reader {
             assign_trace(sample.frames, trace_frame, static_cast<uint32_t>(l.num()));
         }
       }
+      if (stall_ns >= 0 && !sample.state.empty()) sample.off_cpu_ns = s.value(stall_ns);
       out->samples.push_back(std::move(sample));
     }
     return Ok{};

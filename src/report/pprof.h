@@ -14,7 +14,10 @@ namespace ljprof::report {
 // - sample types samples/count and cpu/nanoseconds (count * period_ns); period_type
 //   cpu/nanoseconds, period = period_ns, time_nanos, duration_nanos. A wall-clock fiber profile
 //   (Profile::value_type Wall) says wall/nanoseconds instead of cpu/nanoseconds (Pyroscope's
-//   wall type), and its samples carry the fiber's state as the string label "state".
+//   wall type), and its samples carry the fiber's state as the string label "state". A profile
+//   with off-CPU time (Sample::off_cpu_ns) gets a third sample type off_cpu/nanoseconds. A
+//   stall profile (value_type LoopStall) says loop_stall/nanoseconds: a CPU sample's count *
+//   period_ns, an off-CPU sample's (one with a "state" label) off_cpu_ns.
 // - one Location per distinct Frame (address = Frame::address, one Line with Frame::line;
 //   no Line for a native frame without a symbol, which pprof then shows by address),
 //   one Function per distinct (kind, name, file, start_line); Function.system_name is

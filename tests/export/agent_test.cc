@@ -984,18 +984,41 @@ TEST(AgentLive, FiberWallProfilesOfATarantool) {
   EXPECT_EQ(raw.out.find("fiber_id"), std::string::npos) << raw.out.substr(0, 2000);
 }
 
-// --loop-stalls: a Tarantool whose fiber blocks the tx thread 100 ms every 0.5 s shows one stall
-// per block in the metrics page's histogram ljprof_loop_stall_seconds (in its 0.1-0.25 s
-// bucket), a page Prometheus's own promtool accepts.
-TEST(AgentLive, LoopStallsAreAHistogramOnTheMetricsPage) {
+// The out-dir files of kind `kind` ("" = the CPU profile), merged by go tool pprof -top over
+// sample type `sample_index`: the function rows.
+std::map<std::string, test::PprofTopRow> out_dir_top(const test::TempDir& dir,
+                                                     const std::string& kind,
+                                                     const std::string& sample_index) {
+  std::vector<std::string> args = {"-top", "-nodecount=100", "-sample_index=" + sample_index};
+  const std::string suffix = kind.empty() ? ".pb.gz" : "." + kind + ".pb.gz";
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("out"))) {
+    const std::string name = e.path().filename();
+    const size_t dots = std::count(name.begin(), name.end(), '.');
+    if (!name.ends_with(suffix) || (kind.empty() && dots != 2)) continue;
+    args.push_back(e.path());
+    ++files;
+  }
+  if (files == 0) return {};
+  test::CommandResult top = test::go_tool_pprof(dir.path(), args);
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  return test::parse_pprof_top(top.out);
+}
+
+// --loop-stalls --off-cpu: a Tarantool whose fiber blocks the tx thread 100 ms every 0.5 s shows
+// one stall per block in the metrics page's histogram ljprof_loop_stall_seconds (in its
+// 0.1-0.25 s bucket), a page Prometheus's own promtool accepts; the blocking Lua function is in
+// the CPU profile's off_cpu sample type (the event loop's idle wait is not sent) and in the
+// stall profile (TIME-APP-PID.loop_stall.pb.gz, sample type loop_stall).
+TEST(AgentLive, LoopStallsAndOffCpuTimeOfATarantool) {
   test::TempDir dir;
   test::Background tarantool(
       {"/usr/bin/tarantool", test::record_workloads_dir() + "/off_cpu_tarantool.lua"},
       dir.file("tarantool.out"));
   ASSERT_TRUE(test::wait_for_text(dir.file("tarantool.out"), "ljprof-ready", 60));
   Agent agent(dir.path(),
-              {"-p", std::to_string(tarantool.pid()), "--loop-stalls", "50ms", "--interval", "1",
-               "--out-dir", dir.file("out"), "--metrics-addr", "127.0.0.1:0"});
+              {"-p", std::to_string(tarantool.pid()), "--loop-stalls", "50ms", "--off-cpu",
+               "--interval", "1", "--out-dir", dir.file("out"), "--metrics-addr", "127.0.0.1:0"});
   const int port = agent.metrics_port(60);
   ASSERT_GT(port, 0) << agent.log();
   // Three stalls logged (one per 0.5 s), then the page.
@@ -1028,6 +1051,15 @@ TEST(AgentLive, LoopStallsAreAHistogramOnTheMetricsPage) {
                  test::fixture("prometheus/usr/bin/promtool") + " check metrics < " + page_file});
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err << page.body;
   ASSERT_EQ(agent.terminate(), 0) << agent.log();
+
+  // Off the CPU, block_tx is where the time went; epoll_wait (the idle loop) is not there.
+  const auto off_cpu = out_dir_top(dir, "", "off_cpu");
+  EXPECT_TRUE(off_cpu.contains("block_tx")) << agent.log();
+  for (const auto& [function, row] : off_cpu) {
+    EXPECT_EQ(function.find("epoll_wait"), std::string::npos) << function;
+  }
+  const auto stalled = out_dir_top(dir, "loop_stall", "loop_stall");
+  EXPECT_TRUE(stalled.contains("block_tx")) << agent.log();
 }
 
 }  // namespace

@@ -225,6 +225,39 @@ TEST(Pprof, ReadRoundTripEqualsAggregatedInput) {
   EXPECT_EQ(folded_text(*out), folded_text(in));
 }
 
+// A stall profile (the agent's --loop-stalls): one time value per sample, a CPU sample's count *
+// period and an off-CPU one's own length, under a sample type whose name has no "cpu" (Pyroscope
+// files those under process_cpu); it reads back as the same profile.
+TEST(Pprof, StallProfileWeighsCpuAndOffCpuSamplesByTheirTime) {
+  TempDir dir;
+  const std::string path = dir.file("stall.pb.gz");
+  profile::Profile in;
+  in.value_type = profile::ValueType::LoopStall;
+  in.period_ns = 10'000'000;
+  const profile::Frame main = native("main", "/usr/bin/luajit", kLuajitBase, 0x1000);
+  in.samples = {sample({main, lua("busy", 5, 4)}, 3), sample({main, lua("blocks", 9, 8)}, 1)};
+  in.samples[1].off_cpu_ns = 250'000'000;
+  in.samples[1].state = "blocked";
+  ASSERT_TRUE(write_pprof(in, path).ok());
+  auto raw = go_pprof(dir, {"-raw", path});
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_NE(raw.out.find("PeriodType: loop_stall nanoseconds"), std::string::npos) << raw.out;
+  EXPECT_NE(raw.out.find("samples/count loop_stall/nanoseconds"), std::string::npos) << raw.out;
+  EXPECT_EQ(raw.out.find("cpu"), std::string::npos) << raw.out;
+  auto top = go_pprof(dir, {"-top", "-nodecount=10", path});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  auto rows = pprof_flat(top.out);
+  EXPECT_EQ(rows["busy"], "30ms") << top.out;
+  EXPECT_EQ(rows["blocks"], "250ms") << top.out;
+  auto out = read_pprof(path);
+  ASSERT_TRUE(out.ok()) << out.message();
+  EXPECT_EQ(out->value_type, profile::ValueType::LoopStall);
+  std::map<std::string, int64_t> off_cpu;
+  for (const profile::Sample& s : out->samples) off_cpu[s.frames[0].function] += s.off_cpu_ns;
+  EXPECT_EQ(off_cpu["busy"], 0);
+  EXPECT_EQ(off_cpu["blocks"], 250'000'000);
+}
+
 // Runs headless Chromium on `url` and returns the DOM after the page's scripts ran.
 std::string chromium_dom(const TempDir& dir, const std::string& url) {
   auto r = run({"/usr/bin/timeout", "100", "/usr/bin/chromium", "--headless", "--no-sandbox",
