@@ -67,10 +67,11 @@ int BPF_PROG(on_switch_out, bool preempt, struct task_struct* prev, struct task_
   struct pt_regs* regs;
   (void)next;
   if (off_cpu_threshold_ns == 0) return 0;
-  tgid = BPF_CORE_READ(prev, tgid);
-  tid = BPF_CORE_READ(prev, pid);
+  /* prev is a BTF pointer (tp_btf): plain loads, no probe-read helper calls on every switch. */
+  tgid = prev->tgid;
+  tid = prev->pid;
   if (tgid == 0 || !bpf_map_lookup_elem(&pids, &tgid)) return 0;
-  if (BPF_CORE_READ(prev, flags) & 0x4) { /* PF_EXITING: it will not come back */
+  if (prev->flags & 0x4) { /* PF_EXITING: it will not come back */
     bpf_map_delete_elem(&off_cpu_since, &tid);
     return 0;
   }
@@ -78,8 +79,7 @@ int BPF_PROG(on_switch_out, bool preempt, struct task_struct* prev, struct task_
   if (bpf_map_lookup_elem(&off_cpu_since, &tid)) count(LJ_REC_CTR_OFF_CPU_UNWALKED);
   since.ns = bpf_ktime_get_ns();
   /* Not preempted and not runnable (task_struct.__state != TASK_RUNNING): it waits. */
-  since.state = !preempt && BPF_CORE_READ(prev, __state) != 0 ? LJ_REC_OFF_CPU_BLOCKED
-                                                              : LJ_REC_OFF_CPU_PREEMPTED;
+  since.state = !preempt && prev->__state != 0 ? LJ_REC_OFF_CPU_BLOCKED : LJ_REC_OFF_CPU_PREEMPTED;
   since.pad = 0;
   regs = (struct pt_regs*)bpf_task_pt_regs(prev);
   since.user_pc = PT_REGS_IP_CORE(regs);
