@@ -83,6 +83,22 @@ struct LoopStall {
 // period, an off-CPU one its off_cpu_ns).
 enum class ValueType { Cpu, Wall, LoopStall };
 
+// Every sample of a recording in time order (record --speedscope): the aggregate outputs keep
+// how often a stack ran, a timeline keeps when. `stacks` holds each distinct stack once (its
+// pid, fiber and frames; count unused); each point is one CPU sample or off-CPU interval of
+// thread `tid`, at `time_ns` (CLOCK_MONOTONIC, the kernel's clock; an off-CPU interval at its
+// end).
+struct Timeline {
+  struct Point {
+    int64_t time_ns = 0;
+    int64_t off_cpu_ns = 0;  // 0: a CPU sample (it stands for one sampling period)
+    uint32_t tid = 0;
+    uint32_t stack = 0;  // index into stacks
+  };
+  std::vector<Sample> stacks;
+  std::vector<Point> points;  // by thread, in time order within each thread
+};
+
 struct Profile {
   std::vector<Sample> samples;
   ValueType value_type = ValueType::Cpu;
@@ -97,6 +113,8 @@ struct Profile {
   std::string count_unit = "samples";
   // record --loop-stalls: every stall over the threshold, in the order they ended. Not in pprof.
   std::vector<LoopStall> stalls;
+  // record --speedscope: the samples in time order. Not in pprof.
+  Timeline timeline;
 };
 
 }  // namespace ljprof::profile

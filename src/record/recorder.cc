@@ -166,10 +166,12 @@ Status Recorder::check_options() const {
 
 // Loads the kernel program and follows the processes given (-p) or found (-a).
 Status Recorder::start_following() {
-  // Per-sample times, to give each stall its samples: a whole recording's (32 bytes each, 64 MiB
-  // at most), or an agent interval's (2 MiB at most: 64k samples, 10 s of 49 Hz on 130 busy
-  // threads; the times are dropped at each cut).
-  if (opt_.loop_stall_ns != 0) intake_.keep_sample_times(opt_.interval_s > 0 ? 1u << 16 : 1u << 21);
+  // Per-sample times, to give each stall its samples and --speedscope its timeline: a whole
+  // recording's (32 bytes each, 64 MiB at most), or an agent interval's (2 MiB at most: 64k
+  // samples, 10 s of 49 Hz on 130 busy threads; the times are dropped at each cut).
+  if (opt_.loop_stall_ns != 0 || opt_.keep_timeline) {
+    intake_.keep_sample_times(opt_.interval_s > 0 ? 1u << 16 : 1u << 21);
+  }
   LJ_TRY(session_.open(
       opt_, static_cast<uint64_t>(ProcessFollower::kCopyYoungS * 1e9),
       [this](const void* data, size_t size) { intake_.handle_record(data, size); },
@@ -290,6 +292,7 @@ RecordResult Recorder::result(std::chrono::system_clock::time_point wall_start, 
   prof.duration_ns = static_cast<int64_t>(elapsed * 1e9);
   intake_.add_samples(prof);
   prof.stalls = intake_.stalls();
+  if (opt_.keep_timeline) prof.timeline = intake_.timeline();
   add_profile_counters(r, prof);
   return r;
 }

@@ -28,6 +28,8 @@ struct RecordOptions {
   // --loop-stalls: a followed thread away from its event loop's wait (epoll_wait) at least this
   // long is a stall, reported with the samples taken inside it (0: not watched).
   uint64_t loop_stall_ns = 0;
+  // --speedscope: keep every sample's thread and time for RecordResult::profile.timeline.
+  bool keep_timeline = false;
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
   bool keep_running = false;  // with -p: until stopped, also once every process is gone
   uint32_t ringbuf_mb = 0;    // 0: sized by CPUs x frequency (bpf_session.cc ring_bytes)

@@ -45,6 +45,9 @@ class SampleIntake {
   }
   // The stalls so far with their samples (record --loop-stalls).
   std::vector<profile::LoopStall> stalls() const;
+  // The kept samples in time order per thread (record --speedscope); idle event-loop waits
+  // (profile_frames.h is_idle_wait) left out.
+  profile::Timeline timeline() const;
   // The same, and forgotten with the kept sample times (the agent's intervals: call it before
   // take_profiles, whose stack table the times point into). A stall that began in an earlier
   // interval has only the samples of this one.

@@ -5,12 +5,17 @@
 #include "report/flamegraph.h"
 #include "report/folded.h"
 #include "report/pprof.h"
+#include "report/speedscope.h"
 #include "report/top.h"
 
 namespace ljprof::report {
 
 Status write_outputs(const profile::Profile& recorded, const OutputOptions& options) {
   if (!options.pprof_path.empty()) LJ_TRY(write_pprof(recorded, options.pprof_path));
+  // The timeline shows what ran when, on the CPU and off it: every sample, whatever --value.
+  if (!options.speedscope_path.empty()) {
+    LJ_TRY(write_speedscope(recorded, options.speedscope_path));
+  }
   const ProfileValue value = options.value.value_or(default_value(recorded));
   const profile::Profile off_cpu =
       value == ProfileValue::OffCpu ? off_cpu_view(recorded) : profile::Profile{};

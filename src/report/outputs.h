@@ -16,9 +16,12 @@
 namespace ljprof::report {
 
 struct OutputOptions {
-  std::string pprof_path;           // -o: gzip pprof; "" = none
-  std::string folded_path;          // --folded: folded stacks; "-" = stdout; "" = none
-  std::string flamegraph_path;      // --flamegraph: .svg => SVG, else HTML; "" = none
+  std::string pprof_path;       // -o: gzip pprof; "" = none
+  std::string folded_path;      // --folded: folded stacks; "-" = stdout; "" = none
+  std::string flamegraph_path;  // --flamegraph: .svg => SVG, else HTML; "" = none
+  // --speedscope: the timeline as a speedscope file (report/speedscope.h); "" = none. Needs a
+  // profile with a timeline (record keeps one when asked).
+  std::string speedscope_path;
   size_t top = 0;                   // --top N: table of the N hottest functions; 0 = none
   std::ostream* top_out = nullptr;  // where the table goes; nullptr = std::cout
   // --group-by: a frame per group at the root end of the folded stacks and the flame graph
@@ -29,7 +32,8 @@ struct OutputOptions {
   std::optional<ProfileValue> value;
 
   bool any() const {
-    return !pprof_path.empty() || !folded_path.empty() || !flamegraph_path.empty() || top > 0;
+    return !pprof_path.empty() || !folded_path.empty() || !flamegraph_path.empty() ||
+           !speedscope_path.empty() || top > 0;
   }
 };
 

@@ -12,6 +12,8 @@
 #include <random>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "profile/profile_frames.h"
 #include "proto/profile.pb.h"
 #include "report/flamegraph.h"
@@ -19,6 +21,7 @@
 #include "report/frames.h"
 #include "report/outputs.h"
 #include "report/pprof.h"
+#include "report/speedscope.h"
 #include "report/top.h"
 #include "support/test_support.h"
 
@@ -256,6 +259,43 @@ TEST(Pprof, StallProfileWeighsCpuAndOffCpuSamplesByTheirTime) {
   for (const profile::Sample& s : out->samples) off_cpu[s.frames[0].function] += s.off_cpu_ns;
   EXPECT_EQ(off_cpu["busy"], 0);
   EXPECT_EQ(off_cpu["blocks"], 250'000'000);
+}
+
+// The speedscope timeline follows report/speedscope.h's rules: a track per (pid, tid, fiber),
+// frames opened root first and closed leaf first (never a close of a frame that is not the
+// innermost open one), shared frames kept open from one sample to the next, an overlapping
+// sample moved later with its length kept, and a gap of over half a period closing everything.
+TEST(Speedscope, EventsNestAndFollowTheTimelineRules) {
+  const profile::Frame main = native("main", "/usr/bin/luajit", kLuajitBase, 0x1000);
+  profile::Profile p;
+  p.period_ns = 10;
+  p.timeline.stacks = {sample({main, lua("a", 5, 4)}, 1), sample({main, lua("b", 9, 8)}, 1)};
+  p.timeline.stacks[1].fiber = {7, "worker"};
+  using Point = profile::Timeline::Point;
+  p.timeline.points = {Point{110, 0, 7, 0}, Point{120, 0, 7, 0}, Point{125, 0, 7, 0},
+                       Point{200, 0, 7, 0}, Point{150, 40, 7, 1}};
+  auto text = speedscope_json(p, "t.json");
+  ASSERT_TRUE(text.ok()) << text.message();
+  const nlohmann::json doc = nlohmann::json::parse(*text);
+  ASSERT_EQ(doc["profiles"].size(), 2u);
+  EXPECT_EQ(doc["profiles"][0]["name"], "pid 42 tid 7");
+  EXPECT_EQ(doc["profiles"][1]["name"], "pid 42 tid 7 fiber worker");
+  std::vector<std::string> names;
+  for (const auto& f : doc["shared"]["frames"]) names.push_back(f["name"]);
+  std::string events;
+  for (const auto& e : doc["profiles"][0]["events"]) {
+    events += fmt::format("{}{}@{} ", e["type"].get<std::string>(), names[e["frame"].get<size_t>()],
+                          e["at"].get<int64_t>());
+  }
+  // Times from the first interval's start (100): [100,110) [110,120) [120,130) (moved from
+  // [115,125)), a gap, [190,200).
+  EXPECT_EQ(events,
+            "Omain@0 Oa (app.lua:4)@0 Ca (app.lua:4)@30 Cmain@30 Omain@90 Oa (app.lua:4)@90 "
+            "Ca (app.lua:4)@100 Cmain@100 ");
+  EXPECT_EQ(doc["profiles"][1]["events"].size(), 4u) << "the off-CPU interval [110,150)";
+  EXPECT_EQ(doc["profiles"][1]["events"][0]["at"], 10);
+  EXPECT_EQ(doc["profiles"][1]["events"][3]["at"], 50);
+  EXPECT_FALSE(speedscope_json(profile::Profile{}, "empty").ok());
 }
 
 // Runs headless Chromium on `url` and returns the DOM after the page's scripts ran.
