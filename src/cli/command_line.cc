@@ -77,10 +77,11 @@ Command& Command::run(std::function<int()> body) {
 }
 
 CommandLine::CommandLine(std::string_view description, std::string_view name,
-                         std::string_view version, std::string_view footer)
+                         std::function<std::string()> version, std::string_view footer)
     : app_(std::make_unique<CLI::App>(text(description), text(name))) {
   app_->require_subcommand(1);
-  app_->set_version_flag("--version", text(version));
+  app_->set_version_flag("--version", std::move(version),
+                         "Print the version, the git commit and the build-id, and exit");
   app_->footer(text(footer));
 }
 

@@ -55,8 +55,9 @@ class Command {
 
 class CommandLine {
  public:
-  CommandLine(std::string_view description, std::string_view name, std::string_view version,
-              std::string_view footer);
+  // `version`: what --version prints, computed only then.
+  CommandLine(std::string_view description, std::string_view name,
+              std::function<std::string()> version, std::string_view footer);
   ~CommandLine();
   CommandLine(const CommandLine&) = delete;
   CommandLine& operator=(const CommandLine&) = delete;

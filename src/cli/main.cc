@@ -1,11 +1,12 @@
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "cli/version.h"
 
 int main(int argc, char** argv) {
   ljprof::cli::CommandLine cli(
       "ljprof: mixed native + LuaJIT stacks for Tarantool, OpenResty/nginx-lua and LuaJIT "
       "(x86-64, arm64)",
-      "ljprof", "ljprof 0.1.0",
+      "ljprof", ljprof::cli::version_text,
       "Run 'ljprof COMMAND --help' for the options of one command.\n"
       "Exit status: 0 success, 1 a check failed, 2 bad input or usage.");
   ljprof::cli::add_inspect_command(cli);

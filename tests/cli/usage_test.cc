@@ -2,6 +2,7 @@
 // status 2 and one line on stderr naming the option, the value and what is expected.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,19 @@ TEST(Usage, FibersNeedsAPidAndNamesTheOneItCannotRead) {
   expect_usage_error({"fibers"}, "--pid");
   expect_usage_error({"fibers", "-p", "999999999"}, "999999999");
   expect_usage_error({"fibers", "-p", "1", "--sample", "0"}, "--sample");
+}
+
+// --version names the release, the commit and the build-id: the one readelf reads from the same
+// executable's note.
+TEST(Usage, VersionNamesTheCommitAndTheBuildIdReadelfReads) {
+  const test::CommandResult r = test::run({test::ljprof_bin(), "--version"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(build-id ([0-9a-f]+))"))) << r.out;
+  const test::CommandResult readelf = test::run({"/usr/bin/readelf", "-n", test::ljprof_bin()});
+  EXPECT_NE(readelf.out.find("Build ID: " + m[1].str()), std::string::npos) << readelf.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^ljprof \d+\.\d+\.\d+\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\ncommit [0-9a-f]{12}(-dirty)?\n)"))) << r.out;
 }
 
 }  // namespace
