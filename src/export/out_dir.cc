@@ -71,9 +71,19 @@ bool errno_is_transient(int err) {
          err == ENOMEM || err == EMFILE || err == ENFILE || err == EBUSY;
 }
 
+// Creates `dir` and its parents; the directory itself, when created here, 0750 (its files are
+// 0640: write_new_file). One that exists keeps the mode its operator gave it.
+void create_private_directory(const std::string& dir, std::error_code& ec) {
+  if (!fs::create_directories(dir, ec) || ec) return;
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec,
+                  fs::perm_options::replace, ec);
+}
+
 // Writes `bytes` to a new file `path`: 0, or the errno of the failure (the file is removed).
 int write_new_file(const std::string& path, const std::string& bytes) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // Not world-readable: profiles carry paths, function names and labels of other users'
+  // processes.
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
   if (fd < 0) return errno;
   size_t done = 0;
   int err = 0;
@@ -182,7 +192,7 @@ Delivery OutDirSink::write(const IntervalProfile& profile) {
   if (err == ENOENT) {
     // The directory went away (an operator cleaned up): make it again rather than fail forever.
     std::error_code ec;
-    fs::create_directories(options_.dir, ec);
+    create_private_directory(options_.dir, ec);
     err = write_new_file(temp, profile.pprof_gz);
   }
   if (err != 0) return failure(temp, "cannot write", err);
@@ -251,7 +261,7 @@ Result<std::unique_ptr<Sink>> make_out_dir_sink(OutDirOptions options) {
     if (options.dir.empty()) return make_error("out-dir: no directory given");
     while (options.dir.size() > 1 && options.dir.back() == '/') options.dir.pop_back();
     std::error_code ec;
-    fs::create_directories(options.dir, ec);
+    create_private_directory(options.dir, ec);
     if (ec) return make_error("{}: cannot create the directory: {}", options.dir, ec.message());
     if (!fs::is_directory(options.dir, ec)) return make_error("{}: not a directory", options.dir);
     if (access(options.dir.c_str(), W_OK | X_OK) != 0) {

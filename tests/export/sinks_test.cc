@@ -545,6 +545,12 @@ TEST(OutDir, NamesSortByTimeAndFilesAreProfiles) {
   ASSERT_EQ(back->samples.size(), 2u);
   EXPECT_EQ(back->samples[0].frames[0].function, "handle_request");
   EXPECT_EQ(back->period_ns, 10'000'000);
+  // Profiles name other users' processes: not world-readable (with any umask, at most this).
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777 & ~0750, 0u) << std::oct << (st.st_mode & 07777);
+  ASSERT_EQ(::stat((dir + "/20231114T221330Z-open_resty_1-7.pb.gz").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777 & ~0640, 0u) << std::oct << (st.st_mode & 07777);
 }
 
 TEST(OutDir, SameNameGetsASuffix) {
