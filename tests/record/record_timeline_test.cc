@@ -1,6 +1,7 @@
 // `ljprof record --speedscope` against a real process. Oracles: the workload's own CPU clock per
-// phase (tests/record/workloads/phases.lua), and speedscope itself (its npm release, fetched by
-// scripts/bootstrap) loading the file in headless Chromium.
+// phase (tests/record/workloads/phases.lua), speedscope's published schema (python3-jsonschema),
+// and speedscope itself (its npm release, fetched by scripts/bootstrap) loading the file in
+// headless Chromium.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -111,6 +112,14 @@ TEST(RecordTimeline, SpeedscopeShowsEachPhaseWhenItRanForItsOwnTime) {
   EXPECT_NEAR(b->total / 1e9, b_s, 0.15 * b_s) << rec.err;
   // In time order: a period or two of slack where the last samples of phase_a move later.
   EXPECT_LE(a->last_close, b->first_open + 2'002'002) << "phase_a ends before phase_b starts";
+
+  // The file is what speedscope's published schema describes.
+  const test::CommandResult schema =
+      test::run({"/usr/bin/python3", "-c",
+                 "import json, sys, jsonschema\n"
+                 "jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))",
+                 timeline, test::fixture("speedscope/dist/release/file-format-schema.json")});
+  EXPECT_EQ(schema.exit_code, 0) << schema.err.substr(0, 2000);
 
   const std::string dom = speedscope_dom(dir, timeline);
   EXPECT_NE(dom.find("<title>timeline.json - speedscope</title>"), std::string::npos)
