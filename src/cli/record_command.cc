@@ -1,7 +1,7 @@
 // `ljprof record (-p PID[,PID...] | -a | -- COMMAND ARGS...) [-F HZ] [-d SECONDS] [-o FILE.pb.gz]
-//  [--folded FILE] [--flamegraph FILE.html|.svg] [--speedscope FILE.json] [--top[=N]]`: live
-// mixed-stack profiling with the in-kernel walker (record/recorder.h), written through
-// report/outputs.h.
+//  [--folded FILE] [--flamegraph FILE.html|.svg] [--speedscope FILE.json] [--firefox FILE]
+//  [--top[=N]]`: live mixed-stack profiling with the in-kernel walker (record/recorder.h),
+// written through report/outputs.h.
 #include <unistd.h>
 
 #include <iostream>
@@ -26,6 +26,7 @@ struct RecordFlags {
   std::string folded;
   std::string flamegraph;
   std::string speedscope;
+  std::string firefox;
   std::string group_by;
   size_t top = 0;
   bool quiet = false;
@@ -58,7 +59,8 @@ Result<RecordCommandOptions> record_command_options(const RecordFlags& f) {
   o.outputs.folded_path = f.folded;
   o.outputs.flamegraph_path = f.flamegraph;
   o.outputs.speedscope_path = f.speedscope;
-  o.record.keep_timeline = !f.speedscope.empty();
+  o.outputs.firefox_path = f.firefox;
+  o.record.keep_timeline = !f.speedscope.empty() || !f.firefox.empty();
   o.outputs.top = f.top;
   o.outputs.top_out = &std::cout;
   LJ_ASSIGN_OR_RETURN(o.outputs.group_by, parse_group_by(f.group_by));
@@ -108,8 +110,8 @@ int run_record_command(RecordCommandOptions o) {
     std::cerr << "ljprof record: " << written.message() << "\n";
     return 2;
   }
-  for (const std::string* p :
-       {&out.pprof_path, &out.folded_path, &out.flamegraph_path, &out.speedscope_path}) {
+  for (const std::string* p : {&out.pprof_path, &out.folded_path, &out.flamegraph_path,
+                               &out.speedscope_path, &out.firefox_path}) {
     if (!p->empty() && *p != "-") std::cerr << "ljprof record: wrote " << *p << "\n";
   }
   if (o.record.loop_stall_ns != 0) {
@@ -158,6 +160,11 @@ void add_record_command(CommandLine& cli) {
              "with the speedscope command): every sample in time order, one track per thread "
              "(per thread and fiber for Tarantool), off-CPU intervals with --off-cpu")
       .type_name("FILE.json");
+  cmd.option("--firefox", f->firefox,
+             "Write the timeline as 'perf script' text, which the Firefox Profiler "
+             "(https://profiler.firefox.com, 'Load a profile from file') opens with one track "
+             "per thread and the samples' real times")
+      .type_name("FILE");
   add_group_by_option(cmd, f->group_by);
   add_value_option(cmd, f->value);
   cmd.flag("--top{20}", f->top, "Print the N hottest functions (default 20)");

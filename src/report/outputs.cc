@@ -4,6 +4,7 @@
 
 #include "report/flamegraph.h"
 #include "report/folded.h"
+#include "report/perf_script.h"
 #include "report/pprof.h"
 #include "report/speedscope.h"
 #include "report/top.h"
@@ -16,6 +17,7 @@ Status write_outputs(const profile::Profile& recorded, const OutputOptions& opti
   if (!options.speedscope_path.empty()) {
     LJ_TRY(write_speedscope(recorded, options.speedscope_path));
   }
+  if (!options.firefox_path.empty()) LJ_TRY(write_perf_script(recorded, options.firefox_path));
   const ProfileValue value = options.value.value_or(default_value(recorded));
   const profile::Profile off_cpu =
       value == ProfileValue::OffCpu ? off_cpu_view(recorded) : profile::Profile{};

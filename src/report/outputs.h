@@ -22,6 +22,9 @@ struct OutputOptions {
   // --speedscope: the timeline as a speedscope file (report/speedscope.h); "" = none. Needs a
   // profile with a timeline (record keeps one when asked).
   std::string speedscope_path;
+  // --firefox: the timeline as `perf script` text for the Firefox Profiler
+  // (report/perf_script.h); "" = none. Needs a timeline like speedscope_path.
+  std::string firefox_path;
   size_t top = 0;                   // --top N: table of the N hottest functions; 0 = none
   std::ostream* top_out = nullptr;  // where the table goes; nullptr = std::cout
   // --group-by: a frame per group at the root end of the folded stacks and the flame graph
@@ -33,7 +36,7 @@ struct OutputOptions {
 
   bool any() const {
     return !pprof_path.empty() || !folded_path.empty() || !flamegraph_path.empty() ||
-           !speedscope_path.empty() || top > 0;
+           !speedscope_path.empty() || !firefox_path.empty() || top > 0;
   }
 };
 

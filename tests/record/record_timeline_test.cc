@@ -1,7 +1,7 @@
-// `ljprof record --speedscope` against a real process. Oracles: the workload's own CPU clock per
-// phase (tests/record/workloads/phases.lua), speedscope's published schema (python3-jsonschema),
-// and speedscope itself (its npm release, fetched by scripts/bootstrap) loading the file in
-// headless Chromium.
+// `ljprof record --speedscope` and `--firefox` against a real process. Oracles: the workload's
+// own CPU clock per phase (tests/record/workloads/phases.lua), speedscope's published schema
+// (python3-jsonschema), speedscope itself (its npm release, fetched by scripts/bootstrap) loading
+// the file in headless Chromium, and the Firefox Profiler importer's documented parsing rules.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +10,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/test_support.h"
 
@@ -78,16 +80,82 @@ std::string speedscope_dom(const test::TempDir& dir, const std::string& file) {
   return r.out;
 }
 
-// A luajit burns its CPU clock in phase_a, then in phase_b: the speedscope timeline has one
-// track, its thread, where phase_a is open about as long as the workload measured, and closes
-// before phase_b opens; speedscope opens the file.
-TEST(RecordTimeline, SpeedscopeShowsEachPhaseWhenItRanForItsOwnTime) {
+// Per sample of `perf script` text, parsed with the Firefox Profiler importer's own rules
+// (src/profile-logic/import/linux-perf.ts: a header "NAME [PID/]TID [..] SECONDS:", frame lines
+// "PC FUNCTION (MODULE)" leaf first, an empty line after each sample): its tid, its time in
+// seconds and its functions. A line that fits neither rule fails the test.
+struct PerfSample {
+  uint32_t tid = 0;
+  double seconds = 0;
+  std::vector<std::string> functions;
+};
+std::vector<PerfSample> parse_perf_script(const std::string& text) {
+  static const std::regex kHeader(R"(^(.*)\s+([\d.]+):)"), kThread(R"(^(.*)\s+(?:(\d+)/)?(\d+)\b)"),
+      kFrame(R"(^\s*(\w+)\s*(.+) \(([^)]*)\))");
+  std::vector<PerfSample> out;
+  std::istringstream in(text);
+  std::string line;
+  bool in_sample = false;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (line.empty()) {
+      in_sample = false;
+    } else if (in_sample) {
+      EXPECT_TRUE(std::regex_search(line, m, kFrame)) << line;
+      out.back().functions.push_back(m[2]);
+    } else {
+      EXPECT_TRUE(std::regex_search(line, m, kHeader)) << line;
+      const std::string before = m[1], seconds = m[2];
+      std::smatch t;
+      EXPECT_TRUE(std::regex_search(before, t, kThread)) << line;
+      out.push_back({static_cast<uint32_t>(std::stoul(t[3])), std::stod(seconds), {}});
+      in_sample = true;
+    }
+  }
+  return out;
+}
+
+// The samples of `perf` that have a function starting with `function`: how many, the first and
+// the last time.
+struct PerfSpan {
+  int count = 0;
+  double first = 1e18, last = 0;
+};
+PerfSpan span_of(const std::vector<PerfSample>& perf, const std::string& function) {
+  PerfSpan span;
+  for (const PerfSample& s : perf) {
+    for (const std::string& f : s.functions) {
+      if (f.rfind(function + " ", 0) != 0) continue;
+      ++span.count;
+      span.first = std::min(span.first, s.seconds);
+      span.last = std::max(span.last, s.seconds);
+      break;
+    }
+  }
+  return span;
+}
+
+// Phase a's share of both phases (percent) and their sum, as measured and as sampled: the share
+// within 10 points, the sum within 30%. Not tighter: on a loaded machine the kernel was seen to
+// deliver no sample for ~100 ms of a running thread's CPU time (812 samples in most runs, 712 in
+// one of eight), which a timeline shows as it is.
+void expect_phases(double a, double b, double a_s, double b_s, const std::string& what) {
+  EXPECT_NEAR(100 * a / (a + b), 100 * a_s / (a_s + b_s), 10) << what;
+  EXPECT_NEAR(a + b, a_s + b_s, 0.3 * (a_s + b_s)) << what;
+}
+
+// A luajit burns its CPU clock in phase_a, then in phase_b. The speedscope timeline has one
+// track, its thread, where each phase is open for its share of the time the workload measured,
+// and phase_a closes before phase_b opens; speedscope opens the file. The Firefox Profiler's
+// input (perf script text) of the same recording says the same: one thread, times increasing,
+// each phase's samples worth its share, phase_a's all before phase_b's.
+TEST(RecordTimeline, SpeedscopeAndFirefoxShowEachPhaseWhenItRanForItsOwnTime) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   test::TempDir dir;
-  const std::string timeline = dir.file("timeline.json");
-  const test::CommandResult rec =
-      test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "--speedscope", timeline, "--",
-                 "/usr/bin/luajit", test::record_workloads_dir() + "/phases.lua", "0.4"});
+  const std::string timeline = dir.file("timeline.json"), firefox = dir.file("firefox.txt");
+  const test::CommandResult rec = test::run(
+      {test::ljprof_bin(), "record", "-F", "999", "-q", "--speedscope", timeline, "--firefox",
+       firefox, "--", "/usr/bin/luajit", test::record_workloads_dir() + "/phases.lua", "0.4"});
   ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(rec.out, m, std::regex(R"(phases a=([0-9.]+) b=([0-9.]+))")))
@@ -107,11 +175,20 @@ TEST(RecordTimeline, SpeedscopeShowsEachPhaseWhenItRanForItsOwnTime) {
   ASSERT_NE(b, nullptr) << track.dump().substr(0, 2000);
   std::cout << "timeline: phase_a " << a->total / 1e9 << " s, phase_b " << b->total / 1e9
             << " s; the workload measured " << a_s << " s and " << b_s << " s\n";
-  // About 400 samples a phase at 999 Hz: the sampled time is its CPU time within 15%.
-  EXPECT_NEAR(a->total / 1e9, a_s, 0.15 * a_s) << rec.err;
-  EXPECT_NEAR(b->total / 1e9, b_s, 0.15 * b_s) << rec.err;
+  // About 400 samples a phase at 999 Hz.
+  expect_phases(a->total / 1e9, b->total / 1e9, a_s, b_s, "speedscope\n" + rec.err);
   // In time order: a period or two of slack where the last samples of phase_a move later.
   EXPECT_LE(a->last_close, b->first_open + 2'002'002) << "phase_a ends before phase_b starts";
+
+  const std::vector<PerfSample> perf = parse_perf_script(test::read_text(firefox));
+  ASSERT_FALSE(perf.empty());
+  for (size_t i = 1; i < perf.size(); ++i) {
+    EXPECT_EQ(perf[i].tid, perf[0].tid) << "one thread";
+    EXPECT_GE(perf[i].seconds, perf[i - 1].seconds) << "sample " << i;
+  }
+  const PerfSpan pa = span_of(perf, "phase_a"), pb = span_of(perf, "phase_b");
+  expect_phases(pa.count / 999.0, pb.count / 999.0, a_s, b_s, "firefox\n" + rec.err);
+  EXPECT_LE(pa.last, pb.first) << "phase_a's samples before phase_b's";
 
   // The file is what speedscope's published schema describes.
   const test::CommandResult schema =
