@@ -17,14 +17,11 @@ namespace ljprof::report {
 
 namespace {
 
-// What the importer reads between the pc and " (module)": anything, as long as it holds no
-// line break and does not start with '(' (a process name to the importer); a "+0x.." at its end
-// is cut off as a symbol offset, so a label ending so gets a trailing mark.
+// What the importer reads between the pc and " (module)": anything (a label is printable text,
+// frames.h: no line break) that does not start with '(' (a process name to the importer); a
+// "+0x.." at its end is cut off as a symbol offset, so a label ending so gets a trailing space.
 std::string frame_text(const profile::Frame& f) {
   std::string label = function_label(f);
-  for (char& c : label) {
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-  }
   if (label.empty() || label.front() == '(') label.insert(0, "?");
   const size_t plus = label.rfind("+0x");
   if (plus != std::string::npos &&
@@ -61,8 +58,7 @@ std::vector<std::vector<std::string>> frame_lines(const profile::Timeline& t) {
   for (const profile::Sample& s : t.stacks) {
     std::vector<std::string> lines;
     for (const profile::Frame& f : s.frames) {
-      lines.push_back(
-          fmt::format("\t{:x} {} ({})\n", f.address, printable_text(frame_text(f)), where_text(f)));
+      lines.push_back(fmt::format("\t{:x} {} ({})\n", f.address, frame_text(f), where_text(f)));
     }
     out.push_back(std::move(lines));
   }
@@ -90,8 +86,8 @@ Result<std::string> perf_script_text(const profile::Profile& profile) {
   std::string out;
   for (const profile::Timeline::Point* p : points) {
     const profile::Sample& s = t.stacks[p->stack];
-    const std::string thread = s.fiber.present() ? printable_text(fiber_group_label(s.fiber))
-                                                 : fmt::format("pid {}", s.pid);
+    const std::string thread =
+        s.fiber.present() ? fiber_group_label(s.fiber) : fmt::format("pid {}", s.pid);
     if (p->off_cpu_ns <= 0) {
       out += sample_block(thread, s.pid, p->tid, p->time_ns, period, "cpu-clock", lines[p->stack]);
       continue;

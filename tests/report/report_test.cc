@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "report/folded.h"
 #include "report/frames.h"
 #include "report/outputs.h"
+#include "report/perf_script.h"
 #include "report/pprof.h"
 #include "report/speedscope.h"
 #include "report/top.h"
@@ -296,6 +298,48 @@ TEST(Speedscope, EventsNestAndFollowTheTimelineRules) {
   EXPECT_EQ(doc["profiles"][1]["events"][0]["at"], 10);
   EXPECT_EQ(doc["profiles"][1]["events"][3]["at"], 50);
   EXPECT_FALSE(speedscope_json(profile::Profile{}, "empty").ok());
+}
+
+// perf script text keeps one frame to a line whatever a target's names hold, and each line
+// reads back as the Firefox Profiler importer reads it (linux-perf.ts): the header's thread and
+// time, a frame's "PC FUNCTION (MODULE)"; an off-CPU interval is one sample per period.
+TEST(PerfScript, HostileNamesStayOneFrameALineAndOffCpuIsSampledPerPeriod) {
+  profile::Frame odd = native("f)\n(g+0x10", "/opt/a (b)/libodd.so", kFooBase, 0x10);
+  profile::Frame main = native("main", "/usr/bin/luajit", kLuajitBase, 0x1000);
+  profile::Profile p;
+  p.period_ns = 10'000'000;
+  p.timeline.stacks = {sample({main, odd}, 1)};
+  using Point = profile::Timeline::Point;
+  p.timeline.points = {Point{1'000'000'000, 0, 7, 0}, Point{2'000'000'000, 30'000'000, 7, 0}};
+  auto text = perf_script_text(p);
+  ASSERT_TRUE(text.ok()) << text.message();
+  static const std::regex kHeader(R"(^(.*)\s+([\d.]+):)"),
+      kFrame(R"(^\s*(\w+)\s*(.+) \(([^)]*)\))");
+  std::istringstream in(*text);
+  std::string line;
+  std::vector<std::string> times, functions, modules;
+  bool in_sample = false;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (line.empty()) {
+      in_sample = false;
+    } else if (!in_sample) {
+      ASSERT_TRUE(std::regex_search(line, m, kHeader)) << line;
+      times.push_back(m[2]);
+      in_sample = true;
+    } else {
+      ASSERT_TRUE(std::regex_search(line, m, kFrame)) << line;
+      functions.push_back(m[2]);
+      modules.push_back(m[3]);
+    }
+  }
+  EXPECT_EQ(times, (std::vector<std::string>{"1.000000", "1.980000", "1.990000", "2.000000"}));
+  ASSERT_EQ(functions.size(), 8u) << *text;
+  // frames.h: a label is printable text (the line break as \x0a); not cut as a symbol offset.
+  EXPECT_EQ(functions[0], "f)\\x0a(g+0x10 ");
+  EXPECT_EQ(modules[0], "libodd.so");
+  EXPECT_EQ(functions[1], "main");
+  EXPECT_FALSE(perf_script_text(profile::Profile{}).ok());
 }
 
 // Runs headless Chromium on `url` and returns the DOM after the page's scripts ran.
