@@ -77,7 +77,17 @@ std::vector<profile::LoopStall> SampleIntake::stalls() const {
     auto times = times_.find(r.tid);
     if (times != times_.end()) {
       const uint64_t end = r.start_ns + r.duration_ns;
-      for (const SampleTime& t : times->second) {
+      const std::deque<SampleTime>& ts = times->second;
+      // The deque is in arrival order: time order but for two CPUs' samples of one thread a
+      // moment apart; a binary search lands near the stall's start, kOrderSlack entries either
+      // side cover the rest (a linear scan per stall made a long recording quadratic).
+      auto at = std::partition_point(ts.begin(), ts.end(),
+                                     [&](const SampleTime& t) { return t.time_ns < r.start_ns; });
+      at -= std::min<std::ptrdiff_t>(at - ts.begin(), kOrderSlack);
+      size_t after_end = 0;
+      for (; at != ts.end() && after_end < kOrderSlack; ++at) {
+        const SampleTime& t = *at;
+        if (t.time_ns > end) ++after_end;
         // An off-CPU interval is timed at its end, which lies inside the stall it blocked.
         if (t.time_ns < r.start_ns || t.time_ns > end) continue;
         profile::Sample sample = stacks_.sample_of(*t.entry);

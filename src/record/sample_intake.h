@@ -105,6 +105,7 @@ class SampleIntake {
     uint64_t off_cpu_ns = 0;
     uint32_t off_cpu_state = 0;
   };
+  static constexpr size_t kOrderSlack = 64;  // how far out of time order a kept time may be
   bool keep_times_ = false;
   size_t max_kept_times_ = 0;
   size_t kept_times_ = 0;
