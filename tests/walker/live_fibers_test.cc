@@ -133,7 +133,7 @@ TEST(LiveFibers, FibersThatKeepSwitchingAreShownWholeOrMarked) {
     shapes[printed[i].id].push_back(lines);
   }
   int whole = 0, marked = 0, slow_whole = 0;
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < 5; ++round) {
     test::CommandResult r = test::run({test::ljprof_bin(), "fibers", "-p", w.pid(), "--json"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const Json j = Json::parse(r.out);
