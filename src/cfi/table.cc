@@ -562,6 +562,9 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
     table.overlays_.push_back(std::move(*root));
   }
   for (Overlay& o : aarch64_plt(file, table.functions_)) table.overlays_.push_back(std::move(o));
+  std::vector<FunctionSpan> fdes;
+  for (const auto& f : table.functions_) fdes.push_back({f.begin, f.end});
+  for (Overlay& o : x86_glue_overlays(file, fdes).overlays) table.overlays_.push_back(std::move(o));
   table.overlays_.insert(table.overlays_.end(), overlays.begin(), overlays.end());
   for (const Overlay& o : table.overlays_) b.apply(o);
   compact_into(b, &table.rows_, &table.row_fde_offsets_);
