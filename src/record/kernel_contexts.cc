@@ -61,8 +61,14 @@ const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation)
         rec.nmodules == it->second.nmodules) {
       return it->second.ctx.get();
     }
+    // Read again, with the memory reader of the first read: the process may be gone by now,
+    // and what naming reads of it (or of the kernel's copies) came through that reader.
+    const uint32_t slot = it->second.slot;
+    auto again = read_back(pid, generation, rec);
+    again->mem = std::move(it->second.ctx->mem);
     replaced_.push_back(std::move(it->second));
-    contexts_.erase(it);
+    it->second = Read{Clock::now(), std::move(again), slot, rec.nmodules};
+    return it->second.ctx.get();
   }
   const ProcessContext* found = nullptr;
   for_each_kernel_slot([&](uint32_t slot, lj_rec_proc& rec) {
