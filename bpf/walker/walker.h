@@ -134,6 +134,16 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
     if (lj_read_ref(env, lj, L + lj->L_stack, &stack) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_read_ref(env, lj, L + lj->L_maxstack, &maxstack) != 0) return LJ_END_BAD_LUA_STATE;
     if (lj_walk_read(env, &cframe, 8, L + lj->L_cframe) != 0) return LJ_END_BAD_LUA_STATE;
+    if (empty && stack == 0) {
+      /* lj_state.c lua_newstate: cpluaopen runs in lj_vm_cpcall on a lua_State whose stack
+       * stack_init has not allocated yet (the state starts zeroed). That C frame holds no Lua
+       * frame, and as the state's first C frame (no previous one linked) none is outside it
+       * either: it is stepped over as native code, nothing of L shown. */
+      uint64_t prev = 0;
+      if (lj_walk_read(env, &prev, 8, sp + lj_cframe_prev(lj)) != 0) return LJ_END_READ_FAULT;
+      if ((prev & ~(uint64_t)3) != 0) return LJ_END_BAD_LUA_STATE;
+      return -1;
+    }
     if (leaf && base_from_jit_base) {
       /* LJ_CFI_VM_EXIT: the exiting trace's BASE is G->jit_base (vm_x64.dasc
        * vm_exit_handler clears it just before calling lj_trace_exit; those few instructions
