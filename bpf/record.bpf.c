@@ -336,6 +336,7 @@ LJ_INLINE void load_regs(const struct pt_regs* r, const struct lj_luajit_info* l
   /* vm_x64.dasc: BASE is rdx, PC is rbx while the interpreter runs. */
   out->vm_base = r->dx;
   out->vm_pc = r->bx;
+  out->bx_valid = 1;
 #else
   out->pc = r->pc;
   out->sp = r->sp;

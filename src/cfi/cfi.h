@@ -38,6 +38,7 @@ struct ArchRegs {
   const char* ra_name;
 };
 ArchRegs arch_regs(elf::Arch arch);
+inline constexpr uint32_t kX86DwarfRbx = 3;  // a CFA the walker evaluates at the leaf only
 
 // Caps on the work one file can cost. Exceeding one fails that FDE (or the table, for the
 // per-binary caps) with a message naming the cap.
