@@ -164,10 +164,13 @@ struct lib_mapping {
 };
 
 /* bpf_find_vma callback: `vma` holds the address mmap returned. Adds the file's code to
- * ctx->proc when the loader left a template for the file and the mapping is the template's
- * (same file offset, same length): the same code at another bias. Nothing when the new range
- * overlaps a module the context has (code mapped over other code: the loader's rescan sorts
- * that out). */
+ * ctx->proc when the loader left a template for the file and the mapping starts where the
+ * template's does in the file (same file offset) and is at least as long: the same code at
+ * another bias, [start, start + the template's length). Longer: ld.so maps a library whose first
+ * segment is its code (AArch64 links without -z separate-code) over its whole span first, and
+ * then its data over the tail (glibc elf/dl-map-segments.h _dl_map_segments). Nothing when the
+ * range overlaps a module the context has (code mapped over other code: the loader's rescan
+ * sorts that out). */
 static long add_library_vma(struct task_struct* task, struct vm_area_struct* vma, void* data) {
   struct lib_mapping* lm = data;
   struct lj_rec_proc* proc = lm->proc;
@@ -182,7 +185,8 @@ static long add_library_vma(struct task_struct* task, struct vm_area_struct* vma
   key.dev = BPF_CORE_READ(vma, vm_file, f_inode, i_sb, s_dev);
   key.pad = 0;
   t = bpf_map_lookup_elem(&lib_templates, &key);
-  if (!t || t->pgoff != vma->vm_pgoff || end - start != t->link_end - t->link_start) return 0;
+  if (!t || t->pgoff != vma->vm_pgoff || end - start < t->link_end - t->link_start) return 0;
+  end = start + (t->link_end - t->link_start);
   n = proc->nmodules;
   if (n >= LJ_REC_MAX_MODULES) return 0;
   for (i = 0; i < LJ_REC_MAX_MODULES; i++) {
