@@ -74,6 +74,15 @@ struct {
   __type(value, struct lj_rec_exec_template);
 } exec_templates SEC(".maps");
 
+/* Library files the loader has seen -> how to add their code to a context when a followed
+ * process maps it (record_types.h lj_rec_lib_template; record_follow.bpf.h add_library). */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, LJ_REC_MAX_LIB_TEMPLATES);
+  __type(key, struct lj_rec_exec_key);
+  __type(value, struct lj_rec_lib_template);
+} lib_templates SEC(".maps");
+
 /* Contexts built at exec so far: the next one's slot and generation. */
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -327,6 +336,7 @@ LJ_INLINE void load_regs(const struct pt_regs* r, const struct lj_luajit_info* l
   /* vm_x64.dasc: BASE is rdx, PC is rbx while the interpreter runs. */
   out->vm_base = r->dx;
   out->vm_pc = r->bx;
+  out->bx_valid = 1;
 #else
   out->pc = r->pc;
   out->sp = r->sp;

@@ -1,6 +1,7 @@
 /* record_follow.bpf.h: part of record.bpf.c (included once, at its end): the programs that
  * follow processes — exec (a context built from the executable's template), fork (the parent's
- * context copied for the child), and the notifications that make the agent rescan a process. */
+ * context copied for the child), mmap (a library the loader has seen added to the context), and
+ * the notifications that make the agent rescan a process. */
 #ifndef LJPROF_BPF_RECORD_FOLLOW_BPF_H
 #define LJPROF_BPF_RECORD_FOLLOW_BPF_H
 
@@ -155,11 +156,82 @@ int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
   return 0;
 }
 
+/* What add_library's vma callback needs and finds: the process's context and the mapping. */
+struct lib_mapping {
+  struct lj_rec_proc* proc;
+  uint32_t added;
+  uint32_t pad;
+};
+
+/* bpf_find_vma callback: `vma` holds the address mmap returned. Adds the file's code to
+ * ctx->proc when the loader left a template for the file and the mapping starts where the
+ * template's does in the file (same file offset) and is at least as long: the same code at
+ * another bias, [start, start + the template's length). Longer: ld.so maps a library whose first
+ * segment is its code (AArch64 links without -z separate-code) over its whole span first, and
+ * then its data over the tail (glibc elf/dl-map-segments.h _dl_map_segments). Nothing when the
+ * range overlaps a module the context has (code mapped over other code: the loader's rescan
+ * sorts that out). */
+static long add_library_vma(struct task_struct* task, struct vm_area_struct* vma, void* data) {
+  struct lib_mapping* lm = data;
+  struct lj_rec_proc* proc = lm->proc;
+  const struct lj_rec_lib_template* t;
+  struct lj_rec_exec_key key;
+  struct lj_rec_module* m;
+  uint64_t start = vma->vm_start, end = vma->vm_end, bias, *counter;
+  uint32_t i, n, zero = 0;
+  (void)task;
+  if (!vma->vm_file) return 0;
+  key.ino = BPF_CORE_READ(vma, vm_file, f_inode, i_ino);
+  key.dev = BPF_CORE_READ(vma, vm_file, f_inode, i_sb, s_dev);
+  key.pad = 0;
+  t = bpf_map_lookup_elem(&lib_templates, &key);
+  if (!t || t->pgoff != vma->vm_pgoff || end - start < t->link_end - t->link_start) return 0;
+  end = start + (t->link_end - t->link_start);
+  n = proc->nmodules;
+  if (n >= LJ_REC_MAX_MODULES) return 0;
+  for (i = 0; i < LJ_REC_MAX_MODULES; i++) {
+    if (i >= n) break;
+    if (start < proc->modules[i].end && proc->modules[i].start < end) return 0;
+  }
+  bias = start - t->link_start;
+  m = &proc->modules[n & (LJ_REC_MAX_MODULES - 1)];
+  m->start = start;
+  m->end = end;
+  m->bias = bias;
+  m->row_first = t->row_first;
+  m->row_count = t->row_count;
+  /* The module is whole before the count lets a sample see it: a fetching atomic operation is
+   * fully ordered (Documentation/bpf/standardization/instruction-set.rst, BPF_FETCH), and the
+   * BPF target without alu32 has it in 64 bits only, so on a counter of its own. */
+  counter = bpf_map_lookup_elem(&exec_count, &zero);
+  if (!counter || __sync_fetch_and_add(counter, 0) == ~0ull) return 0;
+  proc->nmodules = n + 1;
+  lm->added = 1;
+  return 0;
+}
+
+/* A followed process mapped code at `addr`: when it is a library the loader has seen (a
+ * template), add it to the process's context now, so the walks of the next samples go through
+ * it instead of ending there until the loader's rescan. Only while the process has one thread
+ * (ld.so loading the libraries of a new image; no other thread can be appending to the same
+ * context), and only to a context of its own (a kernel slot it owns, or the loader's slot its
+ * pid points to: a slot the loader replaced is reused only after every other free one). */
+LJ_INLINE void add_library(uint32_t tgid, uint32_t slot, uint64_t addr) {
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct lib_mapping lm = {0, 0, 0};
+  if (slot >= LJ_REC_MAX_PROCS + LJ_REC_EXEC_SLOTS) return;
+  if (BPF_CORE_READ(task, signal, nr_threads) != 1) return;
+  lm.proc = bpf_map_lookup_elem(&procs, &slot);
+  if (!lm.proc || (slot >= LJ_REC_MAX_PROCS && lm.proc->owner_pid != tgid)) return;
+  bpf_find_vma(task, addr, add_library_vma, &lm, 0);
+  if (lm.added) count(LJ_REC_CTR_LIBS_ADDED);
+}
+
 /* mmap(2) returned (on_sys_exit, record.bpf.c): a followed process may have mapped new code
  * (dlopen of an nginx module, a library loaded after exec); with notify_all, any process may have
  * loaded LuaJIT. PROT_EXEC is 4 (uapi asm-generic/mman-common.h). */
 LJ_INLINE void mmap_returned(struct pt_regs* regs, long ret) {
-  uint32_t tgid;
+  uint32_t tgid, *slotp;
   unsigned long prot;
 #if defined(__TARGET_ARCH_x86)
   prot = regs->dx; /* third argument */
@@ -168,7 +240,9 @@ LJ_INLINE void mmap_returned(struct pt_regs* regs, long ret) {
 #endif
   if (!(prot & 4) || ret < 0) return;
   tgid = (uint32_t)(bpf_get_current_pid_tgid() >> 32);
-  if (!bpf_map_lookup_elem(&pids, &tgid) && !notify_all) return;
+  slotp = bpf_map_lookup_elem(&pids, &tgid);
+  if (!slotp && !notify_all) return;
+  if (slotp) add_library(tgid, *slotp, (uint64_t)ret);
   notify_rescan(tgid);
 }
 

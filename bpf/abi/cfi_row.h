@@ -80,6 +80,10 @@
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */
 #define LJ_CFI_REG_FP 1 /* x86-64 rbp (DWARF 6), AArch64 x29 (DWARF 29) */
+/* x86-64 rbx (DWARF 3), known to the walker at the sampled pc only (lj_native_regs bx_valid):
+ * glibc's lazy-binding trampoline keeps its entry rsp there while it aligns rsp for xsave
+ * (sysdeps/x86_64/dl-trampoline.h _dl_runtime_resolve: cfi_def_cfa_register(%rbx)). */
+#define LJ_CFI_REG_BX 2
 
 /* ra_rule / fp_rule: where the caller's value of that register is.
  *

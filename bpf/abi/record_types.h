@@ -107,7 +107,7 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_proc) ==
  * loader places relative to a value of the new image's auxiliary vector (fs/binfmt_elf.c
  * create_elf_tables), with each one's bias as that value plus a fixed delta, measured by the
  * loader on a process of the same executable from /proc/PID/auxv. Libraries are mapped later
- * by the program interpreter: they come with the loader's own publish. */
+ * by the program interpreter: the kernel adds each as it is mapped (lj_rec_lib_template). */
 #define LJ_REC_ANCHOR_ENTRY 9 /* AT_ENTRY: the executable's entry point (its e_entry + bias) */
 #define LJ_REC_ANCHOR_BASE 7  /* AT_BASE: the program interpreter's load base */
 #define LJ_REC_ANCHOR_VDSO 33 /* AT_SYSINFO_EHDR: the vDSO's ELF header */
@@ -145,6 +145,23 @@ struct lj_rec_exec_template {
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_exec_template) ==
                      sizeof(struct lj_luajit_info) + 16 + 40 * LJ_REC_EXEC_MODULES,
                  "lj_rec_exec_template: layout record, 16 bytes, modules");
+
+/* What the kernel needs to add a shared library to a followed process's context when the
+ * program interpreter (or dlopen) maps its code: the file's executable mapping as the loader
+ * saw it in another process, keyed by the file (lj_rec_exec_key: the mapping's inode and
+ * device, as /proc/PID/maps shows them). A new mapping of the same file at the same file offset
+ * and length is the same code at another bias: bias = the new start - link_start. Without it a
+ * process's libraries had no rows until the loader read its mappings again, a millisecond or
+ * more after ld.so mapped them, and a short-lived process spends that millisecond in them. */
+#define LJ_REC_MAX_LIB_TEMPLATES 1024
+struct lj_rec_lib_template {
+  uint64_t link_start; /* [link_start, link_end) + bias: the mapping's runtime addresses */
+  uint64_t link_end;
+  uint64_t pgoff; /* the mapping's file offset in pages (vm_area_struct.vm_pgoff) */
+  uint32_t row_first;
+  uint32_t row_count;
+};
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_lib_template) == 32, "lj_rec_lib_template: 32 bytes");
 
 /* A frame as the ring buffer carries it: the walker's frame plus, for Lua frames, what the
  * prototype said at sample time (lj_obj.h GCproto), so the loader never attributes a frame to
@@ -300,6 +317,8 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
     "off-CPU intervals under the threshold (counted, not walked)")                               \
   X(OFF_CPU_UNWALKED, 47, KERNEL, "off_cpu_not_walked",                                          \
     "off-CPU intervals that ended outside a syscall on a kernel without kprobes (not walked)")   \
+  X(LIBS_ADDED, 48, KERNEL, "libraries_added",                                                   \
+    "libraries the kernel added to a process's context as they were mapped")                     \
   X(BEFORE_CONTEXT, 64, AGENT, "walk_before_context",                                            \
     "walk stopped in code whose unwind rows were published after the sample (process starting)") \
   X(MALFORMED, 65, AGENT, "malformed_records", "malformed ring buffer records")                  \
@@ -341,7 +360,7 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };
 #undef LJ_REC_COUNTER_ENUMERATOR
-#define LJ_REC_NCOUNTERS 48    /* the kernel's counters array: walk ends, then KERNEL counters */
+#define LJ_REC_NCOUNTERS 49    /* the kernel's counters array: walk ends, then KERNEL counters */
 #define LJ_REC_COUNTER_IDS 128 /* every id, kernel and agent, is below this */
 LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
                  "walk ends fit below the kernel counters");

@@ -40,7 +40,9 @@ struct lj_native_regs {
   uint8_t lr_valid;
   uint8_t fp_valid; /* 0 once a row said the caller's FP cannot be recovered */
   uint8_t dispatch_valid;
-  uint8_t pad[5];
+  /* x86-64: vm_pc holds the sampled rbx (cfi_row.h LJ_CFI_REG_BX); the first step clears it. */
+  uint8_t bx_valid;
+  uint8_t pad[4];
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_native_regs) == 64, "lj_native_regs: 7 registers + flags");
 

@@ -78,6 +78,9 @@ LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* r
   if (row->cfa_base == LJ_CFI_REG_FP) {
     if (!r->fp_valid) return LJ_STEP_FP_UNKNOWN;
     cfa = r->fp + (int64_t)row->cfa_offset;
+  } else if (row->cfa_base == LJ_CFI_REG_BX) {
+    if (!r->bx_valid) return LJ_STEP_NO_CFI; /* rbx of a caller frame: not tracked */
+    cfa = r->vm_pc + (int64_t)row->cfa_offset;
   } else {
     cfa = r->sp + (int64_t)row->cfa_offset;
   }
@@ -110,6 +113,7 @@ LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* r
   r->pc = ra;
   r->sp = cfa;
   r->lr_valid = 0;
+  r->bx_valid = 0;
   return LJ_STEP_OK;
 }
 

@@ -9,8 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +38,7 @@ struct ArchRegs {
   const char* ra_name;
 };
 ArchRegs arch_regs(elf::Arch arch);
+inline constexpr uint32_t kX86DwarfRbx = 3;  // a CFA the walker evaluates at the leaf only
 
 // Caps on the work one file can cost. Exceeding one fails that FDE (or the table, for the
 // per-binary caps) with a message naming the cap.
@@ -261,6 +264,30 @@ struct LeafOverlays {
   std::vector<std::string> rejected;
 };
 Result<LeafOverlays> aarch64_leaf_overlays(const elf::ElfFile& file);
+
+// Code without CFI whose frame is proven by its instructions (glue_code.cc): the x86-64 _init,
+// _fini and crtstuff functions (.init, .fini, the .init_array/.fini_array entries and what they
+// call directly). x86_glue_frames follows every path from `entry` through `code` (decoded from
+// the entry to where CFI starts again) and gives, for each instruction reached, the bytes pushed
+// below the return address and where the caller's rbp is saved (offset from the CFA, 0: still
+// in rbp), or the first instruction it cannot account for; `calls` collects direct call targets.
+struct GlueFrame {
+  int64_t height = 0;
+  int32_t fp_off = 0;
+};
+Result<std::map<uint64_t, GlueFrame>> x86_glue_frames(std::span<const disasm::Insn> code,
+                                                      uint64_t entry, std::set<uint64_t>* calls);
+struct FunctionSpan {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+struct GlueOverlays {
+  std::vector<Overlay> overlays;
+  std::vector<std::string> rejected;
+};
+// Replace overlays with those frames for a file's glue that no FDE (`fdes`: sorted, disjoint)
+// covers; `rejected` says why each other entry got none. Empty for AArch64.
+GlueOverlays x86_glue_overlays(const elf::ElfFile& file, std::span<const FunctionSpan> fdes);
 
 // The kernel's vDSO: its CFI when it has any (x86-64, newer arm64 kernels), else the proven
 // leaf functions of an AArch64 vDSO built without unwind tables (Debian 12's 6.1 arm64 kernel);

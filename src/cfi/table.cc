@@ -32,6 +32,8 @@ lj_cfi_row compact(const CfiRow& r, elf::Arch arch) {
     row.cfa_base = LJ_CFI_REG_SP;
   } else if (r.cfa.reg == regs.fp) {
     row.cfa_base = LJ_CFI_REG_FP;
+  } else if (arch == elf::Arch::X86_64 && r.cfa.reg == kX86DwarfRbx) {
+    row.cfa_base = LJ_CFI_REG_BX;
   } else {
     return row;
   }
@@ -297,8 +299,10 @@ std::string rule_text(uint8_t rule, int32_t offset, const char* reg) {
 std::string describe_row(const lj_cfi_row& row, elf::Arch arch) {
   ArchRegs regs = arch_regs(arch);
   if (row.hint == LJ_CFI_INVALID) return "no rule";
-  return fmt::format("cfa={}{:+d} ra={} fp={}",
-                     row.cfa_base == LJ_CFI_REG_SP ? regs.sp_name : regs.fp_name, row.cfa_offset,
+  const char* base = row.cfa_base == LJ_CFI_REG_SP   ? regs.sp_name
+                     : row.cfa_base == LJ_CFI_REG_FP ? regs.fp_name
+                                                     : "rbx";
+  return fmt::format("cfa={}{:+d} ra={} fp={}", base, row.cfa_offset,
                      rule_text(row.ra_rule, row.ra_offset, regs.ra_name),
                      rule_text(row.fp_rule, row.fp_offset, regs.fp_name));
 }
@@ -562,6 +566,9 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
     table.overlays_.push_back(std::move(*root));
   }
   for (Overlay& o : aarch64_plt(file, table.functions_)) table.overlays_.push_back(std::move(o));
+  std::vector<FunctionSpan> fdes;
+  for (const auto& f : table.functions_) fdes.push_back({f.begin, f.end});
+  for (Overlay& o : x86_glue_overlays(file, fdes).overlays) table.overlays_.push_back(std::move(o));
   table.overlays_.insert(table.overlays_.end(), overlays.begin(), overlays.end());
   for (const Overlay& o : table.overlays_) b.apply(o);
   compact_into(b, &table.rows_, &table.row_fde_offsets_);

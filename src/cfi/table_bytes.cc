@@ -85,7 +85,7 @@ Status check_rows(std::span<const lj_cfi_row> rows) {
       return make_error("table row {}: pc {:#x} does not follow {:#x}", i, r.pc_start,
                         rows[i - 1].pc_start);
     }
-    if (r.hint > LJ_CFI_VM_LINK_PENDING || r.cfa_base > LJ_CFI_REG_FP ||
+    if (r.hint > LJ_CFI_VM_LINK_PENDING || r.cfa_base > LJ_CFI_REG_BX ||
         r.ra_rule > LJ_CFI_RULE_UNKNOWN || r.fp_rule > LJ_CFI_RULE_UNKNOWN) {
       return make_error("table row {}: unknown hint, CFA base or rule", i);
     }

@@ -255,6 +255,8 @@ ThreadStack CoreWalker::walk(const Thread& thread) const {
   const bool a64 = thread.arch == elf::Arch::AArch64;
   regs.vm_base = thread.reg(a64 ? "x19" : "rdx").value_or(0);
   regs.vm_pc = thread.reg(a64 ? "x21" : "rbx").value_or(0);
+  // x86-64: the leaf's rbx, for a CFA kept there (cfi_row.h LJ_CFI_REG_BX).
+  regs.bx_valid = !a64 && thread.reg("rbx").has_value() ? 1 : 0;
   if (luajit_) {
     // DWARF register numbers of the DISPATCH/GL register (luajit_info.h dispatch_reg).
     static const char* const kX86Dwarf[16] = {"rax", "rdx", "rcx", "rbx", "rsi", "rdi",

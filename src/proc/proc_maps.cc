@@ -36,6 +36,17 @@ std::string_view next_field(std::string_view* line) {
 
 }  // namespace
 
+uint32_t MapEntry::kernel_dev() const {
+  const size_t colon = dev.find(':');
+  uint64_t major = 0, minor = 0;
+  if (colon == std::string::npos || !parse_hex(std::string_view(dev).substr(0, colon), &major) ||
+      !parse_hex(std::string_view(dev).substr(colon + 1), &minor) || major >= (1u << 12) ||
+      minor >= (1u << 20)) {
+    return 0;
+  }
+  return static_cast<uint32_t>(major << 20 | minor);
+}
+
 Result<std::vector<MapEntry>> parse_proc_maps(std::string_view text, const std::string& what) {
   std::vector<MapEntry> out;
   size_t line_no = 0;

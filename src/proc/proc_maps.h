@@ -24,6 +24,9 @@ struct MapEntry {
   std::string dev;   // "fd:01"
   std::string path;  // "" for anonymous memory; "[vdso]", "/usr/lib/...", "... (deleted)"
   bool file_backed() const { return inode != 0 && !path.empty() && path[0] == '/'; }
+  // `dev` in the kernel's own encoding (MAJOR << 20 | MINOR, include/linux/kdev_t.h: what
+  // /proc/PID/maps prints as "%02x:%02x" of the file's inode->i_sb->s_dev), 0 if malformed.
+  uint32_t kernel_dev() const;
 };
 
 // At most this many lines are read from one maps file: a process with more is refused rather

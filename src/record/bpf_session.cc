@@ -255,6 +255,10 @@ int BpfSession::exec_templates_fd() const {
   return bpf_map__fd(skel_->maps.exec_templates);
 }
 
+int BpfSession::lib_templates_fd() const {
+  return bpf_map__fd(skel_->maps.lib_templates);
+}
+
 int BpfSession::rows_fd() const {
   return bpf_map__fd(skel_->maps.rows);
 }

@@ -48,6 +48,7 @@ class BpfSession {
   int pids_fd() const;
   int procs_fd() const;
   int exec_templates_fd() const;
+  int lib_templates_fd() const;
   int rows_fd() const;
   uint32_t rows_capacity() const;
   // The CPU loading the program took (map creation and the kernel verifier).

@@ -5,6 +5,7 @@
 #include <bpf/bpf.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "record/exec_template.h"
@@ -28,17 +29,54 @@ void KernelContexts::publish_exec_template(uint32_t pid, const ProcessContext& c
   exec_templates_.emplace(std::make_pair(key->ino, key->dev), *t);
 }
 
+void KernelContexts::publish_lib_templates(const ProcessContext& ctx) {
+  for (const ModuleView& m : ctx.modules) {
+    const MappedObject& obj = *m.object;
+    if (m.inode == 0 || m.dev == 0 || !obj.uploaded || m.offset % 4096 != 0) continue;
+    lj_rec_lib_template t{};
+    t.link_start = m.start - m.bias;
+    t.link_end = m.end - m.bias;
+    t.pgoff = m.offset / 4096;
+    t.row_first = obj.row_first;
+    t.row_count = obj.row_count;
+    const auto file = std::make_pair(m.inode, m.dev);
+    auto known = lib_templates_.find(file);
+    if (known != lib_templates_.end() && std::memcmp(&known->second, &t, sizeof(t)) == 0) continue;
+    lj_rec_exec_key key{m.inode, m.dev, 0};
+    if (bpf_map_update_elem(session_.lib_templates_fd(), &key, &t, BPF_ANY) != 0) {
+      continue;  // the map is full: later files are added by the recorder's rescans alone
+    }
+    lib_templates_[file] = t;
+  }
+}
+
 const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation) {
   if (auto it = contexts_.find(generation); it != contexts_.end()) {
-    return it->second.ctx->pid == pid ? it->second.ctx.get() : nullptr;
+    if (it->second.ctx->pid != pid) return nullptr;
+    // The kernel may have added libraries to the slot since it was read (add_library): the
+    // samples walked through them need them to be symbolized.
+    lj_rec_proc rec{};
+    if (bpf_map_lookup_elem(session_.procs_fd(), &it->second.slot, &rec) != 0 ||
+        rec.generation != generation || rec.owner_pid != pid ||
+        rec.nmodules == it->second.nmodules) {
+      return it->second.ctx.get();
+    }
+    // Read again, with the memory reader of the first read: the process may be gone by now,
+    // and what naming reads of it (or of the kernel's copies) came through that reader.
+    const uint32_t slot = it->second.slot;
+    auto again = read_back(pid, generation, rec);
+    again->mem = std::move(it->second.ctx->mem);
+    replaced_.push_back(std::move(it->second));
+    it->second = Read{Clock::now(), std::move(again), slot, rec.nmodules};
+    return it->second.ctx.get();
   }
   const ProcessContext* found = nullptr;
-  for_each_kernel_slot([&](uint32_t, lj_rec_proc& rec) {
+  for_each_kernel_slot([&](uint32_t slot, lj_rec_proc& rec) {
     if (found != nullptr || rec.generation != generation || rec.owner_pid != pid) return;
     auto ctx = read_back(pid, generation, rec);
     if (contexts_.size() >= LJ_REC_EXEC_SLOTS) contexts_.erase(contexts_.begin());
-    found =
-        contexts_.emplace(generation, Read{Clock::now(), std::move(ctx)}).first->second.ctx.get();
+    found = contexts_.emplace(generation, Read{Clock::now(), std::move(ctx), slot, rec.nmodules})
+                .first->second.ctx.get();
   });
   return found;
 }
@@ -47,7 +85,9 @@ std::unique_ptr<ProcessContext> KernelContexts::read_back(uint32_t pid, uint32_t
                                                           const lj_rec_proc& rec) {
   auto ctx = std::make_unique<ProcessContext>();
   ctx->pid = pid;
-  ctx->generation = (uint64_t{1} << 40) | generation;  // apart from the recorder's own
+  // Apart from the recorder's own, and from the same slot read before the kernel added a
+  // library (caches keyed by it hold names of the modules it had).
+  ctx->generation = (uint64_t{1} << 40) | (uint64_t{rec.nmodules} << 48) | generation;
   for (uint32_t i = 0; i < std::min<uint32_t>(rec.nmodules, LJ_REC_MAX_MODULES); ++i) {
     const lj_rec_module& m = rec.modules[i];
     MappedObject* obj = nullptr;
@@ -100,6 +140,15 @@ void KernelContexts::forget_rows(uint32_t row_first, uint32_t row_count) {
       ++it;
     }
   }
+  for (auto it = lib_templates_.begin(); it != lib_templates_.end();) {
+    if (names(&it->second, 1)) {
+      lj_rec_exec_key key{it->first.first, it->first.second, 0};
+      bpf_map_delete_elem(session_.lib_templates_fd(), &key);
+      it = lib_templates_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for_each_kernel_slot([&](uint32_t slot, lj_rec_proc& rec) {
     if (rec.owner_pid == 0 ||
         !names(rec.modules, std::min<uint32_t>(rec.nmodules, LJ_REC_MAX_MODULES))) {
@@ -108,10 +157,26 @@ void KernelContexts::forget_rows(uint32_t row_first, uint32_t row_count) {
     rec.owner_pid = 0;  // on_sample walks with it no more
     bpf_map_update_elem(session_.procs_fd(), &slot, &rec, BPF_ANY);
   });
+  // The recorder's own slots name only files it counts as mapped, but the kernel may have added
+  // a library to one (add_library) from a template read just before it went: that module loses
+  // its rows (its walks stop there) until the recorder's rescan publishes the process again.
+  for (uint32_t slot = 0; slot < LJ_REC_MAX_PROCS; ++slot) {
+    lj_rec_proc rec{};
+    if (bpf_map_lookup_elem(session_.procs_fd(), &slot, &rec) != 0) continue;
+    bool changed = false;
+    for (uint32_t i = 0; i < std::min<uint32_t>(rec.nmodules, LJ_REC_MAX_MODULES); ++i) {
+      if (names(&rec.modules[i], 1)) {
+        rec.modules[i].row_count = 0;
+        changed = true;
+      }
+    }
+    if (changed) bpf_map_update_elem(session_.procs_fd(), &slot, &rec, BPF_ANY);
+  }
 }
 
 void KernelContexts::expire() {
   std::erase_if(contexts_, [](const auto& e) { return seconds_since(e.second.read) > kKeepS; });
+  std::erase_if(replaced_, [](const Read& r) { return seconds_since(r.read) > kKeepS; });
 }
 
 }  // namespace ljprof::record

@@ -28,6 +28,10 @@ class KernelContexts {
   // Gives the kernel the template of pid's executable, once per executable: its next exec gets a
   // context at once (record.bpf.c on_exec).
   void publish_exec_template(uint32_t pid, const ProcessContext& ctx);
+  // Gives the kernel the template of each library file `ctx` maps whose rows are in the kernel,
+  // once per file: a later mapping of it by a followed process is added to that process's
+  // context as it is mapped (record_follow.bpf.h add_library).
+  void publish_lib_templates(const ProcessContext& ctx);
   // The context of generation `generation` that the kernel built for pid at a fork or exec
   // (record.bpf.c next_kernel_slot), read back from its slot: the modules the walk used, each
   // file known by its rows. Null once the kernel reused the slot (LJ_REC_EXEC_SLOTS forks and
@@ -47,6 +51,8 @@ class KernelContexts {
   struct Read {
     Clock::time_point read;
     std::unique_ptr<ProcessContext> ctx;
+    uint32_t slot = 0;
+    uint32_t nmodules = 0;  // lj_rec_proc.nmodules when read: the kernel adds libraries later
   };
   // The context built from kernel slot `rec` for pid, its files found by their rows.
   std::unique_ptr<ProcessContext> read_back(uint32_t pid, uint32_t generation,
@@ -59,9 +65,14 @@ class KernelContexts {
   // Executables whose exec template the kernel has (record_types.h lj_rec_exec_template), by
   // (inode, dev), with the template as uploaded (forget_rows finds the rows it names).
   std::map<std::pair<uint64_t, uint32_t>, lj_rec_exec_template> exec_templates_;
+  // Library files whose template the kernel has, by (inode, dev), as uploaded.
+  std::map<std::pair<uint64_t, uint32_t>, lj_rec_lib_template> lib_templates_;
   // The contexts the kernel built at a fork or exec, as read back from their slot, by generation
   // (at most LJ_REC_EXEC_SLOTS: the kernel reuses its slots in turn).
   std::map<uint32_t, Read> contexts_;
+  // Contexts read again because the kernel added libraries since: kept as long, for the
+  // samples symbolized with them.
+  std::vector<Read> replaced_;
 };
 
 }  // namespace ljprof::record

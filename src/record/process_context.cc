@@ -296,7 +296,8 @@ Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, Obje
       ctx->warnings.push_back(bias.message());
       continue;
     }
-    ctx->modules.push_back(ModuleView{m.start, m.end, *bias, obj});
+    ctx->modules.push_back(ModuleView{m.start, m.end, *bias, obj, vdso ? 0 : m.inode,
+                                      vdso ? 0 : m.kernel_dev(), m.offset});
     ++obj->contexts;
   }
   std::sort(ctx->modules.begin(), ctx->modules.end(),

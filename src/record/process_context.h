@@ -128,6 +128,11 @@ struct ModuleView {
   uint64_t end = 0;
   uint64_t bias = 0;  // runtime = link-time + bias
   MappedObject* object = nullptr;
+  // The mapping's file as the kernel knows it (proc::MapEntry inode, kernel_dev, offset): what
+  // a library template is keyed by (record/kernel_contexts.h). 0 for the vDSO.
+  uint64_t inode = 0;
+  uint32_t dev = 0;
+  uint64_t offset = 0;
 };
 
 struct ProcessContext {

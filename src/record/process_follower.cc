@@ -100,6 +100,7 @@ void ProcessFollower::publish(uint32_t pid, FollowedProcess& p) {
   if ((*ctx)->mem) (*ctx)->mem->use_captured(p.copies);
   p.ctx = std::move(*ctx);
   kernel_.publish_exec_template(pid, *p.ctx);
+  kernel_.publish_lib_templates(*p.ctx);
 }
 
 // What could not be read of a process's files, once per process; and the table cache's first

@@ -118,5 +118,33 @@ TEST(ExecKey, NamesTheExecutableAsTheKernelsDevT) {
   EXPECT_TRUE(found) << exe;
 }
 
+// What a library template is keyed by (kernel_contexts.h publish_lib_templates): each module's
+// file as the kernel names it — the inode and the device in the kernel's dev_t encoding, as
+// exec_key (stat of /proc/PID/exe) gives it for the executable, and the mapping's file offset
+// as /proc/PID/maps prints it.
+TEST_F(ExecTemplate, ModulesCarryTheirFileAsTheKernelNamesIt) {
+  auto key = exec_key(static_cast<uint32_t>(getpid()));
+  ASSERT_TRUE(key.ok()) << key.message();
+  auto maps = proc::read_proc_maps(static_cast<uint32_t>(getpid()));
+  ASSERT_TRUE(maps.ok()) << maps.message();
+  size_t files = 0, exe = 0;
+  for (const ModuleView& m : ctx_->modules) {
+    if (!m.object->image.empty()) {
+      EXPECT_EQ(m.inode, 0u) << "the vDSO has no file";
+      continue;
+    }
+    ++files;
+    for (const proc::MapEntry& e : *maps) {
+      if (e.start != m.start) continue;
+      EXPECT_EQ(m.inode, e.inode) << e.path;
+      EXPECT_EQ(m.offset, e.offset) << e.path;
+      EXPECT_NE(m.dev, 0u) << e.path;
+    }
+    if (m.inode == key->ino && m.dev == key->dev) ++exe;
+  }
+  EXPECT_GT(files, 2u);  // the executable, libc, ld.so at least
+  EXPECT_GT(exe, 0u) << "no module is the executable by exec_key's inode and device";
+}
+
 }  // namespace
 }  // namespace ljprof::record

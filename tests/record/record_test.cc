@@ -737,10 +737,19 @@ TEST_P(RecordShortLived, LuaFramesNamedAndOnTheVmsLines) {
       << t.named << " stacks with every Lua frame named, " << t.unnamed << " not\n"
       << test::read_text(folded);
   // The storm's walks reach a root: forks and execs of a known executable are walked from their
-  // first instruction (kernel-built contexts). Measured 93.6-97.5% on a loaded 2-core host, the
-  // rest mostly traces entered before a walk proved the global_State and _init/_fini of
-  // libraries (no CFI); the goal is 98%.
-  EXPECT_GE(t.rooted, 0.90 * t.walked)
+  // first instruction (kernel-built contexts), libraries from their mmap (the kernel adds them
+  // from the recorder's templates), and the start-up and exit code without CFI by rows its
+  // instructions prove. Measured on this 2-core host (2026-12-06): 5 ms 98.5-99.6%, 15 ms
+  // 99.0-99.5%, 50 ms 99.7-100% (10-20 unrooted walks of ~1250 in the 5 ms group, mostly
+  // _dl_fixup under the lazy-binding trampoline and fork's child); the same under a load of 7,
+  // with the whole test held to 0.4 CPU (2.5x slower: 98.7%, 99.3%, 99.7%) and with ljprof alone
+  // held to 0.15 CPU (98.8%, 99.5%). Why the share does not move with the machine's speed: each
+  // process runs MS of its own CPU clock, so a faster or slower machine gives it as many
+  // samples, and its start-up and exit (ld.so, page faults, exit handlers) are CPU work that
+  // scales with it; what does not scale, the recorder's reaction time, no longer matters: every
+  // exec after the first of an executable gets its context, and every library the recorder has
+  // seen its rows, in the kernel at the exec and the mmap themselves.
+  EXPECT_GE(t.rooted, 0.98 * t.walked)
       << t.rooted << " of " << t.walked << " walks reached a root\n"
       << r.err;
   // The loop is one line: the function's samples are on it (its other lines run once).

@@ -12,8 +12,8 @@
 # Each NAME=LUAJIT_EXECUTABLE (Debian's /usr/bin/luajit, Tarantool's LuaJIT fork built for
 # arm64, ...) runs the split with the JIT on and off: cases NAME_jit_on and NAME_jit_off.
 # (Recording a process ljprof starts itself, `record -- COMMAND`, is covered on x86-64; in this
-# VM it intermittently ends some 45 of 5000 walks in a library the context no longer holds,
-# around the process's start or end: see the README.)
+# VM the first process of an executable ends some walks in libraries the recorder is still
+# analysing, most of a second on the emulated CPU: see docs/arm64.md.)
 set -u
 ljprof=$1
 workloads=$2
