@@ -2,6 +2,7 @@
 // process follower, the sample intake and the statistics.
 #include "record/recorder.h"
 
+#include <fmt/format.h>
 #include <malloc.h>
 #include <signal.h>
 
@@ -30,6 +31,11 @@ namespace ljprof::record {
 static_assert(RecordOptions::kDefaultUnwindRows == LJ_REC_MAX_ROWS);
 
 namespace {
+
+// Sample times kept for the stalls' samples and the timeline (32 bytes each): a recording's, and
+// an agent interval's.
+constexpr size_t kMaxKeptTimes = 1u << 21;
+constexpr size_t kMaxKeptTimesPerInterval = 1u << 16;
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) {
@@ -170,7 +176,7 @@ Status Recorder::start_following() {
   // recording's (32 bytes each, 64 MiB at most), or an agent interval's (2 MiB at most: 64k
   // samples, 10 s of 49 Hz on 130 busy threads; the times are dropped at each cut).
   if (opt_.loop_stall_ns != 0 || opt_.keep_timeline) {
-    intake_.keep_sample_times(opt_.interval_s > 0 ? 1u << 16 : 1u << 21);
+    intake_.keep_sample_times(opt_.interval_s > 0 ? kMaxKeptTimesPerInterval : kMaxKeptTimes);
   }
   LJ_TRY(session_.open(
       opt_, static_cast<uint64_t>(ProcessFollower::kCopyYoungS * 1e9),
@@ -293,6 +299,12 @@ RecordResult Recorder::result(std::chrono::system_clock::time_point wall_start, 
   intake_.add_samples(prof);
   prof.stalls = intake_.stalls();
   if (opt_.keep_timeline) prof.timeline = intake_.timeline();
+  if (intake_.dropped_times() != 0) {
+    warn(fmt::format(
+        "the timeline and the stalls' samples keep the last {} samples' times: {} earlier ones "
+        "are not in them (the profile has every sample)",
+        kMaxKeptTimes, intake_.dropped_times()));
+  }
   add_profile_counters(r, prof);
   return r;
 }

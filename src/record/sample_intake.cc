@@ -61,6 +61,7 @@ void SampleIntake::keep_time(const lj_rec_sample& s, const StackTable::Entry& e)
   if (!keep_times_) return;
   std::deque<SampleTime>& times = times_[s.tid];
   if (kept_times_ >= max_kept_times_) {
+    ++dropped_times_;
     if (times.empty()) return;  // at the bound: a thread without kept times keeps none
     times.pop_front();
     --kept_times_;

@@ -45,6 +45,8 @@ class SampleIntake {
   }
   // The stalls so far with their samples (record --loop-stalls).
   std::vector<profile::LoopStall> stalls() const;
+  // How many sample times the bound of keep_sample_times pushed out (the oldest of a thread).
+  uint64_t dropped_times() const { return dropped_times_; }
   // The kept samples in time order per thread (record --speedscope); idle event-loop waits
   // (profile_frames.h is_idle_wait) left out.
   profile::Timeline timeline() const;
@@ -109,6 +111,7 @@ class SampleIntake {
   bool keep_times_ = false;
   size_t max_kept_times_ = 0;
   size_t kept_times_ = 0;
+  uint64_t dropped_times_ = 0;
   std::map<uint32_t, std::deque<SampleTime>> times_;
   std::vector<lj_rec_stall> stall_records_;
   static constexpr size_t kMaxStalls = 1u << 20;
