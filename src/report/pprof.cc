@@ -193,6 +193,13 @@ class Writer {
   }
 
   void write_header() {
+    if (profile_.value_type == profile::ValueType::Heap) {
+      add_type(out_.add_sample_type(), "inuse_objects", "count");
+      add_type(out_.add_sample_type(), "inuse_space", "bytes");
+      add_type(out_.mutable_period_type(), "space", "bytes");
+      out_.set_time_nanos(profile_.start_time_ns);
+      return;
+    }
     const char* value = profile_.value_type == profile::ValueType::Wall ? "wall" : "cpu";
     add_type(out_.add_sample_type(), "samples", "count");
     add_type(out_.add_sample_type(), value, "nanoseconds");
@@ -297,7 +304,11 @@ class Writer {
     pp::Sample* ps = out_.add_sample();
     for (const profile::Frame& f : s.frames) ps->add_location_id(location_id(f));
     ps->add_value(s.count);
-    ps->add_value(saturating_mul(s.count, profile_.period_ns));
+    if (profile_.value_type == profile::ValueType::Heap) {
+      ps->add_value(s.bytes);
+    } else {
+      ps->add_value(saturating_mul(s.count, profile_.period_ns));
+    }
     if (off_cpu_) ps->add_value(s.off_cpu_ns);
     add_label(ps, "pid", s.pid);
     add_label(ps, "tid", s.tid);
@@ -358,6 +369,7 @@ class Reader {
     LJ_ASSIGN_OR_RETURN(std::string period_unit, str(in_.period_type().unit(), "period_type.unit"));
     LJ_ASSIGN_OR_RETURN(std::string period_type, str(in_.period_type().type(), "period_type.type"));
     if (period_type == "wall") out.value_type = profile::ValueType::Wall;
+    if (space_index() >= 0) out.value_type = profile::ValueType::Heap;
     LJ_TRY(str(in_.drop_frames(), "drop_frames"));
     LJ_TRY(str(in_.keep_frames(), "keep_frames"));
     LJ_TRY(str(in_.default_sample_type(), "default_sample_type"));
@@ -406,7 +418,7 @@ class Reader {
     for (int i = 0; i < in_.sample_type_size(); ++i) {
       LJ_ASSIGN_OR_RETURN(std::string type, str(in_.sample_type(i).type(), "sample_type.type"));
       LJ_TRY(str(in_.sample_type(i).unit(), "sample_type.unit"));
-      if (type == "samples" && found < 0) found = i;
+      if ((type == "samples" || type == "inuse_objects") && found < 0) found = i;
     }
     if (in_.sample_type_size() == 0) {
       if (in_.sample_size() > 0) return err("samples but no sample_type");
@@ -494,20 +506,24 @@ class Reader {
     return Ok{};
   }
 
-  // The index of the off_cpu/nanoseconds sample type (record --off-cpu), or -1.
-  int off_cpu_index() const {
+  // The index of sample type `name` (off_cpu: record --off-cpu; inuse_space: a heap
+  // profile), or -1.
+  int type_index(std::string_view name) const {
     for (int i = 0; i < in_.sample_type_size(); ++i) {
       const int64_t type = in_.sample_type(i).type();
-      if (type >= 0 && type < in_.string_table_size() && in_.string_table(type) == "off_cpu") {
+      if (type >= 0 && type < in_.string_table_size() && in_.string_table(type) == name) {
         return i;
       }
     }
     return -1;
   }
+  int off_cpu_index() const { return type_index("off_cpu"); }
+  int space_index() const { return type_index("inuse_space"); }
 
   Status read_samples(int value_index, profile::Profile* out) {
     uint64_t total_frames = 0;
     const int off_cpu = off_cpu_index();
+    const int space = space_index();
     out->samples.reserve(static_cast<size_t>(in_.sample_size()));
     for (int i = 0; i < in_.sample_size(); ++i) {
       const pp::Sample& s = in_.sample(i);
@@ -518,6 +534,7 @@ class Reader {
       profile::Sample sample;
       sample.count = s.value(value_index);
       if (off_cpu >= 0) sample.off_cpu_ns = s.value(off_cpu);
+      if (space >= 0) sample.bytes = s.value(space);
       for (uint64_t id : s.location_id()) {
         auto loc = locations_.find(id);
         if (loc == locations_.end()) {
