@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 
 #include "heap/heap_census.h"
@@ -200,13 +201,16 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
     lists.chain(mem.ref(L + in.L_openupval).value_or(0), static_cast<uint8_t>(Gct::Upval),
                 "a thread's open upvalues");
   }
-  // The anchors, read in one go; the low bit of an anchor is upstream's "secondary hash" flag.
-  std::vector<uint64_t> heads(anchors);
-  if (!mem.read(*strtab, heads.data(), anchors * 8)) {
+  // The anchors (GCRefs: 4 bytes without GC64), read in one go; the low bit of an anchor is
+  // upstream's "secondary hash" flag.
+  const uint64_t ref = in.ref_size;
+  std::vector<uint8_t> heads(anchors * ref);
+  if (!mem.read(*strtab, heads.data(), heads.size())) {
     ++c.malformed["unreadable string table"];
   } else {
-    for (uint64_t h : heads) {
-      if (in.ref_size == 4) h &= 0xffffffffu;  // GCRef anchors are 4 bytes without GC64
+    for (uint64_t i = 0; i < anchors; ++i) {
+      uint64_t h = 0;
+      std::memcpy(&h, heads.data() + i * ref, ref);
       lists.chain(h & ~uint64_t{1}, static_cast<uint8_t>(Gct::Str), "the string table");
     }
   }

@@ -1,0 +1,154 @@
+// `ljprof heap` on real cores: the workload tests/walker/workloads/heap_census.lua builds known
+// structures, measures each with the VM's own accounting (collectgarbage("count") deltas),
+// prints them and the VM's total, and aborts. Oracles: the VM's gc.total and its own string
+// count (g->strnum), and the workload's measured sizes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "report/pprof.h"
+#include "support/test_support.h"
+#include "walker/workload_core.h"
+
+namespace ljprof {
+namespace {
+
+using Json = nlohmann::json;
+using test::Target;
+
+struct Printed {
+  std::map<std::string, double> sizes;  // "ljprof-heap NAME BYTES"
+  double total = 0;                     // collectgarbage("count") * 1024 before the abort
+};
+
+Printed printed(const std::string& out) {
+  Printed p;
+  const std::regex size_re(R"(^ljprof-heap (\w+) (\d+)$)");
+  const std::regex total_re(R"(^ljprof-heap-total (\d+)$)");
+  for (const std::string& line : test::lines_of(out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, size_re)) p.sizes[m[1]] = std::stod(m[2]);
+    if (std::regex_match(line, m, total_re)) p.total = std::stod(m[1]);
+  }
+  return p;
+}
+
+std::vector<std::string> heap_argv(const Target& target, const test::Dump& d) {
+  std::vector<std::string> argv = {test::ljprof_bin(), "heap", d.core};
+  if (target.arm64) {
+    argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", target.exe});
+  }
+  return argv;
+}
+
+// The table retainer whose path matches `path_re` (the first, biggest; an upvalue object or a
+// function on the way has the same path), or nullptr.
+const Json* retainer(const Json& j, const std::string& path_re) {
+  const std::regex re(path_re);
+  for (const Json& r : j["retainers"]) {
+    if (r["type"] == "table" && std::regex_match(r["path"].get<std::string>(), re)) return &r;
+  }
+  return nullptr;
+}
+
+void expect_within(double got, double want, double fraction, const std::string& what) {
+  EXPECT_LE(std::fabs(got - want), fraction * want)
+      << what << ": ljprof " << got << ", the VM " << want << " (allowed " << fraction * 100
+      << "%)";
+}
+
+class HeapCore : public ::testing::TestWithParam<Target> {};
+
+TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
+  const Target& target = GetParam();
+  const test::Dump d = test::dump_core(target, "heap_census.lua");
+  const Printed vm = printed(d.out);
+  ASSERT_GT(vm.total, 0) << d.out;
+  ASSERT_EQ(vm.sizes.size(), 6u) << d.out;
+  std::vector<std::string> argv = heap_argv(target, d);
+  argv.insert(argv.end(), {"--json", "--top", "400"});
+  test::CommandResult r = test::run(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_TRUE(j["malformed"].empty()) << j["malformed"].dump();
+  // The total: what the census counts against the VM's count printed just before the abort
+  // (the abort's own few allocations follow it).
+  expect_within(j["total_bytes"].get<double>(), vm.total, 0.02, "total bytes");
+  expect_within(j["vm_total_bytes"].get<double>(), vm.total, 0.005, "g->gc.total in the core");
+  // Strings: the VM's own count of interned strings.
+  EXPECT_EQ(j["types"]["string"]["count"], j["string_table_count"]);
+  EXPECT_GE(j["types"]["string"]["count"].get<double>(), 20000);
+  EXPECT_GE(j["types"]["userdata"]["count"].get<double>(), 200);
+  EXPECT_GE(j["types"]["cdata"]["count"].get<double>(), 200);
+  EXPECT_GE(j["types"]["thread"]["count"].get<double>(), 2);
+  EXPECT_EQ(j["registry_found"], true);
+  const std::map<std::string, std::string> paths = {
+      {"names", R"(_G\.names)"},
+      {"cache", R"(upvalue 'cache' of function <heap_census\.lua:\d+>)"},
+      {"held", R"(local #\d+ of thread 0x[0-9a-f]+)"},
+      {"cycle", R"(_G\.cycle)"},
+      {"proxies", R"(_G\.proxies)"},
+      {"cdatas", R"(_G\.cdatas)"},
+  };
+  for (const auto& [name, re] : paths) {
+    SCOPED_TRACE(name);
+    const Json* found = retainer(j, re);
+    ASSERT_NE(found, nullptr) << "no retainer at " << re << "\n" << r.out;
+    expect_within((*found)["retained_bytes"].get<double>(), vm.sizes.at(name), 0.05, name);
+  }
+}
+
+const Target kLuajit{"luajit", "/usr/bin/luajit", false};
+const Target kTarantool{"tarantool", "/usr/bin/tarantool", false};
+const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
+
+INSTANTIATE_TEST_SUITE_P(Real, HeapCore, ::testing::Values(kLuajit, kTarantool, kLuajitArm64),
+                         [](const auto& info) { return info.param.label; });
+
+// The memory profile: its stacks are dominator chains from the roots, so the bytes under the
+// frame ".names" below "_G" are the retained size the table reports; go tool pprof reads it.
+TEST(HeapProfile, PprofStacksCarryRetainedBytes) {
+  const test::Dump d = test::dump_core(kLuajit, "heap_census.lua");
+  const std::string pb = d.dir + "/heap.pb.gz";
+  std::vector<std::string> argv = heap_argv(kLuajit, d);
+  argv.insert(argv.end(), {"--json", "-o", pb});
+  test::CommandResult r = test::run(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const Json* names = retainer(j, R"(_G\.names)");
+  ASSERT_NE(names, nullptr);
+  auto p = report::read_pprof(pb);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->value_type, profile::ValueType::Heap);
+  int64_t under_names = 0, objects = 0;
+  for (const profile::Sample& s : p->samples) {
+    const size_t n = s.frames.size();
+    if (n >= 2 && s.frames[n - 1].function == "_G" && s.frames[n - 2].function == ".names") {
+      under_names += s.bytes;
+      objects += s.count;
+    }
+  }
+  EXPECT_EQ(under_names, (*names)["retained_bytes"].get<int64_t>());
+  EXPECT_EQ(objects, (*names)["count"].get<int64_t>());
+  test::CommandResult top = test::go_tool_pprof(
+      d.dir, {"-top", "-sample_index=inuse_space", "-show_from=^\\.names$", pb});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find("(string)"), std::string::npos) << top.out;
+  // The same profile as its own base: every stack cancels.
+  const std::string diff = d.dir + "/diff.pb.gz";
+  argv = heap_argv(kLuajit, d);
+  argv.insert(argv.end(), {"-o", diff, "--base", pb});
+  ASSERT_EQ(test::run(argv).exit_code, 0);
+  auto delta = report::read_pprof(diff);
+  ASSERT_TRUE(delta.ok()) << delta.message();
+  for (const profile::Sample& s : delta->samples) {
+    EXPECT_EQ(s.bytes, 0);
+    EXPECT_EQ(s.count, 0);
+  }
+}
+
+}  // namespace
+}  // namespace ljprof
