@@ -64,8 +64,14 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   if (g == 0) return make_error("no global_State was proven from the runtime or any thread");
   const heap::Memory mem(core.mem_reader(), info);
   Snapshot s;
-  LJ_ASSIGN_OR_RETURN(s.census, heap::take_census(mem, g));
-  s.retainers = heap::find_retainers(mem, s.census, top);
+  // A live process: each page is read once, on first use, and later reads of it are served from
+  // that copy, so the walk costs a read per page instead of per field.
+  core.cache_pages(live);
+  auto census = heap::take_census(mem, g);
+  if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top);
+  core.cache_pages(false);
+  if (!census.ok()) return make_error("{}", census.message());
+  s.census = std::move(*census);
   s.total_after = s.census.vm_total;
   if (live) mem.read(g + info.g_gc_total, &s.total_after, info.ref_size);
   return s;

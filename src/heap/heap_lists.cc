@@ -16,6 +16,8 @@ namespace {
 constexpr uint64_t kGlobalScan = 1024;
 // lj_obj.h GCROOT_BASEMT_NUM - GCROOT_BASEMT + 1 (~LJ_TNUMX + 1), then IO_INPUT, IO_OUTPUT.
 constexpr size_t kGcRootsAfterNames = 14 + 2;
+// The string table's anchors are read in pieces of this many bytes.
+constexpr uint64_t kStrTabChunk = 64 * 1024;
 
 // Whether the object at `addr` is the string `text` (a GCstr: len, then the characters after
 // the header).
@@ -205,7 +207,12 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
   // upstream's "secondary hash" flag.
   const uint64_t ref = in.ref_size;
   std::vector<uint8_t> heads(anchors * ref);
-  if (!mem.read(*strtab, heads.data(), heads.size())) {
+  bool readable = true;
+  for (uint64_t at = 0; at < heads.size() && readable; at += kStrTabChunk) {
+    const uint64_t n = std::min<uint64_t>(kStrTabChunk, heads.size() - at);
+    readable = mem.read(*strtab + at, heads.data() + at, n);
+  }
+  if (!readable) {
     ++c.malformed["unreadable string table"];
   } else {
     for (uint64_t i = 0; i < anchors; ++i) {
