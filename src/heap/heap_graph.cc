@@ -15,8 +15,16 @@ constexpr uint64_t kChunk = 512;
 
 class EdgeReader {
  public:
+  // The references an honest heap can hold: a TValue slot or GCRef lies inside some object's
+  // own bytes, 8 (or 4) bytes each, plus the roots; several objects sharing one array part
+  // (a hostile core) cannot make more.
   EdgeReader(const Memory& mem, const Census& census, Graph& graph)
-      : mem_(mem), in_(mem.info()), census_(census), g_(graph) {}
+      : mem_(mem),
+        in_(mem.info()),
+        census_(census),
+        g_(graph),
+        budget_(census.object_bytes() / 4 + census.gc_roots.size() + 2 * census.objects.size() +
+                1024) {}
 
   void object(const Object& o) {
     switch (static_cast<Gct>(o.gct)) {
@@ -68,10 +76,15 @@ class EdgeReader {
   }
 
  private:
-  // An edge to the object at `addr` when the census holds one there.
+  // An edge to the object at `addr` when the census holds one there, within the budget.
   void to(uint64_t addr, EdgeKind kind, uint64_t aux) {
     const int64_t i = census_.index_of(addr);
-    if (i >= 0) g_.edges.push_back({static_cast<uint32_t>(i), kind, aux});
+    if (i < 0) return;
+    if (g_.edges.size() >= budget_) {
+      ++g_.dropped_edges;
+      return;
+    }
+    g_.edges.push_back({static_cast<uint32_t>(i), kind, aux});
   }
   void ref(uint64_t at, EdgeKind kind, uint64_t aux) {
     auto v = mem_.ref(at);
@@ -174,7 +187,10 @@ class EdgeReader {
   // lj_gc.c gc_traverse_thread: the slots above the dummy frame up to top, and env.
   void thread(uint64_t L) {
     ref(L + in_.L_env, EdgeKind::Env, 0);
-    for (auto uv = mem_.ref(L + in_.L_openupval); uv && *uv != 0; uv = mem_.ref(*uv)) {
+    // The list has no more links than the census has upvalues (more: it loops).
+    uint64_t links = census_.types[static_cast<uint8_t>(Gct::Upval)].count;
+    for (auto uv = mem_.ref(L + in_.L_openupval); uv && *uv != 0 && links-- > 0;
+         uv = mem_.ref(*uv)) {
       const int64_t i = census_.index_of(*uv);
       if (i < 0) break;
       g_.edges.push_back({static_cast<uint32_t>(i), EdgeKind::OpenUpvalue, 0});
@@ -208,6 +224,7 @@ class EdgeReader {
   const lj_luajit_info& in_;
   const Census& census_;
   Graph& g_;
+  uint64_t budget_;
 };
 
 }  // namespace

@@ -31,11 +31,12 @@ struct Retainer {
   uint64_t count = 0;  // objects retained, itself included
 };
 
-// One reachable object's place for a memory profile: its dominator chain (root first) named
-// frame by frame, and its own size.
+// Reachable objects with one place in a memory profile: their dominator chain (root first)
+// named frame by frame, and their own sizes summed.
 struct ProfileEntry {
   std::vector<std::string> frames;  // root first
   uint64_t bytes = 0;
+  uint64_t count = 0;  // objects
 };
 
 struct Retainers {
@@ -46,6 +47,7 @@ struct Retainers {
   uint64_t unreached_bytes = 0;
   uint64_t edges = 0;
   uint64_t unreadable_refs = 0;  // references whose memory could not be read
+  uint64_t dropped_edges = 0;    // references over what the objects' bytes can hold (malformed)
   std::vector<ProfileEntry> profile;
 };
 

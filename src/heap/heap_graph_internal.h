@@ -46,6 +46,7 @@ struct Graph {
   std::vector<uint32_t> first;  // node -> index of its first edge in `edges` (size nodes + 1)
   std::vector<Edge> edges;
   uint64_t unreadable_refs = 0;
+  uint64_t dropped_edges = 0;  // over the budget the objects' own bytes justify
 };
 
 Graph build_graph(const Memory& mem, const Census& census);

@@ -118,8 +118,10 @@ class Lists {
     return true;
   }
 
-  // A list linked through GCHeader.nextgc from `first` until 0 (or `stop`).
+  // A list linked through GCHeader.nextgc from `first` until 0 (or `stop`). A list that loops
+  // is cut where Brent's cycle detection meets it again (within twice its length).
   void chain(uint64_t first, uint8_t want, const char* list, uint64_t stop = 0) {
+    uint64_t mark = first, power = 1, steps = 0;
     for (uint64_t o = first; o != 0 && o != stop;) {
       if (!add(o, want, list)) return;
       auto next = mem_.ref(o);
@@ -128,6 +130,15 @@ class Lists {
         return;
       }
       o = *next;
+      if (o == mark) {
+        refuse(fmt::format("{} loops", list));
+        return;
+      }
+      if (++steps == power) {
+        mark = o;
+        power *= 2;
+        steps = 0;
+      }
     }
   }
 
@@ -203,21 +214,18 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
     lists.chain(mem.ref(L + in.L_openupval).value_or(0), static_cast<uint8_t>(Gct::Upval),
                 "a thread's open upvalues");
   }
-  // The anchors (GCRefs: 4 bytes without GC64), read in one go; the low bit of an anchor is
+  // The anchors (GCRefs: 4 bytes without GC64), read in pieces; the low bit of an anchor is
   // upstream's "secondary hash" flag.
   const uint64_t ref = in.ref_size;
-  std::vector<uint8_t> heads(anchors * ref);
-  bool readable = true;
-  for (uint64_t at = 0; at < heads.size() && readable; at += kStrTabChunk) {
-    const uint64_t n = std::min<uint64_t>(kStrTabChunk, heads.size() - at);
-    readable = mem.read(*strtab + at, heads.data() + at, n);
-  }
-  if (!readable) {
-    ++c.malformed["unreadable string table"];
-  } else {
-    for (uint64_t i = 0; i < anchors; ++i) {
+  std::vector<uint8_t> piece(std::min<uint64_t>(kStrTabChunk, anchors * ref));
+  for (uint64_t at = 0; at < anchors * ref; at += piece.size()) {
+    if (!mem.read(*strtab + at, piece.data(), piece.size())) {
+      ++c.malformed["unreadable string table"];
+      break;
+    }
+    for (uint64_t i = 0; i < piece.size(); i += ref) {
       uint64_t h = 0;
-      std::memcpy(&h, heads.data() + i * ref, ref);
+      std::memcpy(&h, piece.data() + i, ref);
       lists.chain(h & ~uint64_t{1}, static_cast<uint8_t>(Gct::Str), "the string table");
     }
   }

@@ -53,7 +53,7 @@ class Memory {
   Memory(ljprof_mem_reader mem, const lj_luajit_info& info) : mem_(mem), info_(info) {}
 
   bool read(uint64_t addr, void* out, uint64_t len) const {
-    return mem_.read_mem(mem_.ctx, addr, out, len) == 0;
+    return len <= UINT32_MAX && mem_.read_mem(mem_.ctx, addr, out, static_cast<uint32_t>(len)) == 0;
   }
   template <typename T>
   std::optional<T> get(uint64_t addr) const {

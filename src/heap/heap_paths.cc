@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <unordered_map>
 
 #include "common/printable.h"
 #include "heap/heap_graph.h"
@@ -222,6 +223,7 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top) {
   const Graph graph = build_graph(mem, census);
   out.edges = graph.edges.size();
   out.unreadable_refs = graph.unreadable_refs;
+  out.dropped_edges = graph.dropped_edges;
   const Dominators dom = dominators(graph);
   const size_t n = census.objects.size();
   std::vector<uint64_t> retained(n + 1, 0), count(n + 1, 0);
@@ -256,21 +258,37 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top) {
     out.top.push_back({namer.path(v), census.objects[v].addr, census.objects[v].gct, retained[v],
                        census.objects[v].bytes, count[v]});
   }
-  // The memory profile: each object at its dominator chain; an object that dominates nothing
-  // else is named by its type, so a table of a million strings is one frame, not a million.
-  std::vector<std::string> frame_of(n);
+  // The memory profile: objects grouped by their dominator chain. An object that dominates
+  // nothing else is grouped under its dominator by type, so a table of a million strings is one
+  // frame "(string)", not a million. A chain deeper than kMaxFrames keeps its kMaxFrames - 2
+  // innermost frames, "…" and its outermost.
+  std::vector<uint32_t> outermost(n + 1, graph.root);
   for (uint32_t v : dom.preorder) {
-    if (v == graph.root) continue;
-    frame_of[v] =
-        children[v] == 0 ? fmt::format("({})", gct_name(census.objects[v].gct)) : namer.step(v);
+    if (v != graph.root) outermost[v] = dom.idom[v] == graph.root ? v : outermost[dom.idom[v]];
   }
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> groups;  // bytes, objects
+  std::vector<uint64_t> order_of_groups;
   for (uint32_t v : dom.preorder) {
     if (v == graph.root) continue;
+    const uint64_t key =
+        children[v] == 0 ? (uint64_t{dom.idom[v]} << 8) | census.objects[v].gct : uint64_t{v} << 8;
+    auto [it, fresh] = groups.try_emplace(key, 0, 0);
+    if (fresh) order_of_groups.push_back(key);
+    it->second.first += census.objects[v].bytes;
+    it->second.second += 1;
+  }
+  for (uint64_t key : order_of_groups) {
     ProfileEntry entry;
-    entry.bytes = census.objects[v].bytes;
-    for (uint32_t u = v; u != graph.root; u = dom.idom[u]) entry.frames.push_back(frame_of[u]);
-    if (entry.frames.size() > kMaxFrames) {
-      entry.frames.erase(entry.frames.begin() + 1, entry.frames.end() - (kMaxFrames - 1));
+    entry.bytes = groups[key].first;
+    entry.count = groups[key].second;
+    if ((key & 0xff) != 0) entry.frames.push_back(fmt::format("({})", gct_name(key & 0xff)));
+    uint32_t u = static_cast<uint32_t>(key >> 8);
+    for (; u != graph.root && entry.frames.size() + 2 < kMaxFrames; u = dom.idom[u]) {
+      entry.frames.push_back(namer.step(u));
+    }
+    if (u != graph.root) {
+      if (u != outermost[u]) entry.frames.push_back("…");
+      entry.frames.push_back(namer.step(outermost[u]));
     }
     std::reverse(entry.frames.begin(), entry.frames.end());
     out.profile.push_back(std::move(entry));

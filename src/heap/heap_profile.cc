@@ -14,7 +14,7 @@ profile::Profile heap_profile(const Retainers& retainers) {
   p.samples.reserve(retainers.profile.size());
   for (const ProfileEntry& e : retainers.profile) {
     profile::Sample s;
-    s.count = 1;
+    s.count = static_cast<int64_t>(e.count);
     s.bytes = static_cast<int64_t>(e.bytes);
     for (size_t i = e.frames.size(); i-- > 0;) {
       profile::Frame f;

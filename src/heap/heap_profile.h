@@ -1,7 +1,7 @@
 // heap/heap_profile.h: a heap's retainers as a memory profile (profile/profile.h, value type
-// Heap): one sample per object, its "stack" the dominator chain from the roots (root first in
-// pprof, leaf first here as every Sample), its values 1 object and its own bytes; so a frame's
-// total is the retained size of what it names. Written by report/pprof.h as inuse_objects /
+// Heap): one sample per group of objects with one dominator chain from the roots (root first
+// in pprof, leaf first here as every Sample), its values their count and their own bytes; so a
+// frame's total is the retained size of what it names. Written by report/pprof.h as inuse_objects /
 // inuse_space.
 #pragma once
 

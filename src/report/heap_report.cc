@@ -52,6 +52,7 @@ Json heap_json(const heap::Census& c, const heap::Retainers& r, const HeapReport
   out["registry_found"] = c.registry != 0;
   out["edges"] = r.edges;
   out["unreadable_references"] = r.unreadable_refs;
+  out["dropped_references"] = r.dropped_edges;
   Json malformed = Json::object();
   for (const auto& [why, n] : c.malformed) malformed[why] = n;
   out["malformed"] = malformed;
@@ -87,6 +88,10 @@ std::string heap_text(const heap::Census& c, const heap::Retainers& r, const Hea
   if (r.unreached_count > 0) {
     s += fmt::format("\n{} objects ({}) are reached from no root: garbage not yet collected\n",
                      r.unreached_count, human(r.unreached_bytes));
+  }
+  if (r.dropped_edges > 0) {
+    s += fmt::format("warning: {} references over what the objects' bytes can hold were dropped\n",
+                     r.dropped_edges);
   }
   if (c.registry == 0) s += "warning: the registry was not found; its objects count as unreached\n";
   for (const auto& [why, n] : c.malformed) {
