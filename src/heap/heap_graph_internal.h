@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,19 @@ struct Dominators {
 };
 Dominators dominators(const Graph& graph);
 
+// The Lua frame of a thread that holds one of its stack slots: the function, the slot's
+// register in it, and, when the frame's pc is known (every frame below the innermost), the
+// local's name there (empty: a temporary) and the line.
+struct SlotName {
+  uint64_t fn = 0;
+  uint32_t reg = 0;
+  std::string name;
+  uint32_t line = 0;  // 0: the frame's pc is not known
+};
+// `slot` counts from lua_State.stack; nullopt when no Lua frame of `L` holds it (a C frame's
+// slot) or the chain is unreadable.
+std::optional<SlotName> name_stack_slot(const Memory& mem, uint64_t L, uint64_t slot);
+
 // Names the path of the shortest references from the root to each node (BFS over `graph`).
 class PathNamer {
  public:
@@ -77,6 +91,7 @@ class PathNamer {
   std::string proto_name(uint64_t pt) const;
   std::string upvalue_name(uint64_t fn, uint64_t index) const;
   std::string thread_name(uint64_t L) const;
+  std::string slot_name(uint64_t L, uint64_t slot) const;
   std::string string_at(uint64_t s, size_t max) const;
 
   const Memory& mem_;

@@ -117,6 +117,23 @@ std::string PathNamer::thread_name(uint64_t L) const {
   return L == census_.main_thread ? "main thread" : fmt::format("thread {:#x}", L);
 }
 
+// "local 'held' of thread 0x… at app.lua:40"; a temporary or a frame whose pc is not known
+// "local #2 of thread 0x… in function <app.lua:12>"; a C frame's slot "slot 5 of thread 0x…".
+std::string PathNamer::slot_name(uint64_t L, uint64_t slot) const {
+  auto owner = name_stack_slot(mem_, L, slot);
+  if (!owner) return fmt::format("slot {} of {}", slot, thread_name(L));
+  const std::string fn = function_name(owner->fn);
+  if (!owner->name.empty() && owner->line != 0) {
+    // function_name is "function <chunk:firstline>": the chunk, then the current line.
+    const size_t open = fn.find('<'), colon = fn.rfind(':');
+    const std::string chunk =
+        open != std::string::npos && colon > open ? fn.substr(open + 1, colon - open - 1) : "?";
+    return fmt::format("local '{}' of {} at {}:{}", printable_text(owner->name), thread_name(L),
+                       chunk, owner->line);
+  }
+  return fmt::format("local #{} of {} in {}", owner->reg, thread_name(L), fn);
+}
+
 std::string PathNamer::key_text(uint64_t raw, bool as_key) const {
   const bool gc64 = mem_.gc64();
   const uint32_t itype = gc64 ? static_cast<uint32_t>(static_cast<int64_t>(raw) >> 47)
@@ -182,7 +199,7 @@ std::string PathNamer::edge_text(uint32_t parent, const Edge& e, const std::stri
     case EdgeKind::ChunkName:
       return "chunk name of " + proto_name(from);
     case EdgeKind::StackSlot:
-      return fmt::format("local #{} of {}", e.aux, thread_name(from));
+      return slot_name(from, e.aux);
     case EdgeKind::OpenUpvalue:
       return "open upvalue of " + thread_name(from);
     case EdgeKind::TraceProto:

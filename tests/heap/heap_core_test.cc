@@ -21,6 +21,7 @@ using test::Target;
 
 struct Printed {
   std::map<std::string, double> sizes;  // "ljprof-heap NAME BYTES"
+  std::string held_line;                // the line the coroutine holding `held` is suspended at
   double total = 0;                     // collectgarbage("count") * 1024 before the abort
 };
 
@@ -32,6 +33,9 @@ Printed printed(const std::string& out) {
     std::smatch m;
     if (std::regex_match(line, m, size_re)) p.sizes[m[1]] = std::stod(m[2]);
     if (std::regex_match(line, m, total_re)) p.total = std::stod(m[1]);
+    if (std::regex_match(line, m, std::regex(R"(^ljprof-heap-held-line (\d+)$)"))) {
+      p.held_line = m[1];
+    }
   }
   return p;
 }
@@ -68,6 +72,7 @@ TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
   const Printed vm = printed(d.out);
   ASSERT_GT(vm.total, 0) << d.out;
   ASSERT_EQ(vm.sizes.size(), 6u) << d.out;
+  ASSERT_FALSE(vm.held_line.empty()) << d.out;
   std::vector<std::string> argv = heap_argv(target, d);
   argv.insert(argv.end(), {"--json", "--top", "400"});
   test::CommandResult r = test::run(argv);
@@ -88,7 +93,8 @@ TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
   const std::map<std::string, std::string> paths = {
       {"names", R"(_G\.names)"},
       {"cache", R"(upvalue 'cache' of function <heap_census\.lua:\d+>)"},
-      {"held", R"(local #\d+ of thread 0x[0-9a-f]+)"},
+      // The local's name from the prototype's debug info, at the line the VM reported.
+      {"held", "local 'held' of thread 0x[0-9a-f]+ at heap_census\\.lua:" + vm.held_line},
       {"cycle", R"(_G\.cycle)"},
       {"proxies", R"(_G\.proxies)"},
       {"cdatas", R"(_G\.cdatas)"},

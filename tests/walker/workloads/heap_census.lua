@@ -55,12 +55,13 @@ held_thread = coroutine.create(function()
   local held = {}
   local before = kib()
   for i = 1, 3000 do held[i] = {i, i} end
-  coroutine.yield(math.floor((kib() - before) * 1024 + 0.5))
+  -- Suspended at this line, which it reports with its size.
+  coroutine.yield(math.floor((kib() - before) * 1024 + 0.5), debug.getinfo(1, "l").currentline)
   return held
 end)
-local _, held_bytes = coroutine.resume(held_thread)
--- The table itself was made before the measurement: its header is counted apart.
+local _, held_bytes, held_line = coroutine.resume(held_thread)
 sizes[#sizes + 1] = string.format("ljprof-heap held %d", held_bytes)
+local held_at = string.format("ljprof-heap-held-line %d", held_line)
 
 -- A cycle of two tables, held by a global.
 cycle = measure("cycle", function()
@@ -82,6 +83,7 @@ cdatas = measure("cdatas", function()
 end)
 
 for _, line in ipairs(sizes) do io.stdout:write(line, "\n") end
+io.stdout:write(held_at, "\n")
 io.stdout:write(string.format("ljprof-heap-gc64 %s\n", tostring(ffi.abi("gc64"))))
 io.stdout:write(string.format("ljprof-heap-total %d\n", math.floor(kib() * 1024 + 0.5)))
 io.stdout:flush()
