@@ -83,6 +83,9 @@ class PathNamer {
   // One frame's text for node `v` in a memory profile: what its parent edge adds (".cache",
   // "upvalue 'x' of function <a.lua:3>").
   std::string step(uint32_t v) const;
+  // The frame of node `v` in a memory profile: step(v), but a slot of an array or of a big
+  // map (1024 hash slots or more) is "[*]", so a million entries of one table are one frame.
+  std::string frame(uint32_t v) const;
 
  private:
   std::string edge_text(uint32_t parent, const Edge& e, const std::string& before) const;

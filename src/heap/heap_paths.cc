@@ -235,6 +235,85 @@ std::string PathNamer::step(uint32_t v) const {
   return edge_text(parent_[v], via_[v], "");
 }
 
+std::string PathNamer::frame(uint32_t v) const {
+  if (parent_[v] == kUnreached) return "(unreached)";
+  const Edge& e = via_[v];
+  if (e.kind == EdgeKind::ArraySlot) return "[*]";
+  if (e.kind == EdgeKind::HashValue || e.kind == EdgeKind::HashKey) {
+    // A record's fields keep their names; a big map's keys (1024 hash slots or more) are one
+    // frame.
+    const uint64_t t = census_.objects[parent_[v]].addr;
+    const bool map = mem_.get<uint32_t>(t + mem_.info().tab_hmask).value_or(0) >= 1023;
+    auto key = decode_tvalue(e.aux, mem_.gc64());
+    if (map || !key || key->gct != static_cast<uint8_t>(Gct::Str)) {
+      return e.kind == EdgeKind::HashKey ? "[key *]" : "[*]";
+    }
+  }
+  return edge_text(parent_[v], e, "");
+}
+
+namespace {
+
+// The memory profile: objects grouped by their chain of dominators, each dominator named by
+// the step that reaches it (PathNamer::frame: table slots of arrays and big maps as "[*]"), so
+// equal chains are one stack; an object that dominates nothing else is grouped under its
+// dominator by type, so a table of a million strings is one frame "(string)". Stacks stop
+// growing at kMaxFrames.
+std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& census,
+                                          const Graph& graph, const Dominators& dom,
+                                          const std::vector<uint32_t>& children) {
+  struct Stack {
+    uint32_t parent = 0, frame = 0, depth = 0;
+  };
+  std::vector<Stack> stacks(1);  // 0: the root, no frame
+  std::vector<std::string> names;
+  std::unordered_map<std::string, uint32_t> name_ids;
+  std::unordered_map<uint64_t, uint32_t> stack_ids;
+  std::vector<uint32_t> stack_of(census.objects.size() + 1, 0);
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> groups;  // bytes, objects
+  std::vector<uint64_t> order;
+  auto add = [&](uint64_t key, uint64_t bytes) {
+    auto [it, fresh] = groups.try_emplace(key, 0, 0);
+    if (fresh) order.push_back(key);
+    it->second.first += bytes;
+    it->second.second += 1;
+  };
+  for (uint32_t v : dom.preorder) {
+    if (v == graph.root) continue;
+    const uint32_t up = stack_of[dom.idom[v]];
+    const Object& o = census.objects[v];
+    if (children[v] == 0) {
+      add((uint64_t{up} << 8) | o.gct, o.bytes);
+      continue;
+    }
+    if (stacks[up].depth + 1 >= kMaxFrames) {
+      stack_of[v] = up;
+    } else {
+      auto [name, fresh_name] = name_ids.try_emplace(namer.frame(v), names.size());
+      if (fresh_name) names.push_back(name->first);
+      auto [id, fresh] = stack_ids.try_emplace((uint64_t{up} << 32) | name->second, stacks.size());
+      if (fresh) stacks.push_back({up, name->second, stacks[up].depth + 1});
+      stack_of[v] = id->second;
+    }
+    add(uint64_t{stack_of[v]} << 8, o.bytes);
+  }
+  std::vector<ProfileEntry> out;
+  for (uint64_t key : order) {
+    ProfileEntry e;
+    e.bytes = groups[key].first;
+    e.count = groups[key].second;
+    if ((key & 0xff) != 0) e.frames.push_back(fmt::format("({})", gct_name(key & 0xff)));
+    for (uint32_t s = static_cast<uint32_t>(key >> 8); s != 0; s = stacks[s].parent) {
+      e.frames.push_back(names[stacks[s].frame]);
+    }
+    std::reverse(e.frames.begin(), e.frames.end());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
 Retainers find_retainers(const Memory& mem, const Census& census, size_t top) {
   Retainers out;
   const Graph graph = build_graph(mem, census);
@@ -275,41 +354,7 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top) {
     out.top.push_back({namer.path(v), census.objects[v].addr, census.objects[v].gct, retained[v],
                        census.objects[v].bytes, count[v]});
   }
-  // The memory profile: objects grouped by their dominator chain. An object that dominates
-  // nothing else is grouped under its dominator by type, so a table of a million strings is one
-  // frame "(string)", not a million. A chain deeper than kMaxFrames keeps its kMaxFrames - 2
-  // innermost frames, "…" and its outermost.
-  std::vector<uint32_t> outermost(n + 1, graph.root);
-  for (uint32_t v : dom.preorder) {
-    if (v != graph.root) outermost[v] = dom.idom[v] == graph.root ? v : outermost[dom.idom[v]];
-  }
-  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> groups;  // bytes, objects
-  std::vector<uint64_t> order_of_groups;
-  for (uint32_t v : dom.preorder) {
-    if (v == graph.root) continue;
-    const uint64_t key =
-        children[v] == 0 ? (uint64_t{dom.idom[v]} << 8) | census.objects[v].gct : uint64_t{v} << 8;
-    auto [it, fresh] = groups.try_emplace(key, 0, 0);
-    if (fresh) order_of_groups.push_back(key);
-    it->second.first += census.objects[v].bytes;
-    it->second.second += 1;
-  }
-  for (uint64_t key : order_of_groups) {
-    ProfileEntry entry;
-    entry.bytes = groups[key].first;
-    entry.count = groups[key].second;
-    if ((key & 0xff) != 0) entry.frames.push_back(fmt::format("({})", gct_name(key & 0xff)));
-    uint32_t u = static_cast<uint32_t>(key >> 8);
-    for (; u != graph.root && entry.frames.size() + 2 < kMaxFrames; u = dom.idom[u]) {
-      entry.frames.push_back(namer.step(u));
-    }
-    if (u != graph.root) {
-      if (u != outermost[u]) entry.frames.push_back("…");
-      entry.frames.push_back(namer.step(outermost[u]));
-    }
-    std::reverse(entry.frames.begin(), entry.frames.end());
-    out.profile.push_back(std::move(entry));
-  }
+  out.profile = profile_entries(namer, census, graph, dom, children);
   return out;
 }
 
