@@ -2,8 +2,13 @@
 // [--base OLD.pb.gz]`: what holds the Lua heap — every GC object by type, and the biggest
 // retainers by their path from the GC roots.
 #include <fmt/format.h>
+#include <signal.h>
 
+#include <chrono>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 #include "cfi/table_cache.h"
 #include "cli/commands.h"
@@ -28,6 +33,7 @@ struct HeapFlags {
   std::string exe;
   std::vector<std::string> sysroots;
   uint32_t pid = 0;
+  bool stop = false;
   bool json = false;
   uint32_t top = 20;
   std::string pprof;
@@ -77,6 +83,38 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   return s;
 }
 
+// The state letter of /proc/PID/stat ('T': stopped), or 0 when unreadable.
+char process_state(uint32_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+}
+
+// --stop: SIGSTOP until every thread is stopped (as a shell's job control stops it), SIGCONT
+// when the guard goes; how long it was stopped.
+class StoppedProcess {
+ public:
+  explicit StoppedProcess(uint32_t pid) : pid_(pid), start_(std::chrono::steady_clock::now()) {
+    ::kill(static_cast<pid_t>(pid_), SIGSTOP);
+    for (int i = 0; i < 1000 && process_state(pid_) != 'T'; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  ~StoppedProcess() { ::kill(static_cast<pid_t>(pid_), SIGCONT); }
+  StoppedProcess(const StoppedProcess&) = delete;
+  StoppedProcess& operator=(const StoppedProcess&) = delete;
+  bool stopped() const { return process_state(pid_) == 'T'; }
+  double elapsed_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
+
+ private:
+  uint32_t pid_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 int run_heap_command(const HeapFlags& f) {
   if (f.core.empty() == (f.pid == 0)) return heap_fail("give either a CORE file or -p PID");
   core::CoreOptions options;
@@ -88,7 +126,18 @@ int run_heap_command(const HeapFlags& f) {
   cfi::TableCache tables(f.table_cache);
   auto walker = core::CoreWalker::create(*core, &tables);
   if (!walker.ok()) return heap_fail(walker.message());
+  std::optional<StoppedProcess> stopped;
+  if (f.stop) {
+    if (f.pid == 0) return heap_fail("--stop needs -p PID");
+    stopped.emplace(f.pid);
+    if (!stopped->stopped()) return heap_fail(fmt::format("process {} did not stop", f.pid));
+  }
   auto snapshot = take_snapshot(*core, **walker, f.pid != 0, f.top);
+  if (stopped) {
+    const double ms = stopped->elapsed_ms();
+    stopped.reset();
+    std::cerr << fmt::format("ljprof heap: process {} was stopped for {:.1f} ms\n", f.pid, ms);
+  }
   if (!snapshot.ok()) return heap_fail(snapshot.message());
   report::HeapReportOptions ro{
       .top = f.top, .live = f.pid != 0, .total_after = snapshot->total_after};
@@ -123,6 +172,9 @@ void add_heap_command(CommandLine& cli) {
       "and the biggest retainers by their path from the GC roots.");
   cmd.option("CORE", f->core, "The core file (or give -p PID)");
   cmd.option("-p,--pid", f->pid, "A running process, read without stopping it");
+  cmd.flag("--stop", f->stop,
+           "With -p: stop the process (SIGSTOP) for an exact snapshot, continue it after, and "
+           "print how long it was stopped");
   cmd.option("--exe", f->exe, "The executable, when it is not at its recorded path");
   cmd.option("--sysroot", f->sysroots,
              "A root to look for the core's mapped files in (repeatable), as `ljprof core`");

@@ -1,7 +1,7 @@
 // `ljprof heap -p PID` on a running Debian tarantool 2.6, never stopped: the workload
 // tests/walker/workloads/heap_grow.lua grows one global table; two snapshots, the second
 // written as a diff against the first (--base), must show that table's path as what grew, and
-// the VM's gc.total read before and after each walk.
+// the VM's gc.total read before and after each walk; a third with --stop is exact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,6 +70,17 @@ TEST(LiveHeap, BaseDiffShowsTheGrowingTableFirst) {
                               [](const auto& x, const auto& y) { return x.second < y.second; });
   EXPECT_EQ(top->first, "_G/.growing");
   EXPECT_GT(top->second, 0);
+  // --stop: an exact snapshot (gc.total unchanged across the walk, nothing refused), and the
+  // process runs on after it.
+  test::CommandResult c = test::run({test::ljprof_bin(), "heap", "-p", pid, "--stop", "--json"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const Json exact = Json::parse(c.out);
+  EXPECT_EQ(exact["vm_total_bytes"], exact["vm_total_bytes_after"]);
+  EXPECT_TRUE(exact["malformed"].empty()) << exact["malformed"].dump();
+  EXPECT_NE(c.err.find("was stopped for"), std::string::npos) << c.err;
+  const int64_t after_stop = grown(test::read_text(dir.file("out")));
+  EXPECT_TRUE(
+      test::wait_until([&] { return grown(test::read_text(dir.file("out"))) > after_stop; }, 30));
 }
 
 }  // namespace
