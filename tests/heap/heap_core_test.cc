@@ -64,6 +64,35 @@ void expect_within(double got, double want, double fraction, const std::string& 
       << "%)";
 }
 
+// The memory profile: its stacks are dominator chains from the roots, so the bytes under the
+// frame ".names" below "_G" are the retained size the table reports (the writer's pprof is
+// checked against go tool pprof by tests/report); the profile diffed against itself cancels.
+void expect_profile_matches(const std::string& pb, const Json& names,
+                            std::vector<std::string> argv) {
+  auto p = report::read_pprof(pb);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->value_type, profile::ValueType::Heap);
+  int64_t under_names = 0, objects = 0;
+  for (const profile::Sample& s : p->samples) {
+    const size_t n = s.frames.size();
+    if (n >= 2 && s.frames[n - 1].function == "_G" && s.frames[n - 2].function == ".names") {
+      under_names += s.bytes;
+      objects += s.count;
+    }
+  }
+  EXPECT_EQ(under_names, names["retained_bytes"].get<int64_t>());
+  EXPECT_EQ(objects, names["count"].get<int64_t>());
+  const std::string diff = pb + ".diff.pb.gz";
+  argv.insert(argv.end(), {"-o", diff, "--base", pb});
+  ASSERT_EQ(test::run(argv).exit_code, 0);
+  auto delta = report::read_pprof(diff);
+  ASSERT_TRUE(delta.ok()) << delta.message();
+  for (const profile::Sample& s : delta->samples) {
+    EXPECT_EQ(s.bytes, 0);
+    EXPECT_EQ(s.count, 0);
+  }
+}
+
 class HeapCore : public ::testing::TestWithParam<Target> {};
 
 TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
@@ -73,8 +102,9 @@ TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
   ASSERT_GT(vm.total, 0) << d.out;
   ASSERT_EQ(vm.sizes.size(), 6u) << d.out;
   ASSERT_FALSE(vm.held_line.empty()) << d.out;
+  const std::string pb = d.dir + "/heap.pb.gz";
   std::vector<std::string> argv = heap_argv(target, d);
-  argv.insert(argv.end(), {"--json", "--top", "400"});
+  argv.insert(argv.end(), {"--json", "--top", "400", "-o", pb});
   test::CommandResult r = test::run(argv);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
@@ -105,6 +135,7 @@ TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
     ASSERT_NE(found, nullptr) << "no retainer at " << re << "\n" << r.out;
     expect_within((*found)["retained_bytes"].get<double>(), vm.sizes.at(name), 0.05, name);
   }
+  expect_profile_matches(pb, *retainer(j, R"(_G\.names)"), heap_argv(target, d));
 }
 
 const Target kLuajit{"luajit", "/usr/bin/luajit", false};
@@ -127,45 +158,6 @@ std::vector<Target> matrix_targets() {
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, HeapCore, ::testing::ValuesIn(matrix_targets()),
                          [](const auto& info) { return info.param.label; });
-
-// The memory profile: its stacks are dominator chains from the roots, so the bytes under the
-// frame ".names" below "_G" are the retained size the table reports (the writer's pprof is
-// checked against go tool pprof by tests/report).
-TEST(HeapProfile, PprofStacksCarryRetainedBytes) {
-  const test::Dump d = test::dump_core(kLuajit, "heap_census.lua");
-  const std::string pb = d.dir + "/heap.pb.gz";
-  std::vector<std::string> argv = heap_argv(kLuajit, d);
-  argv.insert(argv.end(), {"--json", "-o", pb});
-  test::CommandResult r = test::run(argv);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const Json j = Json::parse(r.out);
-  const Json* names = retainer(j, R"(_G\.names)");
-  ASSERT_NE(names, nullptr);
-  auto p = report::read_pprof(pb);
-  ASSERT_TRUE(p.ok()) << p.message();
-  EXPECT_EQ(p->value_type, profile::ValueType::Heap);
-  int64_t under_names = 0, objects = 0;
-  for (const profile::Sample& s : p->samples) {
-    const size_t n = s.frames.size();
-    if (n >= 2 && s.frames[n - 1].function == "_G" && s.frames[n - 2].function == ".names") {
-      under_names += s.bytes;
-      objects += s.count;
-    }
-  }
-  EXPECT_EQ(under_names, (*names)["retained_bytes"].get<int64_t>());
-  EXPECT_EQ(objects, (*names)["count"].get<int64_t>());
-  // The same profile as its own base: every stack cancels.
-  const std::string diff = d.dir + "/diff.pb.gz";
-  argv = heap_argv(kLuajit, d);
-  argv.insert(argv.end(), {"-o", diff, "--base", pb});
-  ASSERT_EQ(test::run(argv).exit_code, 0);
-  auto delta = report::read_pprof(diff);
-  ASSERT_TRUE(delta.ok()) << delta.message();
-  for (const profile::Sample& s : delta->samples) {
-    EXPECT_EQ(s.bytes, 0);
-    EXPECT_EQ(s.count, 0);
-  }
-}
 
 }  // namespace
 }  // namespace ljprof
