@@ -232,6 +232,8 @@ std::string PathNamer::path(uint32_t v) const {
 
 std::string PathNamer::step(uint32_t v) const {
   if (parent_[v] == kUnreached) return "(unreached)";
+  // A closed upvalue's value adds nothing to a path; as a frame of its own it needs a name.
+  if (via_[v].kind == EdgeKind::UpvalueValue) return "[value]";
   return edge_text(parent_[v], via_[v], "");
 }
 
@@ -249,7 +251,7 @@ std::string PathNamer::frame(uint32_t v) const {
       return e.kind == EdgeKind::HashKey ? "[key *]" : "[*]";
     }
   }
-  return edge_text(parent_[v], e, "");
+  return step(v);
 }
 
 namespace {

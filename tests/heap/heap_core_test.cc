@@ -82,6 +82,14 @@ void expect_profile_matches(const std::string& pb, const Json& names,
   }
   EXPECT_EQ(under_names, names["retained_bytes"].get<int64_t>());
   EXPECT_EQ(objects, names["count"].get<int64_t>());
+  // ljprof report weighs a heap profile by bytes: the cum column of ".names" is the same.
+  test::CommandResult top = test::run({test::ljprof_bin(), "report", pb, "--top=50"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      top.out, m, std::regex(R"(\n\s*\d+\s+\S+\s+\S+\s+(\d+)\s+\S+\s+lua\s+\.names\n)")))
+      << top.out;
+  EXPECT_EQ(std::stoll(m[1]), names["retained_bytes"].get<int64_t>()) << top.out;
   const std::string diff = pb + ".diff.pb.gz";
   argv.insert(argv.end(), {"-o", diff, "--base", pb});
   ASSERT_EQ(test::run(argv).exit_code, 0);
