@@ -65,7 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const lj_luajit_info info = layout(data[0] & 1, data[0] & 2);
   Image image{data + 1, size - 1};
   const heap::Memory mem({read_image, &image}, info);
-  auto census = heap::take_census(mem, kBase + static_cast<uint64_t>(info.L_size));
+  // GG_State: global_State right after the main lua_State (96 bytes with GC64, 64 without).
+  auto census = heap::take_census(mem, kBase + (info.ref_size == 8 ? 96 : 64));
   if (!census.ok()) return 0;
   require(census->objects.size() <= heap::CensusLimits::kMaxObjects);
   for (const heap::Object& o : census->objects) require(o.bytes <= census->vm_total);

@@ -161,7 +161,6 @@
   X(LEnv, "lua_State.env", L_env, ALWAYS, LJ_WIDTH_REF, RULE, 72, 44, "lj_obj.h", "lua_State.env") \
   X(LStacksize, "lua_State.stacksize", L_stacksize, ALWAYS, 4, RULE, 88, 56, "lj_obj.h",           \
     "lua_State.stacksize")                                                                         \
-  X(LSize, "sizeof(lua_State)", L_size, ALWAYS, 0, RULE, 96, 64, "lj_obj.h", "sizeof(lua_State)")  \
   X(TabColo, "GCtab.colo", tab_colo, ALWAYS, 1, RULE, 11, 7, "lj_obj.h", "GCtab.colo")             \
   X(TabArray, "GCtab.array", tab_array, ALWAYS, LJ_WIDTH_REF, RULE, 16, 8, "lj_obj.h",             \
     "GCtab.array")                                                                                 \

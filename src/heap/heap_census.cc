@@ -85,7 +85,8 @@ Result<uint64_t> table_bytes(const Memory& mem, uint64_t t) {
   return bytes;
 }
 
-Result<uint64_t> thread_bytes(const Memory& mem, uint64_t L, bool main_thread) {
+Result<uint64_t> thread_bytes(const Memory& mem, uint64_t L, bool main_thread,
+                              uint64_t lua_state_size) {
   const lj_luajit_info& in = mem.info();
   auto stacksize = mem.get<uint32_t>(L + in.L_stacksize);
   if (!stacksize) return make_error("lua_State {:#x} is unreadable", L);
@@ -93,7 +94,7 @@ Result<uint64_t> thread_bytes(const Memory& mem, uint64_t L, bool main_thread) {
     return make_error("lua_State {:#x}: stacksize {} over 2^17 slots", L, *stacksize);
   }
   // lj_state.c lj_state_free: the stack, then the lua_State (the main one is in GG_State).
-  return kTValue * *stacksize + (main_thread ? 0 : static_cast<uint64_t>(in.L_size));
+  return kTValue * *stacksize + (main_thread ? 0 : lua_state_size);
 }
 
 Result<uint64_t> function_bytes(const Memory& mem, uint64_t fn) {
@@ -122,7 +123,7 @@ Result<uint64_t> trace_bytes(const Memory& mem, uint64_t tr) {
          *nsnap * kSnapShot + *nsnapmap * kSnapEntry;
 }
 
-Result<uint64_t> cdata_bytes(const Memory& mem, const CtypeTable& ctypes, uint64_t cd) {
+Result<uint64_t> cdata_bytes(const Memory& mem, const SizeContext& ctypes, uint64_t cd) {
   const lj_luajit_info& in = mem.info();
   auto marked = mem.get<uint8_t>(cd + in.gc_marked);
   auto id = mem.get<uint16_t>(cd + in.cd_ctypeid);
@@ -158,7 +159,7 @@ Result<uint64_t> cdata_bytes(const Memory& mem, const CtypeTable& ctypes, uint64
 
 }  // namespace
 
-Result<uint64_t> object_bytes(const Memory& mem, const CtypeTable& ctypes, uint64_t addr,
+Result<uint64_t> object_bytes(const Memory& mem, const SizeContext& ctypes, uint64_t addr,
                               uint8_t gct, bool main_thread) {
   const lj_luajit_info& in = mem.info();
   switch (static_cast<Gct>(gct)) {
@@ -172,7 +173,7 @@ Result<uint64_t> object_bytes(const Memory& mem, const CtypeTable& ctypes, uint6
     case Gct::Upval:
       return static_cast<uint64_t>(in.uv_size);  // lj_func.c lj_func_freeuv
     case Gct::Thread:
-      return thread_bytes(mem, addr, main_thread);
+      return thread_bytes(mem, addr, main_thread, ctypes.lua_state_size);
     case Gct::Proto: {
       auto sizept = mem.get<uint32_t>(addr + in.pt_sizept);
       if (!sizept) return make_error("prototype {:#x} is unreadable", addr);

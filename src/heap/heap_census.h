@@ -44,7 +44,7 @@ struct CensusLimits {
 
 struct Census {
   uint64_t g = 0;            // global_State
-  uint64_t main_thread = 0;  // mainthref, proven by its glref == g
+  uint64_t main_thread = 0;  // the GG_State's lua_State, proven by its type tag and glref == g
   uint64_t registry = 0;     // the registry table (registrytv), 0 when not proven
   uint64_t vm_total = 0;     // g->gc.total: the VM's own count of its bytes
   uint32_t strnum = 0;       // the string table's count (g->strnum / g->str.num)
@@ -65,17 +65,20 @@ struct Census {
 // string table unreadable or absurd, no main thread at the GG_State place.
 Result<Census> take_census(const Memory& mem, uint64_t g);
 
-// The C type table (g->ctype_state->tab, lj_ctype.h CTState: `CType *tab; CTypeID top`) that
-// sizes cdata; tab 0 when the VM has no FFI state (no cdata can exist then).
-struct CtypeTable {
+// What sizes depend on beyond the layout: the C type table (g->ctype_state->tab, lj_ctype.h
+// CTState: `CType *tab; CTypeID top`) that sizes cdata (tab 0 when the VM has no FFI state: no
+// cdata can exist then), and sizeof(lua_State), the distance from the main lua_State to
+// global_State in GG_State (96 with GC64, 64 without; OpenResty appends exdata).
+struct SizeContext {
   uint64_t tab = 0;
   uint32_t top = 0;
+  uint64_t lua_state_size = 0;
 };
 
 // The size of the object at `addr` of type `gct` as LuaJIT accounts it, or the reason it is
 // refused ("table hash part over 2^26 nodes"). `main_thread`: its lua_State is part of
 // GG_State, so only its stack counts.
-Result<uint64_t> object_bytes(const Memory& mem, const CtypeTable& ctypes, uint64_t addr,
+Result<uint64_t> object_bytes(const Memory& mem, const SizeContext& ctypes, uint64_t addr,
                               uint8_t gct, bool main_thread);
 
 }  // namespace ljprof::heap

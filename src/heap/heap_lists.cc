@@ -94,7 +94,7 @@ std::vector<uint64_t> find_gc_roots(const Memory& mem, uint64_t g) {
 
 class Lists {
  public:
-  Lists(const Memory& mem, Census& census, CtypeTable ctypes, uint64_t cap)
+  Lists(const Memory& mem, Census& census, SizeContext ctypes, uint64_t cap)
       : mem_(mem), c_(census), ctypes_(ctypes), cap_(cap) {}
 
   // Adds the object at `addr`, which `list` says is of type `want` (0: any); false when it is
@@ -149,7 +149,7 @@ class Lists {
   }
   const Memory& mem_;
   Census& c_;
-  CtypeTable ctypes_;
+  SizeContext ctypes_;
   uint64_t cap_;
 };
 
@@ -166,13 +166,20 @@ Status read_globals(const Memory& mem, uint64_t g, Census& c) {
   }
   c.g = g;
   c.vm_total = total;
-  // GG_State: the main lua_State right before global_State (lj_dispatch.h); proven by its
-  // type tag and glref.
-  const uint64_t L = g - static_cast<uint64_t>(in.L_size);
-  if (mem.get<uint8_t>(L + in.gc_gct) != static_cast<uint8_t>(Gct::Thread) ||
-      mem.ref(L + in.L_glref) != g) {
-    return make_error("no main lua_State at {:#x} (g {:#x} - sizeof(lua_State)) with glref = g", L,
-                      g);
+  // GG_State: the main lua_State right before global_State (lj_dispatch.h), proven by its type
+  // tag and glref; sizeof(lua_State) is 96 with GC64 and 64 without, 16 more with OpenResty's
+  // exdata and exdata2, 8 more with its exdata alone (2018-06..2020-10).
+  const uint64_t base = in.ref_size == 8 ? 96 : 64;
+  uint64_t L = 0;
+  for (uint64_t size : {base, base + 16, base + 8}) {
+    if (mem.get<uint8_t>(g - size + in.gc_gct) == static_cast<uint8_t>(Gct::Thread) &&
+        mem.ref(g - size + in.L_glref) == g) {
+      L = g - size;
+      break;
+    }
+  }
+  if (L == 0) {
+    return make_error("no main lua_State right before g {:#x} (GG_State) with glref = g", g);
   }
   c.main_thread = L;
   return Ok{};
@@ -200,7 +207,8 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
   // An object takes at least 16 bytes of gc.total (the smallest, a non-GC64 cdata header, 8,
   // plus its payload; strings 17): more objects than that means the lists are not the VM's.
   const uint64_t cap = std::min(CensusLimits::kMaxObjects, c.vm_total / 8 + 1024);
-  CtypeTable ctypes;
+  SizeContext ctypes;
+  ctypes.lua_state_size = g - c.main_thread;
   if (auto cts = mem.ref(g + in.g_ctype_state); cts && *cts != 0) {
     ctypes.tab = mem.get<uint64_t>(*cts).value_or(0);
     ctypes.top = mem.get<uint32_t>(*cts + 8).value_or(0);

@@ -39,7 +39,8 @@ TEST(LiveHeap, BaseDiffShowsTheGrowingTableFirst) {
   ASSERT_TRUE(test::wait_for_text(dir.file("out"), "ljprof-ready", 60));
   const std::string pid = std::to_string(process.pid());
   const std::string first = dir.file("first.pb.gz"), diff = dir.file("diff.pb.gz");
-  test::CommandResult a = test::run({test::ljprof_bin(), "heap", "-p", pid, "--json", "-o", first});
+  test::CommandResult a =
+      test::run({test::ljprof_bin(), "heap", "-p", pid, "--json", "--top", "400", "-o", first});
   ASSERT_EQ(a.exit_code, 0) << a.err;
   const Json j = Json::parse(a.out);
   // Read while it runs (and collects): gc.total read before and after the walk.

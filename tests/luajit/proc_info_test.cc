@@ -173,7 +173,6 @@ std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::s
       {fld::kLOpenupval, at("lua_State", "openupval")},
       {fld::kLEnv, at("lua_State", "env")},
       {fld::kLStacksize, at("lua_State", "stacksize")},
-      {fld::kLSize, "sizeof(lua_State)"},
       {fld::kTabColo, at("GCtab", "colo")},
       {fld::kTabArray, at("GCtab", "array")},
       {fld::kTabMetatable, at("GCtab", "metatable")},
