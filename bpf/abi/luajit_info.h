@@ -141,7 +141,55 @@
   X(TrSpadjust, "GCtrace.spadjust", tr_spadjust, ALWAYS, 2, RULE, 102, 78, "lj_jit.h",             \
     "GCtrace.spadjust")                                                                            \
   X(TrTraceno, "GCtrace.traceno", tr_traceno, ALWAYS, 2, RULE, 104, 80, "lj_jit.h",                \
-    "GCtrace.traceno")
+    "GCtrace.traceno")                                                                             \
+  X(TrNins, "GCtrace.nins", tr_nins, ALWAYS, 4, RULE, 12, 8, "lj_jit.h", "GCtrace.nins")           \
+  X(TrSize, "sizeof(GCtrace)", tr_size, ALWAYS, 0, RULE, 120, 96, "lj_jit.h", "sizeof(GCtrace)")   \
+  X(GGcTotal, "global_State.gc.total", g_gc_total, OPTIONAL, LJ_WIDTH_REF, CODE, LJ_NO_RULE,       \
+    LJ_NO_RULE, "lj_obj.h", "global_State.gc + GCState.total")                                     \
+  X(GGcMmudata, "global_State.gc.mmudata", g_gc_mmudata, OPTIONAL, LJ_WIDTH_REF, CODE, LJ_NO_RULE, \
+    LJ_NO_RULE, "lj_obj.h", "global_State.gc + GCState.mmudata")                                   \
+  X(GStrTab, "global_State.strhash", g_strhash, OPTIONAL, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,         \
+    "lj_obj.h", "global_State.strhash | global_State.str + StrInternState.tab")                    \
+  X(GStrMask, "global_State.strmask", g_strmask, OPTIONAL, 0, CODE, LJ_NO_RULE, LJ_NO_RULE,        \
+    "lj_obj.h", "global_State.strmask | global_State.str + StrInternState.mask")                   \
+  X(GCtypeState, "global_State.ctype_state", g_ctype_state, OPTIONAL, LJ_WIDTH_REF, CODE,          \
+    LJ_NO_RULE, LJ_NO_RULE, "lj_obj.h", "global_State.ctype_state")                                \
+  X(GcMarked, "GChead.marked", gc_marked, ALWAYS, 1, RULE, 8, 4, "lj_obj.h", "GChead.marked")      \
+  X(GcGct, "GChead.gct", gc_gct, ALWAYS, 1, RULE, 9, 5, "lj_obj.h", "GChead.gct")                  \
+  X(LOpenupval, "lua_State.openupval", L_openupval, ALWAYS, LJ_WIDTH_REF, RULE, 64, 40,            \
+    "lj_obj.h", "lua_State.openupval")                                                             \
+  X(LEnv, "lua_State.env", L_env, ALWAYS, LJ_WIDTH_REF, RULE, 72, 44, "lj_obj.h", "lua_State.env") \
+  X(LStacksize, "lua_State.stacksize", L_stacksize, ALWAYS, 4, RULE, 88, 56, "lj_obj.h",           \
+    "lua_State.stacksize")                                                                         \
+  X(TabColo, "GCtab.colo", tab_colo, ALWAYS, 1, RULE, 11, 7, "lj_obj.h", "GCtab.colo")             \
+  X(TabArray, "GCtab.array", tab_array, ALWAYS, LJ_WIDTH_REF, RULE, 16, 8, "lj_obj.h",             \
+    "GCtab.array")                                                                                 \
+  X(TabMetatable, "GCtab.metatable", tab_metatable, ALWAYS, LJ_WIDTH_REF, RULE, 32, 16,            \
+    "lj_obj.h", "GCtab.metatable")                                                                 \
+  X(TabNode, "GCtab.node", tab_node, ALWAYS, LJ_WIDTH_REF, RULE, 40, 20, "lj_obj.h", "GCtab.node") \
+  X(TabAsize, "GCtab.asize", tab_asize, ALWAYS, 4, RULE, 48, 24, "lj_obj.h", "GCtab.asize")        \
+  X(TabHmask, "GCtab.hmask", tab_hmask, ALWAYS, 4, RULE, 52, 28, "lj_obj.h", "GCtab.hmask")        \
+  X(TabSize, "sizeof(GCtab)", tab_size, ALWAYS, 0, RULE, 64, 32, "lj_obj.h", "sizeof(GCtab)")      \
+  X(NodeKey, "Node.key", node_key, ALWAYS, 8, RULE, 8, 8, "lj_obj.h", "Node.key")                  \
+  X(NodeSize, "sizeof(Node)", node_size, ALWAYS, 0, RULE, 24, 24, "lj_obj.h", "sizeof(Node)")      \
+  X(UdEnv, "GCudata.env", ud_env, ALWAYS, LJ_WIDTH_REF, RULE, 16, 8, "lj_obj.h", "GCudata.env")    \
+  X(UdLen, "GCudata.len", ud_len, ALWAYS, 4, RULE, 24, 12, "lj_obj.h", "GCudata.len")              \
+  X(UdMetatable, "GCudata.metatable", ud_metatable, ALWAYS, LJ_WIDTH_REF, RULE, 32, 16,            \
+    "lj_obj.h", "GCudata.metatable")                                                               \
+  X(UdSize, "sizeof(GCudata)", ud_size, ALWAYS, 0, RULE, 48, 24, "lj_obj.h", "sizeof(GCudata)")    \
+  X(UvClosed, "GCupval.closed", uv_closed, ALWAYS, 1, RULE, 10, 6, "lj_obj.h", "GCupval.closed")   \
+  X(UvV, "GCupval.v", uv_v, ALWAYS, LJ_WIDTH_REF, RULE, 32, 16, "lj_obj.h", "GCupval.v")           \
+  X(UvSize, "sizeof(GCupval)", uv_size, ALWAYS, 0, RULE, 48, 24, "lj_obj.h", "sizeof(GCupval)")    \
+  X(FnNupvalues, "GCfunc.nupvalues", fn_nupvalues, ALWAYS, 1, RULE, 11, 7, "lj_obj.h",             \
+    "GCfuncL.nupvalues")                                                                           \
+  X(FnEnv, "GCfunc.env", fn_env, ALWAYS, LJ_WIDTH_REF, RULE, 16, 8, "lj_obj.h", "GCfuncL.env")     \
+  X(FnUvptr, "GCfuncL.uvptr", fn_uvptr, ALWAYS, 0, RULE, 40, 20, "lj_obj.h", "GCfuncL.uvptr")      \
+  X(FnCupvalue, "GCfuncC.upvalue", fn_cupvalue, ALWAYS, 0, RULE, 48, 32, "lj_obj.h",               \
+    "GCfuncC.upvalue")                                                                             \
+  X(CdCtypeid, "GCcdata.ctypeid", cd_ctypeid, ALWAYS, 2, RULE, 10, 6, "lj_obj.h",                  \
+    "GCcdata.ctypeid")                                                                             \
+  X(CdSize, "sizeof(GCcdata)", cd_size, ALWAYS, 0, RULE, 16, 8, "lj_obj.h", "sizeof(GCcdata)")     \
+  X(CtSize, "sizeof(CType)", ct_size, ALWAYS, 0, RULE, 24, 16, "lj_ctype.h", "sizeof(CType)")
 
 #define LJ_LAYOUT_DECLARE_MEMBER(id, name, member, ...) int32_t member;
 #define LJ_LAYOUT_COUNT_ONE(...) +1

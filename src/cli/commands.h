@@ -9,6 +9,7 @@ namespace ljprof::cli {
 void add_inspect_command(CommandLine& cli);
 void add_core_command(CommandLine& cli);
 void add_fibers_command(CommandLine& cli);
+void add_heap_command(CommandLine& cli);
 void add_cfi_command(CommandLine& cli);
 void add_report_command(CommandLine& cli);
 void add_record_command(CommandLine& cli);

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   ljprof::cli::add_inspect_command(cli);
   ljprof::cli::add_core_command(cli);
   ljprof::cli::add_fibers_command(cli);
+  ljprof::cli::add_heap_command(cli);
   ljprof::cli::add_cfi_command(cli);
   ljprof::cli::add_record_command(cli);
   ljprof::cli::add_report_command(cli);

@@ -28,10 +28,11 @@ Result<report::GroupBy> parse_group_by(const std::string& text) {
 void add_value_option(Command& cmd, std::string& value) {
   cmd.option("--value", value,
              "What the folded stacks, flame graph and top table weigh stacks by: 'cpu' (samples "
-             "on the CPU) or 'off_cpu' (microseconds off the CPU, from record --off-cpu; the "
-             "event loop's idle wait left out). Default: off_cpu for a profile with off-CPU "
-             "time and no CPU sample, else cpu. The pprof file always has both")
-      .type_name("cpu|off_cpu");
+             "on the CPU), 'off_cpu' (microseconds off the CPU, from record --off-cpu; the "
+             "event loop's idle wait left out) or 'space' (bytes of a heap profile, from ljprof "
+             "heap -o). Default: space for a heap profile, off_cpu for a profile with off-CPU "
+             "time and no CPU sample, else cpu. The pprof file always has every value")
+      .type_name("cpu|off_cpu|space");
 }
 
 Result<std::optional<report::ProfileValue>> parse_value(const std::string& text) {

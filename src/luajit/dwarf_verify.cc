@@ -17,9 +17,13 @@ namespace ljprof::luajit {
 
 namespace {
 
-constexpr std::array<const char*, 10> kStructs = {
-    "global_State", "lua_State", "GG_State", "jit_State", "GCproto",
-    "GCtrace",      "GCstr",     "GCfuncL",  "GCfuncC",   "GCState"};
+constexpr std::array<const char*, 17> kStructs = {
+    "global_State", "lua_State", "GG_State", "jit_State", "GCproto", "GCtrace",
+    "GCstr",        "GCfuncL",   "GCfuncC",  "GCState",   "GCtab",   "GCudata",
+    "GCupval",      "Node",      "GCcdata",  "GChead",    "CType"};
+// Structs only some forks define: upstream's string interning state since 2020 (lj_obj.h
+// StrInternState); Tarantool's fork keeps global_State.strhash/strmask instead.
+constexpr std::array<const char*, 1> kForkStructs = {"StrInternState"};
 // Bound on the CUs scanned (a C++ binary with thousands of CUs still has LuaJIT's few).
 constexpr size_t kMaxCus = 1u << 16;
 
@@ -194,7 +198,8 @@ Result<DwarfLayout> scan_dwarf(const std::string& path, const std::vector<std::s
 
 Result<DwarfLayout> read_dwarf_layout(const std::string& path) {
   std::set<std::string> found;
-  const std::vector<std::string> structs(kStructs.begin(), kStructs.end());
+  std::vector<std::string> structs(kStructs.begin(), kStructs.end());
+  structs.insert(structs.end(), kForkStructs.begin(), kForkStructs.end());
   LJ_ASSIGN_OR_RETURN(DwarfLayout out, scan_dwarf(path, structs, 0, "LJ_VMST_", found));
   std::string missing;
   for (const char* s : kStructs) {

@@ -537,6 +537,46 @@ Status extract_lua_state(const elf::ElfFile& file, const LuaCloseMatch& close,
   return Ok{};
 }
 
+// The global_State fields `ljprof heap` reads, from the fields extracted from code and the
+// lj_obj.h struct order, which every fork keeps around them: GCState begins
+// `GCSize total, threshold; uint8 x4; MSize sweepstr; GCRef root, MRef sweep, GCRef gray,
+// grayagain, weak, mmudata`, and `GCRef cur_L; [TT: GCRef mem_L;] MRef jit_base, ctype_state`.
+// The string table's place depends on the interning generation, which GCstr's layout tells:
+// with `sid` (upstream ff34b48d "Redesign and harden string interning", GCstr.len at 20/16)
+// it is `StrInternState str` after GCState, strempty (a GCstr) and four bytes; before it
+// (Tarantool's fork, older upstream; GCstr.len at 16/12), `GCRef *strhash` is the first
+// member. `ljprof heap` checks them all against the memory it reads (the mask against the
+// strings it finds, mainthref against GG_State) and `inspect --verify-dwarf` against DWARF.
+void add_heap_globals(LuaJITProcInfo& info) {
+  const Field* root = info.field(FieldId::GGcRoot);
+  const Field* len = info.field(FieldId::StrLen);
+  const Field* jit_base = info.field(FieldId::GJitBase);
+  if (root == nullptr || len == nullptr || jit_base == nullptr) return;
+  const int64_t ref = info.ref_size;
+  const std::string order = "layout rule lj_obj.h GCState order after global_State.gc.root";
+  info.fields.push_back(make_field(FieldId::GGcTotal, root->value - (2 * ref + 8),
+                                   order + " (total, threshold, "
+                                           "4 bytes, sweepstr)"));
+  info.fields.push_back(make_field(FieldId::GGcMmudata, root->value + 5 * ref,
+                                   order + " (sweep, gray, grayagain, weak)"));
+  info.fields.push_back(make_field(FieldId::GCtypeState, jit_base->value + ref,
+                                   "layout rule lj_obj.h ctype_state after jit_base"));
+  std::optional<int64_t> tab;
+  if (len->value == (info.gc64 ? 16 : 12)) {
+    tab = 0;
+  } else if (len->value == (info.gc64 ? 20 : 16)) {
+    // GC64: root at G+40, GCState 104, strempty 24 -> str at G+152; non-GC64 (LJ_64):
+    // root at G+32, GCState 60, strempty 20 -> str at G+104 (aligned to 8).
+    tab = root->value + (info.gc64 ? 112 : 72);
+  }
+  if (!tab) return;
+  const std::string strings = fmt::format(
+      "layout rule lj_obj.h string table of the interning generation with GCstr.len at {}",
+      len->value);
+  info.fields.push_back(make_field(FieldId::GStrTab, *tab, strings));
+  info.fields.push_back(make_field(FieldId::GStrMask, *tab + 8, strings + " (after the anchors)"));
+}
+
 // GCstr: the length field and where the characters start, from lua_tolstring.
 Status extract_gcstr(const elf::ElfFile& file, LuaJITProcInfo& info) {
   LJ_ASSIGN_OR_RETURN(DecodedFunction tolstring_fn, decode_symbol(file, "lua_tolstring"));
@@ -579,6 +619,7 @@ Result<LuaJITProcInfo> extract_proc_info(const elf::ElfFile& file, Runtime runti
         make_field(FieldId::GGcRoot, root->root_offset, "lj_mem_newgco", root->evidence));
   }
   LJ_TRY(extract_gcstr(file, info));
+  add_heap_globals(info);
 
   info.fields.push_back(make_field(FieldId::TrMcode, jloop.trace_mcode, "BC_JLOOP",
                                    pick(jloop.evidence, {"T->mcode", "jump"})));

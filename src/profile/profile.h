@@ -57,6 +57,9 @@ struct Sample {
   int64_t count = 1;          // CPU or wall samples (0 in an off-CPU sample)
   // Nanoseconds off the CPU at these frames (record --off-cpu): pprof's off_cpu/nanoseconds.
   int64_t off_cpu_ns = 0;
+  // A heap profile's bytes at these frames (ljprof heap): pprof's inuse_space/bytes; `count`
+  // is then its objects (inuse_objects/count).
+  int64_t bytes = 0;
   uint32_t pid = 0;
   uint32_t tid = 0;
   SampleFiber fiber;
@@ -78,10 +81,11 @@ struct LoopStall {
 };
 
 // What a sample's weight measures (DESIGN.md "Profile types"): CPU time of the thread that was
-// sampled, wall-clock time of a fiber whether it ran or waited (Pyroscope's `wall` type), or the
+// sampled, wall-clock time of a fiber whether it ran or waited (Pyroscope's `wall` type), the
 // time inside event-loop stalls (the agent's --loop-stalls profile: a CPU sample weighs a
-// period, an off-CPU one its off_cpu_ns).
-enum class ValueType { Cpu, Wall, LoopStall };
+// period, an off-CPU one its off_cpu_ns), or a memory profile of live objects (`ljprof heap`:
+// pprof's inuse_objects and inuse_space, what go tool pprof and Pyroscope's memory type read).
+enum class ValueType { Cpu, Wall, LoopStall, Heap };
 
 // Every sample of a recording in time order (record --speedscope): the aggregate outputs keep
 // how often a stack ran, a timeline keeps when. `stacks` holds each distinct stack once (its

@@ -81,12 +81,23 @@ std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample
              std::tie(o.s->pid, o.s->tid, o.s->fiber, o.s->state, o.s->frames);
     }
   };
-  std::map<Key, std::pair<int64_t, int64_t>> merged;  // count, off-CPU ns
+  // count, off-CPU ns, bytes. A heap sample (bytes != 0) sums signed values: a diff against a
+  // base profile (ljprof heap --base) has negative ones.
+  struct Values {
+    int64_t count = 0, off_cpu_ns = 0, bytes = 0;
+  };
+  std::map<Key, Values> merged;
   for (const profile::Sample& s : samples) {
+    if (s.bytes != 0) {
+      Values& v = merged[Key{&s}];
+      v.count += s.count;
+      v.bytes += s.bytes;
+      continue;
+    }
     if (s.count <= 0 && s.off_cpu_ns <= 0) continue;
-    auto& [count, off_cpu_ns] = merged[Key{&s}];
-    count += std::max<int64_t>(s.count, 0);
-    off_cpu_ns += std::max<int64_t>(s.off_cpu_ns, 0);
+    Values& v = merged[Key{&s}];
+    v.count += std::max<int64_t>(s.count, 0);
+    v.off_cpu_ns += std::max<int64_t>(s.off_cpu_ns, 0);
   }
   std::vector<profile::Sample> out;
   out.reserve(merged.size());
@@ -97,8 +108,9 @@ std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample
     s.tid = key.s->tid;
     s.fiber = key.s->fiber;
     s.state = key.s->state;
-    s.count = values.first;
-    s.off_cpu_ns = values.second;
+    s.count = values.count;
+    s.off_cpu_ns = values.off_cpu_ns;
+    s.bytes = values.bytes;
     out.push_back(std::move(s));
   }
   return out;

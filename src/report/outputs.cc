@@ -19,9 +19,10 @@ Status write_outputs(const profile::Profile& recorded, const OutputOptions& opti
   }
   if (!options.firefox_path.empty()) LJ_TRY(write_perf_script(recorded, options.firefox_path));
   const ProfileValue value = options.value.value_or(default_value(recorded));
-  const profile::Profile off_cpu =
-      value == ProfileValue::OffCpu ? off_cpu_view(recorded) : profile::Profile{};
-  const profile::Profile& profile = value == ProfileValue::OffCpu ? off_cpu : recorded;
+  profile::Profile view;
+  if (value == ProfileValue::OffCpu) view = off_cpu_view(recorded);
+  if (value == ProfileValue::Space) view = space_view(recorded);
+  const profile::Profile& profile = value == ProfileValue::Cpu ? recorded : view;
   if (!options.folded_path.empty())
     LJ_TRY(write_folded(profile, options.folded_path, options.group_by));
   if (!options.flamegraph_path.empty()) {

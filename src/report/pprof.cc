@@ -135,6 +135,7 @@ const char* value_type_name(profile::ValueType type) {
     case profile::ValueType::LoopStall:
       return "loop_stall";
     case profile::ValueType::Cpu:
+    case profile::ValueType::Heap:  // its own sample types (write_header)
       break;
   }
   return "cpu";
@@ -210,6 +211,13 @@ class Writer {
   }
 
   void write_header() {
+    if (profile_.value_type == profile::ValueType::Heap) {
+      add_type(out_.add_sample_type(), "inuse_objects", "count");
+      add_type(out_.add_sample_type(), "inuse_space", "bytes");
+      add_type(out_.mutable_period_type(), "space", "bytes");
+      out_.set_time_nanos(profile_.start_time_ns);
+      return;
+    }
     const char* value = value_type_name(profile_.value_type);
     add_type(out_.add_sample_type(), "samples", "count");
     add_type(out_.add_sample_type(), value, "nanoseconds");
@@ -314,8 +322,12 @@ class Writer {
     pp::Sample* ps = out_.add_sample();
     for (const profile::Frame& f : s.frames) ps->add_location_id(location_id(f));
     ps->add_value(s.count);
-    ps->add_value(stall_ && s.off_cpu_ns > 0 ? s.off_cpu_ns
-                                             : saturating_mul(s.count, profile_.period_ns));
+    if (profile_.value_type == profile::ValueType::Heap) {
+      ps->add_value(s.bytes);
+    } else {
+      ps->add_value(stall_ && s.off_cpu_ns > 0 ? s.off_cpu_ns
+                                               : saturating_mul(s.count, profile_.period_ns));
+    }
     if (off_cpu_) ps->add_value(s.off_cpu_ns);
     add_label(ps, "pid", s.pid);
     add_label(ps, "tid", s.tid);
@@ -378,6 +390,7 @@ class Reader {
     LJ_ASSIGN_OR_RETURN(std::string period_type, str(in_.period_type().type(), "period_type.type"));
     if (period_type == "wall") out.value_type = profile::ValueType::Wall;
     if (period_type == "loop_stall") out.value_type = profile::ValueType::LoopStall;
+    if (space_index() >= 0) out.value_type = profile::ValueType::Heap;
     LJ_TRY(str(in_.drop_frames(), "drop_frames"));
     LJ_TRY(str(in_.keep_frames(), "keep_frames"));
     LJ_TRY(str(in_.default_sample_type(), "default_sample_type"));
@@ -426,7 +439,7 @@ class Reader {
     for (int i = 0; i < in_.sample_type_size(); ++i) {
       LJ_ASSIGN_OR_RETURN(std::string type, str(in_.sample_type(i).type(), "sample_type.type"));
       LJ_TRY(str(in_.sample_type(i).unit(), "sample_type.unit"));
-      if (type == "samples" && found < 0) found = i;
+      if ((type == "samples" || type == "inuse_objects") && found < 0) found = i;
     }
     if (in_.sample_type_size() == 0) {
       if (in_.sample_size() > 0) return err("samples but no sample_type");
@@ -514,8 +527,9 @@ class Reader {
     return Ok{};
   }
 
-  // The index of the sample type `name` (off_cpu: record --off-cpu; loop_stall), or -1.
-  int sample_type_index(const char* name) const {
+  // The index of sample type `name` (off_cpu: record --off-cpu; loop_stall: the agent's stall
+  // profile; inuse_space: a heap profile), or -1.
+  int type_index(std::string_view name) const {
     for (int i = 0; i < in_.sample_type_size(); ++i) {
       const int64_t type = in_.sample_type(i).type();
       if (type >= 0 && type < in_.string_table_size() && in_.string_table(type) == name) {
@@ -524,13 +538,16 @@ class Reader {
     }
     return -1;
   }
+  int off_cpu_index() const { return type_index("off_cpu"); }
+  int space_index() const { return type_index("inuse_space"); }
 
   Status read_samples(int value_index, profile::Profile* out) {
     uint64_t total_frames = 0;
-    const int off_cpu = sample_type_index("off_cpu");
+    const int off_cpu = off_cpu_index();
+    const int space = space_index();
     // A stall profile's off-CPU samples (those with a state) weigh their time, not a period.
     const int stall_ns =
-        out->value_type == profile::ValueType::LoopStall ? sample_type_index("loop_stall") : -1;
+        out->value_type == profile::ValueType::LoopStall ? type_index("loop_stall") : -1;
     out->samples.reserve(static_cast<size_t>(in_.sample_size()));
     for (int i = 0; i < in_.sample_size(); ++i) {
       const pp::Sample& s = in_.sample(i);
@@ -541,6 +558,7 @@ class Reader {
       profile::Sample sample;
       sample.count = s.value(value_index);
       if (off_cpu >= 0) sample.off_cpu_ns = s.value(off_cpu);
+      if (space >= 0) sample.bytes = s.value(space);
       for (uint64_t id : s.location_id()) {
         auto loc = locations_.find(id);
         if (loc == locations_.end()) {

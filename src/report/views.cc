@@ -5,7 +5,8 @@ namespace ljprof::report {
 Result<ProfileValue> parse_profile_value(const std::string& text) {
   if (text == "cpu") return ProfileValue::Cpu;
   if (text == "off_cpu" || text == "off-cpu") return ProfileValue::OffCpu;
-  return make_error("--value {}: expected cpu or off_cpu", text);
+  if (text == "space" || text == "inuse_space") return ProfileValue::Space;
+  return make_error("--value {}: expected cpu, off_cpu or space", text);
 }
 
 profile::Profile off_cpu_view(const profile::Profile& profile) {
@@ -24,7 +25,23 @@ profile::Profile off_cpu_view(const profile::Profile& profile) {
   return out;
 }
 
+profile::Profile space_view(const profile::Profile& profile) {
+  profile::Profile out;
+  out.value_type = profile.value_type;
+  out.start_time_ns = profile.start_time_ns;
+  out.counters = profile.counters;
+  out.count_unit = "bytes";
+  for (const profile::Sample& s : profile.samples) {
+    if (s.bytes <= 0) continue;
+    profile::Sample v = s;
+    v.count = s.bytes;
+    out.samples.push_back(std::move(v));
+  }
+  return out;
+}
+
 ProfileValue default_value(const profile::Profile& profile) {
+  if (profile.value_type == profile::ValueType::Heap) return ProfileValue::Space;
   bool cpu = false, off_cpu = false;
   for (const profile::Sample& s : profile.samples) {
     cpu = cpu || s.count > 0;

@@ -10,9 +10,10 @@
 
 namespace ljprof::report {
 
-enum class ProfileValue { Cpu, OffCpu };
+enum class ProfileValue { Cpu, OffCpu, Space };
 
-// "cpu" or "off_cpu" (also "off-cpu"); an error naming the value and the choices otherwise.
+// "cpu", "off_cpu" (also "off-cpu") or "space" (also "inuse_space"); an error naming the value
+// and the choices otherwise.
 Result<ProfileValue> parse_profile_value(const std::string& text);
 
 // The profile as the off-CPU view: every sample with off-CPU time and a state other than "idle"
@@ -20,8 +21,12 @@ Result<ProfileValue> parse_profile_value(const std::string& text);
 // its count the time in microseconds (count_unit "us off-CPU"); the others dropped.
 profile::Profile off_cpu_view(const profile::Profile& profile);
 
-// The value to show when the user did not choose: off-CPU when the profile has off-CPU time and
-// no CPU sample, else CPU.
+// A heap profile (`ljprof heap -o`) as the bytes view: every sample with bytes, its count its
+// bytes (count_unit "bytes"); a diff's shrunk stacks (negative bytes) dropped.
+profile::Profile space_view(const profile::Profile& profile);
+
+// The value to show when the user did not choose: space for a heap profile; off-CPU when the
+// profile has off-CPU time and no CPU sample, else CPU.
 ProfileValue default_value(const profile::Profile& profile);
 
 }  // namespace ljprof::report

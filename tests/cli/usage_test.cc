@@ -27,9 +27,9 @@ TEST(Usage, OffCpuAndLoopStallOptionsNameWhatIsWrong) {
   expect_usage_error({"record", "--stalls", "x.json", "--", "true"},
                      "--stalls FILE needs --loop-stalls THRESHOLD");
   expect_usage_error({"record", "--value", "heap", "--", "true"},
-                     "--value heap: expected cpu or off_cpu");
+                     "--value heap: expected cpu, off_cpu or space");
   expect_usage_error({"report", "--value", "heap", "missing.pb.gz"},
-                     "--value heap: expected cpu or off_cpu");
+                     "--value heap: expected cpu, off_cpu or space");
 }
 
 TEST(Usage, FibersNeedsAPidAndNamesTheOneItCannotRead) {

@@ -107,6 +107,9 @@ std::string lua_vm_output(const std::vector<std::string>& argv) {
 // build of one CU per source file, and every clang build here). The CFRAME_* fields are
 // lj_frame.h macros, which DWARF does not carry.
 std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::string& gdb) {
+  // Tarantool's fork keeps the string table as global_State.strhash/strmask; upstream since
+  // 2020 as global_State.str (StrInternState).
+  const bool tarantool_fork = bin.find("tarantool") != std::string::npos;
   auto at = [](const char* type, const char* member) {
     return fmt::format("&(({}*)0)->{}", type, member);
   };
@@ -158,6 +161,41 @@ std::map<std::string, int64_t> dwarf_oracle(const std::string& bin, const std::s
       {fld::kTrNsnapmap, at("GCtrace", "nsnapmap")},
       {fld::kTrSnap, at("GCtrace", "snap")},
       {fld::kTrSnapmap, at("GCtrace", "snapmap")},
+      {fld::kTrNins, at("GCtrace", "nins")},
+      {fld::kTrSize, "sizeof(GCtrace)"},
+      {fld::kGGcTotal, at("global_State", "gc.total")},
+      {fld::kGGcMmudata, at("global_State", "gc.mmudata")},
+      {fld::kGStrTab, at("global_State", tarantool_fork ? "strhash" : "str.tab")},
+      {fld::kGStrMask, at("global_State", tarantool_fork ? "strmask" : "str.mask")},
+      {fld::kGCtypeState, at("global_State", "ctype_state")},
+      {fld::kGcMarked, at("GChead", "marked")},
+      {fld::kGcGct, at("GChead", "gct")},
+      {fld::kLOpenupval, at("lua_State", "openupval")},
+      {fld::kLEnv, at("lua_State", "env")},
+      {fld::kLStacksize, at("lua_State", "stacksize")},
+      {fld::kTabColo, at("GCtab", "colo")},
+      {fld::kTabArray, at("GCtab", "array")},
+      {fld::kTabMetatable, at("GCtab", "metatable")},
+      {fld::kTabNode, at("GCtab", "node")},
+      {fld::kTabAsize, at("GCtab", "asize")},
+      {fld::kTabHmask, at("GCtab", "hmask")},
+      {fld::kTabSize, "sizeof(GCtab)"},
+      {fld::kNodeKey, at("Node", "key")},
+      {fld::kNodeSize, "sizeof(Node)"},
+      {fld::kUdEnv, at("GCudata", "env")},
+      {fld::kUdLen, at("GCudata", "len")},
+      {fld::kUdMetatable, at("GCudata", "metatable")},
+      {fld::kUdSize, "sizeof(GCudata)"},
+      {fld::kUvClosed, at("GCupval", "closed")},
+      {fld::kUvV, at("GCupval", "v")},
+      {fld::kUvSize, "sizeof(GCupval)"},
+      {fld::kFnNupvalues, at("GCfuncL", "nupvalues")},
+      {fld::kFnEnv, at("GCfuncL", "env")},
+      {fld::kFnUvptr, at("GCfuncL", "uvptr")},
+      {fld::kFnCupvalue, at("GCfuncC", "upvalue")},
+      {fld::kCdCtypeid, at("GCcdata", "ctypeid")},
+      {fld::kCdSize, "sizeof(GCcdata)"},
+      {fld::kCtSize, "sizeof(CType)"},
   };
   std::vector<std::string> exprs;
   for (const auto& r : rules) exprs.push_back(r.second);

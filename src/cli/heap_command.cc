@@ -1,0 +1,193 @@
+// `ljprof heap (CORE [--exe BIN] [--sysroot DIR]... | -p PID) [--json] [--top N] [-o FILE.pb.gz]
+// [--base OLD.pb.gz]`: what holds the Lua heap — every GC object by type, and the biggest
+// retainers by their path from the GC roots.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include "cfi/table_cache.h"
+#include "cli/commands.h"
+#include "common/printable.h"
+#include "core/core_file.h"
+#include "core/core_walk.h"
+#include "heap/heap_census.h"
+#include "heap/heap_graph.h"
+#include "heap/heap_profile.h"
+#include "luajit/proc_info.h"
+#include "report/heap_report.h"
+#include "report/json_text.h"
+#include "report/pprof.h"
+
+namespace ljprof::cli {
+
+namespace {
+
+// `ljprof heap`'s options as given.
+struct HeapFlags {
+  std::string core;
+  std::string exe;
+  std::vector<std::string> sysroots;
+  uint32_t pid = 0;
+  bool stop = false;
+  bool json = false;
+  uint32_t top = 20;
+  std::string pprof;
+  std::string base;
+  std::string table_cache;
+};
+
+int heap_fail(const std::string& what) {
+  std::cerr << "ljprof heap: " << printable_text(what) << "\n";
+  return 2;
+}
+
+// The global_State of the core's VM: the runtime's static anchor, else the first thread whose
+// walk proved one.
+uint64_t find_g(const core::CoreFile& core, const core::CoreWalker& walker) {
+  if (uint64_t g = walker.global_state(); g != 0) return g;
+  for (const core::Thread& thread : core.threads()) {
+    if (uint64_t g = walker.walk(thread).g; g != 0) return g;
+  }
+  return 0;
+}
+
+struct Snapshot {
+  heap::Census census;
+  heap::Retainers retainers;
+  uint64_t total_after = 0;  // live: g->gc.total read again after the walk
+};
+
+Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalker& walker,
+                               bool live, size_t top) {
+  if (!walker.luajit()) return make_error("no LuaJIT layout: {}", walker.luajit_error());
+  LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
+  const uint64_t g = find_g(core, walker);
+  if (g == 0) return make_error("no global_State was proven from the runtime or any thread");
+  const heap::Memory mem(core.mem_reader(), info);
+  Snapshot s;
+  // A live process: each page is read once, on first use, and later reads of it are served from
+  // that copy, so the walk costs a read per page instead of per field.
+  core.cache_pages(live);
+  auto census = heap::take_census(mem, g);
+  if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top);
+  core.cache_pages(false);
+  if (!census.ok()) return make_error("{}", census.message());
+  s.census = std::move(*census);
+  s.total_after = s.census.vm_total;
+  if (live) mem.read(g + info.g_gc_total, &s.total_after, info.ref_size);
+  return s;
+}
+
+// The state letter of /proc/PID/stat ('T': stopped), or 0 when unreadable.
+char process_state(uint32_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+}
+
+// --stop: SIGSTOP until every thread is stopped (as a shell's job control stops it), SIGCONT
+// when the guard goes; how long it was stopped.
+class StoppedProcess {
+ public:
+  explicit StoppedProcess(uint32_t pid) : pid_(pid), start_(std::chrono::steady_clock::now()) {
+    ::kill(static_cast<pid_t>(pid_), SIGSTOP);
+    for (int i = 0; i < 1000 && process_state(pid_) != 'T'; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  ~StoppedProcess() { ::kill(static_cast<pid_t>(pid_), SIGCONT); }
+  StoppedProcess(const StoppedProcess&) = delete;
+  StoppedProcess& operator=(const StoppedProcess&) = delete;
+  bool stopped() const { return process_state(pid_) == 'T'; }
+  double elapsed_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
+
+ private:
+  uint32_t pid_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+int run_heap_command(const HeapFlags& f) {
+  if (f.core.empty() == (f.pid == 0)) return heap_fail("give either a CORE file or -p PID");
+  core::CoreOptions options;
+  options.exe = f.exe;
+  options.sysroots = f.sysroots;
+  auto core =
+      f.pid != 0 ? core::CoreFile::from_process(f.pid) : core::CoreFile::open(f.core, options);
+  if (!core.ok()) return heap_fail(core.message());
+  cfi::TableCache tables(f.table_cache);
+  auto walker = core::CoreWalker::create(*core, &tables);
+  if (!walker.ok()) return heap_fail(walker.message());
+  std::optional<StoppedProcess> stopped;
+  if (f.stop) {
+    if (f.pid == 0) return heap_fail("--stop needs -p PID");
+    stopped.emplace(f.pid);
+    if (!stopped->stopped()) return heap_fail(fmt::format("process {} did not stop", f.pid));
+  }
+  auto snapshot = take_snapshot(*core, **walker, f.pid != 0, f.top);
+  if (stopped) {
+    const double ms = stopped->elapsed_ms();
+    stopped.reset();
+    std::cerr << fmt::format("ljprof heap: process {} was stopped for {:.1f} ms\n", f.pid, ms);
+  }
+  if (!snapshot.ok()) return heap_fail(snapshot.message());
+  report::HeapReportOptions ro{
+      .top = f.top, .live = f.pid != 0, .total_after = snapshot->total_after};
+  if (f.json) {
+    std::cout << report::json_text(report::heap_json(snapshot->census, snapshot->retainers, ro))
+              << "\n";
+  } else {
+    std::cout << report::heap_text(snapshot->census, snapshot->retainers, ro);
+  }
+  if (!f.pprof.empty()) {
+    profile::Profile p = heap::heap_profile(snapshot->retainers);
+    if (!f.base.empty()) {
+      auto base = report::read_pprof(f.base);
+      if (!base.ok()) return heap_fail(base.message());
+      heap::subtract_base(p, *base);
+    }
+    auto written = report::write_pprof(p, f.pprof);
+    if (!written.ok()) return heap_fail(written.message());
+    if (f.pprof != "-") std::cerr << "ljprof heap: wrote " << f.pprof << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_heap_command(CommandLine& cli) {
+  auto f = std::make_shared<HeapFlags>();
+  Command cmd = cli.add(
+      "heap",
+      "Show what holds the Lua heap of a core file or a running process (tarantool, luajit, "
+      "nginx-lua): every GC object by type with LuaJIT's own sizes, against the VM's gc.total, "
+      "and the biggest retainers by their path from the GC roots.");
+  cmd.option("CORE", f->core, "The core file (or give -p PID)");
+  cmd.option("-p,--pid", f->pid, "A running process, read without stopping it");
+  cmd.flag("--stop", f->stop,
+           "With -p: stop the process (SIGSTOP) for an exact snapshot, continue it after, and "
+           "print how long it was stopped");
+  cmd.option("--exe", f->exe, "The executable, when it is not at its recorded path");
+  cmd.option("--sysroot", f->sysroots,
+             "A root to look for the core's mapped files in (repeatable), as `ljprof core`");
+  cmd.flag("--json", f->json, "Print one JSON object instead of text");
+  cmd.option("--top", f->top, "How many retainers to show (default 20)");
+  cmd.option("-o,--pprof", f->pprof,
+             "Write a pprof memory profile (inuse_objects, inuse_space) whose stacks are the "
+             "paths from the roots");
+  cmd.option("--base", f->base,
+             "With -o: subtract this earlier heap profile (as go tool pprof -diff_base), so the "
+             "profile shows what grew");
+  add_table_cache_option(cmd, f->table_cache);
+  cmd.run([f] { return run_heap_command(*f); });
+}
+
+}  // namespace ljprof::cli

@@ -1,0 +1,248 @@
+// build_graph (heap/heap_graph_internal.h): every object's references, as lj_gc.c's traversal
+// functions follow them, restricted to objects of the census (a reference to anything else is
+// not followed: it is no object the VM's lists hold).
+#include <algorithm>
+
+#include "heap/heap_graph_internal.h"
+
+namespace ljprof::heap {
+
+namespace {
+
+constexpr uint64_t kTValueBytes = 8;
+// Reads of arrays (table parts, stacks) go in chunks of this many TValues.
+constexpr uint64_t kChunk = 512;
+
+class EdgeReader {
+ public:
+  // The references an honest heap can hold: a TValue slot or GCRef lies inside some object's
+  // own bytes, 8 (or 4) bytes each, plus the roots; several objects sharing one array part
+  // (a hostile core) cannot make more.
+  EdgeReader(const Memory& mem, const Census& census, Graph& graph)
+      : mem_(mem),
+        in_(mem.info()),
+        census_(census),
+        g_(graph),
+        budget_(census.object_bytes() / 4 + census.gc_roots.size() + 2 * census.objects.size() +
+                1024) {}
+
+  void object(const Object& o) {
+    switch (static_cast<Gct>(o.gct)) {
+      case Gct::Tab:
+        table(o.addr);
+        break;
+      case Gct::Func:
+        function(o.addr);
+        break;
+      case Gct::Upval:
+        upvalue(o.addr);
+        break;
+      case Gct::Thread:
+        thread(o.addr);
+        break;
+      case Gct::Proto:
+        proto(o.addr);
+        break;
+      case Gct::Udata:
+        ref(o.addr + in_.ud_metatable, EdgeKind::Metatable, 0);
+        ref(o.addr + in_.ud_env, EdgeKind::Env, 0);
+        break;
+      case Gct::Trace:
+        ref(o.addr + in_.tr_startpt, EdgeKind::TraceProto, 0);
+        break;
+      case Gct::Str:
+      case Gct::Cdata:
+        break;
+    }
+  }
+
+  void roots() {
+    const Census& c = census_;
+    if (auto env = mem_.ref(c.main_thread + in_.L_env); env) {
+      to(*env, EdgeKind::RootGlobals, 0);
+    } else {
+      ++g_.unreadable_refs;
+    }
+    if (c.registry != 0) to(c.registry, EdgeKind::RootRegistry, 0);
+    to(c.main_thread, EdgeKind::RootMainThread, 0);
+    for (size_t i = 0; i < c.gc_roots.size(); ++i) to(c.gc_roots[i], EdgeKind::RootGcRoot, i);
+    for (const Object& o : c.objects) {
+      if (o.gct == static_cast<uint8_t>(Gct::Trace)) to(o.addr, EdgeKind::RootTrace, 0);
+    }
+    // Userdata queued for finalization are on no other list the census read.
+    if (auto last = mem_.ref(c.g + in_.g_gc_mmudata); last && *last != 0) {
+      to(*last, EdgeKind::RootFinalizing, 0);
+    }
+  }
+
+ private:
+  // An edge to the object at `addr` when the census holds one there, within the budget.
+  void to(uint64_t addr, EdgeKind kind, uint64_t aux) {
+    const int64_t i = census_.index_of(addr);
+    if (i < 0) return;
+    if (g_.edges.size() >= budget_) {
+      ++g_.dropped_edges;
+      return;
+    }
+    g_.edges.push_back({static_cast<uint32_t>(i), kind, aux});
+  }
+  void ref(uint64_t at, EdgeKind kind, uint64_t aux) {
+    auto v = mem_.ref(at);
+    if (!v) {
+      ++g_.unreadable_refs;
+      return;
+    }
+    if (*v != 0) to(*v, kind, aux);
+  }
+  void value(uint64_t raw, EdgeKind kind, uint64_t aux) {
+    if (auto v = decode_tvalue(raw, mem_.gc64())) to(v->addr, kind, aux);
+  }
+  // `n` TValues from `at`, each through `each(index, raw)`.
+  template <typename F>
+  void tvalues(uint64_t at, uint64_t n, F each) {
+    std::vector<uint64_t> buf;
+    for (uint64_t done = 0; done < n;) {
+      const uint64_t k = std::min(kChunk, n - done);
+      buf.resize(k);
+      if (!mem_.read(at + done * kTValueBytes, buf.data(), k * kTValueBytes)) {
+        ++g_.unreadable_refs;
+        return;
+      }
+      for (uint64_t i = 0; i < k; ++i) each(done + i, buf[i]);
+      done += k;
+    }
+  }
+
+  // lj_gc.c gc_traverse_tab.
+  void table(uint64_t t) {
+    const uint8_t marked = mem_.get<uint8_t>(t + in_.gc_marked).value_or(0);
+    const bool weak_keys = marked & kMarkWeakKey, weak_values = marked & kMarkWeakVal;
+    ref(t + in_.tab_metatable, EdgeKind::Metatable, 0);
+    const uint32_t asize = mem_.get<uint32_t>(t + in_.tab_asize).value_or(0);
+    const uint32_t hmask = mem_.get<uint32_t>(t + in_.tab_hmask).value_or(0);
+    if (!weak_values && asize > 0) {
+      if (auto array = mem_.ref(t + in_.tab_array)) {
+        tvalues(*array, asize,
+                [&](uint64_t i, uint64_t raw) { value(raw, EdgeKind::ArraySlot, i); });
+      }
+    }
+    auto node = mem_.ref(t + in_.tab_node);
+    if (hmask == 0 || !node) return;
+    // A Node is val, key (, next) in node_size bytes: read the nodes as TValue words.
+    const uint64_t words = static_cast<uint64_t>(in_.node_size) / kTValueBytes;
+    const uint64_t key_word = static_cast<uint64_t>(in_.node_key) / kTValueBytes;
+    std::vector<uint64_t> nodes;
+    for (uint64_t done = 0, n = uint64_t{hmask} + 1; done < n;) {
+      const uint64_t k = std::min(kChunk, n - done);
+      nodes.resize(k * words);
+      if (!mem_.read(*node + done * in_.node_size, nodes.data(), k * in_.node_size)) {
+        ++g_.unreadable_refs;
+        return;
+      }
+      for (uint64_t i = 0; i < k; ++i) {
+        const uint64_t val = nodes[i * words], key = nodes[i * words + key_word];
+        if (!is_nil(val)) {
+          if (!weak_values) value(val, EdgeKind::HashValue, key);
+          if (!weak_keys) value(key, EdgeKind::HashKey, key);
+        }
+      }
+      done += k;
+    }
+  }
+  bool is_nil(uint64_t raw) const {
+    // LJ_TNIL is ~0u: all ones in GC64 (the whole word), the high word otherwise.
+    return mem_.gc64() ? raw == ~uint64_t{0} : (raw >> 32) == 0xffffffffu;
+  }
+
+  // lj_gc.c gc_traverse_func.
+  void function(uint64_t fn) {
+    ref(fn + in_.fn_env, EdgeKind::Env, 0);
+    const uint8_t ffid = mem_.get<uint8_t>(fn + in_.fn_ffid).value_or(1);
+    const uint8_t n = mem_.get<uint8_t>(fn + in_.fn_nupvalues).value_or(0);
+    if (ffid == 0) {
+      if (auto pc = mem_.ref(fn + in_.fn_pc); pc && *pc != 0) {
+        to(*pc - static_cast<uint64_t>(in_.pt_size), EdgeKind::Prototype, 0);
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        ref(fn + in_.fn_uvptr + i * in_.ref_size, EdgeKind::Upvalue, i);
+      }
+    } else {
+      tvalues(fn + in_.fn_cupvalue, n,
+              [&](uint64_t i, uint64_t raw) { value(raw, EdgeKind::CUpvalue, i); });
+    }
+  }
+
+  void upvalue(uint64_t uv) {
+    // Closed: v points at the upvalue's own TValue; open: into a stack, which the thread marks.
+    if (mem_.get<uint8_t>(uv + in_.uv_closed).value_or(0) == 0) return;
+    auto v = mem_.ref(uv + in_.uv_v);
+    auto raw = v ? mem_.get<uint64_t>(*v) : std::nullopt;
+    if (!raw) {
+      ++g_.unreadable_refs;
+      return;
+    }
+    value(*raw, EdgeKind::UpvalueValue, 0);
+  }
+
+  // lj_gc.c gc_traverse_thread: the slots above the dummy frame up to top, and env.
+  void thread(uint64_t L) {
+    ref(L + in_.L_env, EdgeKind::Env, 0);
+    // The list has no more links than the census has upvalues (more: it loops).
+    uint64_t links = census_.types[static_cast<uint8_t>(Gct::Upval)].count;
+    for (auto uv = mem_.ref(L + in_.L_openupval); uv && *uv != 0 && links-- > 0;
+         uv = mem_.ref(*uv)) {
+      const int64_t i = census_.index_of(*uv);
+      if (i < 0) break;
+      g_.edges.push_back({static_cast<uint32_t>(i), EdgeKind::OpenUpvalue, 0});
+    }
+    auto stack = mem_.ref(L + in_.L_stack);
+    auto top = mem_.get<uint64_t>(L + in_.L_top);
+    const uint32_t stacksize = mem_.get<uint32_t>(L + in_.L_stacksize).value_or(0);
+    if (!stack || !top || *top < *stack || (*top - *stack) / kTValueBytes > stacksize) {
+      ++g_.unreadable_refs;
+      return;
+    }
+    const uint64_t first = 1 + (mem_.gc64() ? 1 : 0);
+    const uint64_t slots = (*top - *stack) / kTValueBytes;
+    if (slots <= first) return;
+    tvalues(*stack + first * kTValueBytes, slots - first,
+            [&](uint64_t i, uint64_t raw) { value(raw, EdgeKind::StackSlot, first + i); });
+  }
+
+  // lj_gc.c gc_traverse_proto: the chunk name and the GC constants below k.
+  void proto(uint64_t pt) {
+    ref(pt + in_.pt_chunkname, EdgeKind::ChunkName, 0);
+    auto k = mem_.ref(pt + in_.pt_k);
+    const uint32_t n = mem_.get<uint32_t>(pt + in_.pt_sizekgc).value_or(0);
+    if (!k || n > (1u << 20)) return;
+    for (uint64_t i = 0; i < n; ++i) {
+      ref(*k - (i + 1) * in_.ref_size, EdgeKind::Constant, i);
+    }
+  }
+
+  const Memory& mem_;
+  const lj_luajit_info& in_;
+  const Census& census_;
+  Graph& g_;
+  uint64_t budget_;
+};
+
+}  // namespace
+
+Graph build_graph(const Memory& mem, const Census& census) {
+  Graph g;
+  const size_t n = census.objects.size();
+  g.root = static_cast<uint32_t>(n);
+  g.first.reserve(n + 2);
+  EdgeReader reader(mem, census, g);
+  for (const Object& o : census.objects) {
+    g.first.push_back(static_cast<uint32_t>(g.edges.size()));
+    reader.object(o);
+  }
+  g.first.push_back(static_cast<uint32_t>(g.edges.size()));
+  reader.roots();
+  g.first.push_back(static_cast<uint32_t>(g.edges.size()));
+  return g;
+}
+
+}  // namespace ljprof::heap

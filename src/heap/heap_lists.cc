@@ -1,0 +1,263 @@
+// take_census (heap/heap_census.h): the object lists of one global_State, walked and validated.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+#include "heap/heap_census.h"
+
+namespace ljprof::heap {
+
+namespace {
+
+// The part of global_State searched for values the layout does not place (registrytv,
+// gcroot[]): global_State is 448..832 bytes in the forks this reads (pahole).
+constexpr uint64_t kGlobalScan = 1024;
+// lj_obj.h GCROOT_BASEMT_NUM - GCROOT_BASEMT + 1 (~LJ_TNUMX + 1), then IO_INPUT, IO_OUTPUT.
+constexpr size_t kGcRootsAfterNames = 14 + 2;
+// The string table's anchors are read in pieces of this many bytes.
+constexpr uint64_t kStrTabChunk = 64 * 1024;
+
+// Whether the object at `addr` is the string `text` (a GCstr: len, then the characters after
+// the header).
+bool is_string(const Memory& mem, uint64_t addr, std::string_view text) {
+  const lj_luajit_info& in = mem.info();
+  if (mem.get<uint8_t>(addr + in.gc_gct) != static_cast<uint8_t>(Gct::Str)) return false;
+  if (mem.get<uint32_t>(addr + in.str_len) != text.size()) return false;
+  std::string got(text.size(), '\0');
+  return mem.read(addr + in.str_data, got.data(), got.size()) && got == text;
+}
+
+bool string_starts(const Memory& mem, uint64_t addr, std::string_view prefix) {
+  const lj_luajit_info& in = mem.info();
+  if (mem.get<uint8_t>(addr + in.gc_gct) != static_cast<uint8_t>(Gct::Str)) return false;
+  auto len = mem.get<uint32_t>(addr + in.str_len);
+  std::string got(prefix.size(), '\0');
+  return len && *len >= prefix.size() && mem.read(addr + in.str_data, got.data(), got.size()) &&
+         got == prefix;
+}
+
+// Whether table `t`'s hash part has the string key `key` (lj_tab.c; a bounded scan).
+bool table_has_key(const Memory& mem, uint64_t t, std::string_view key) {
+  const lj_luajit_info& in = mem.info();
+  auto hmask = mem.get<uint32_t>(t + in.tab_hmask);
+  auto node = mem.ref(t + in.tab_node);
+  if (!hmask || !node || *hmask == 0 || *hmask >= 4096) return false;
+  for (uint64_t i = 0; i <= *hmask; ++i) {
+    auto raw = mem.get<uint64_t>(*node + i * in.node_size + in.node_key);
+    if (!raw) return false;
+    auto k = decode_tvalue(*raw, mem.gc64());
+    if (k && k->gct == static_cast<uint8_t>(Gct::Str) && is_string(mem, k->addr, key)) return true;
+  }
+  return false;
+}
+
+// registrytv: the table TValue in global_State whose table holds "_LOADED" (lj_lib.c keeps
+// package.loaded at registry._LOADED); the fields before it differ between forks.
+uint64_t find_registry(const Memory& mem, uint64_t g) {
+  for (uint64_t off = 0; off < kGlobalScan; off += 8) {
+    auto raw = mem.get<uint64_t>(g + off);
+    if (!raw) break;
+    auto v = decode_tvalue(*raw, mem.gc64());
+    if (v && v->gct == static_cast<uint8_t>(Gct::Tab) && table_has_key(mem, v->addr, "_LOADED")) {
+      return v->addr;
+    }
+  }
+  return 0;
+}
+
+// g->gcroot[]: found by its first entries, the metamethod names "__index", "__newindex", ...
+// (lj_obj.h MMDEF order), then the base metatables and the io handles.
+std::vector<uint64_t> find_gc_roots(const Memory& mem, uint64_t g) {
+  const uint64_t ref = mem.info().ref_size;
+  for (uint64_t off = 0; off < kGlobalScan; off += ref) {
+    auto first = mem.ref(g + off);
+    if (!first) break;
+    if (*first == 0 || !is_string(mem, *first, "__index")) continue;
+    auto second = mem.ref(g + off + ref);
+    if (!second || !is_string(mem, *second, "__newindex")) continue;
+    size_t names = 0;
+    for (; names < 64; ++names) {
+      auto s = mem.ref(g + off + names * ref);
+      if (!s || *s == 0 || !string_starts(mem, *s, "__")) break;
+    }
+    std::vector<uint64_t> roots;
+    for (size_t i = 0; i < names + kGcRootsAfterNames; ++i) {
+      auto r = mem.ref(g + off + i * ref);
+      if (r && *r != 0) roots.push_back(*r);
+    }
+    return roots;
+  }
+  return {};
+}
+
+class Lists {
+ public:
+  Lists(const Memory& mem, Census& census, SizeContext ctypes, uint64_t cap)
+      : mem_(mem), c_(census), ctypes_(ctypes), cap_(cap) {}
+
+  // Adds the object at `addr`, which `list` says is of type `want` (0: any); false when it is
+  // refused (counted) and its list must stop.
+  bool add(uint64_t addr, uint8_t want, const char* list) {
+    const lj_luajit_info& in = mem_.info();
+    if (c_.objects.size() >= cap_) {
+      refuse(fmt::format("more objects than gc.total can hold ({}): list not followed", cap_));
+      return false;
+    }
+    auto gct = mem_.get<uint8_t>(addr + in.gc_gct);
+    if (!gct) return refuse(fmt::format("unreadable object on {}", list));
+    if (*gct < kMinGct || *gct > kMaxGct || (want != 0 && *gct != want)) {
+      return refuse(fmt::format("type tag not allowed on {}", list));
+    }
+    auto bytes = object_bytes(mem_, ctypes_, addr, *gct, addr == c_.main_thread);
+    if (!bytes.ok() || *bytes > c_.vm_total) {
+      return refuse(fmt::format("{} of impossible size on {}", gct_name(*gct), list));
+    }
+    c_.objects.push_back({addr, *bytes, *gct});
+    return true;
+  }
+
+  // A list linked through GCHeader.nextgc from `first` until 0 (or `stop`). A list that loops
+  // is cut where Brent's cycle detection meets it again (within twice its length).
+  void chain(uint64_t first, uint8_t want, const char* list, uint64_t stop = 0) {
+    uint64_t mark = first, power = 1, steps = 0;
+    for (uint64_t o = first; o != 0 && o != stop;) {
+      if (!add(o, want, list)) return;
+      auto next = mem_.ref(o);
+      if (!next) {
+        refuse(fmt::format("unreadable nextgc on {}", list));
+        return;
+      }
+      o = *next;
+      if (o == mark) {
+        refuse(fmt::format("{} loops", list));
+        return;
+      }
+      if (++steps == power) {
+        mark = o;
+        power *= 2;
+        steps = 0;
+      }
+    }
+  }
+
+ private:
+  bool refuse(const std::string& why) {
+    ++c_.malformed[why];
+    return false;
+  }
+  const Memory& mem_;
+  Census& c_;
+  SizeContext ctypes_;
+  uint64_t cap_;
+};
+
+Status read_globals(const Memory& mem, uint64_t g, Census& c) {
+  const lj_luajit_info& in = mem.info();
+  if (in.g_gc_root == 0 || in.g_gc_total == 0 || in.g_strmask == 0) {
+    return make_error(
+        "the LuaJIT layout has no global_State.gc.root / gc.total / string table (lj_mem_newgco "
+        "or GCstr did not match), so the heap cannot be walked");
+  }
+  uint64_t total = 0;
+  if (!mem.read(g + in.g_gc_total, &total, in.ref_size)) {
+    return make_error("cannot read g->gc.total at {:#x}", g + in.g_gc_total);
+  }
+  c.g = g;
+  c.vm_total = total;
+  // GG_State: the main lua_State right before global_State (lj_dispatch.h), proven by its type
+  // tag and glref; sizeof(lua_State) is 96 with GC64 and 64 without, 16 more with OpenResty's
+  // exdata and exdata2, 8 more with its exdata alone (2018-06..2020-10).
+  const uint64_t base = in.ref_size == 8 ? 96 : 64;
+  uint64_t L = 0;
+  for (uint64_t size : {base, base + 16, base + 8}) {
+    if (mem.get<uint8_t>(g - size + in.gc_gct) == static_cast<uint8_t>(Gct::Thread) &&
+        mem.ref(g - size + in.L_glref) == g) {
+      L = g - size;
+      break;
+    }
+  }
+  if (L == 0) {
+    return make_error("no main lua_State right before g {:#x} (GG_State) with glref = g", g);
+  }
+  c.main_thread = L;
+  return Ok{};
+}
+
+}  // namespace
+
+Result<Census> take_census(const Memory& mem, uint64_t g) {
+  const lj_luajit_info& in = mem.info();
+  Census c;
+  LJ_TRY(read_globals(mem, g, c));
+  auto strtab = mem.get<uint64_t>(g + in.g_strhash);
+  auto strmask = mem.get<uint32_t>(g + in.g_strmask);
+  auto strnum = mem.get<uint32_t>(g + in.g_strmask + 4);
+  const uint64_t anchors = strmask ? uint64_t{*strmask} + 1 : 0;
+  if (!strtab || !strmask || !strnum || anchors > CensusLimits::kMaxStrTab ||
+      (anchors & (anchors - 1)) != 0) {
+    return make_error(
+        "g {:#x}: the string table (anchors at {:#x}, mask at {:#x}) is unreadable "
+        "or its mask is not 2^n - 1 under 2^26",
+        g, g + in.g_strhash, g + in.g_strmask);
+  }
+  c.strnum = *strnum;
+  c.string_table_bytes = anchors * in.ref_size;
+  // An object takes at least 16 bytes of gc.total (the smallest, a non-GC64 cdata header, 8,
+  // plus its payload; strings 17): more objects than that means the lists are not the VM's.
+  const uint64_t cap = std::min(CensusLimits::kMaxObjects, c.vm_total / 8 + 1024);
+  SizeContext ctypes;
+  ctypes.lua_state_size = g - c.main_thread;
+  if (auto cts = mem.ref(g + in.g_ctype_state); cts && *cts != 0) {
+    ctypes.tab = mem.get<uint64_t>(*cts).value_or(0);
+    ctypes.top = mem.get<uint32_t>(*cts + 8).value_or(0);
+  }
+  Lists lists(mem, c, ctypes, cap);
+  lists.chain(mem.ref(g + in.g_gc_root).value_or(0), 0, "gc.root");
+  std::vector<uint64_t> threads;
+  for (const Object& o : c.objects)
+    if (o.gct == static_cast<uint8_t>(Gct::Thread)) threads.push_back(o.addr);
+  for (uint64_t L : threads) {
+    lists.chain(mem.ref(L + in.L_openupval).value_or(0), static_cast<uint8_t>(Gct::Upval),
+                "a thread's open upvalues");
+  }
+  // The anchors (GCRefs: 4 bytes without GC64), read in pieces; the low bit of an anchor is
+  // upstream's "secondary hash" flag.
+  const uint64_t ref = in.ref_size;
+  std::vector<uint8_t> piece(std::min<uint64_t>(kStrTabChunk, anchors * ref));
+  for (uint64_t at = 0; at < anchors * ref; at += piece.size()) {
+    if (!mem.read(*strtab + at, piece.data(), piece.size())) {
+      ++c.malformed["unreadable string table"];
+      break;
+    }
+    for (uint64_t i = 0; i < piece.size(); i += ref) {
+      uint64_t h = 0;
+      std::memcpy(&h, piece.data() + i, ref);
+      lists.chain(h & ~uint64_t{1}, static_cast<uint8_t>(Gct::Str), "the string table");
+    }
+  }
+  // g->gc.mmudata points at the last of a circular list (lj_gc.c gc_finalize).
+  if (auto last = mem.ref(g + in.g_gc_mmudata); last && *last != 0) {
+    if (auto first = mem.ref(*last); first) {
+      lists.chain(*first, static_cast<uint8_t>(Gct::Udata), "gc.mmudata", *last);
+      lists.add(*last, static_cast<uint8_t>(Gct::Udata), "gc.mmudata");
+    }
+  }
+  std::sort(c.objects.begin(), c.objects.end(),
+            [](const Object& a, const Object& b) { return a.addr < b.addr; });
+  const size_t before = c.objects.size();
+  c.objects.erase(std::unique(c.objects.begin(), c.objects.end(),
+                              [](const Object& a, const Object& b) { return a.addr == b.addr; }),
+                  c.objects.end());
+  if (before != c.objects.size()) c.malformed["object on two lists"] += before - c.objects.size();
+  for (const Object& o : c.objects) {
+    c.types[o.gct].count += 1;
+    c.types[o.gct].bytes += o.bytes;
+  }
+  c.registry = find_registry(mem, g);
+  c.gc_roots = find_gc_roots(mem, g);
+  return c;
+}
+
+}  // namespace ljprof::heap

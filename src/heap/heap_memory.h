@@ -1,0 +1,97 @@
+// What the heap stage's readers share (internal to src/heap): the LuaJIT object model of lj_obj.h
+// that `ljprof heap` reads — type tags, TValue decoding in both GC64 modes, bounded reads of a
+// core's (or a live process's) memory through abi/read_mem.h.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+extern "C" {
+#include "abi/luajit_info.h"
+#include "abi/read_mem.h"
+}
+
+namespace ljprof::heap {
+
+// lj_obj.h: GCHeader.gct holds ~itype; the itypes of collectable objects, LJ_TSTR (~4u) to
+// LJ_TUDATA (~12u).
+enum class Gct : uint8_t {
+  Str = 4,
+  Upval = 5,
+  Thread = 6,
+  Proto = 7,
+  Func = 8,
+  Trace = 9,
+  Cdata = 10,
+  Tab = 11,
+  Udata = 12,
+};
+inline constexpr uint8_t kMinGct = 4;
+inline constexpr uint8_t kMaxGct = 12;
+inline constexpr size_t kGctCount = kMaxGct + 1;
+
+// lj_gc.h marked bits this reader looks at.
+inline constexpr uint8_t kMarkWeakKey = 0x08;   // LJ_GC_WEAKKEY: set by the last traversal
+inline constexpr uint8_t kMarkWeakVal = 0x10;   // LJ_GC_WEAKVAL
+inline constexpr uint8_t kMarkCdataVar = 0x80;  // lj_cdata.h cdataisv: a variable-length cdata
+
+// Whether the build interns strings the upstream way since 2020 (ff34b48d, "Redesign and harden
+// string interning": GCstr has `sid`, so GCstr.len sits at 20 with GC64 and 16 without); its
+// strings are sizeof(GCstr) + ((len + 4) & ~3) bytes (lj_str.h lj_str_size), older ones and
+// Tarantool's sizeof(GCstr) + len + 1 (lj_obj.h sizestring).
+inline bool upstream_interning(const lj_luajit_info& info) {
+  return info.str_len == (info.ref_size == 8 ? 20 : 16);
+}
+
+// The name `ljprof heap` shows for a type ("table", "string", ...).
+const char* gct_name(uint8_t gct);
+
+// Bounded reads of one address space with the build's reference width.
+class Memory {
+ public:
+  Memory(ljprof_mem_reader mem, const lj_luajit_info& info) : mem_(mem), info_(info) {}
+
+  bool read(uint64_t addr, void* out, uint64_t len) const {
+    return len <= UINT32_MAX && mem_.read_mem(mem_.ctx, addr, out, static_cast<uint32_t>(len)) == 0;
+  }
+  template <typename T>
+  std::optional<T> get(uint64_t addr) const {
+    T v{};
+    if (!read(addr, &v, sizeof v)) return std::nullopt;
+    return v;
+  }
+  // A GCRef/MRef: 8 bytes with GC64, else 4 (zero-extended).
+  std::optional<uint64_t> ref(uint64_t addr) const {
+    uint64_t v = 0;
+    if (!read(addr, &v, info_.ref_size)) return std::nullopt;
+    return v;
+  }
+  const lj_luajit_info& info() const { return info_; }
+  bool gc64() const { return info_.ref_size == 8; }
+
+ private:
+  ljprof_mem_reader mem_;
+  const lj_luajit_info& info_;
+};
+
+// A TValue's collectable object, if it holds one (lj_obj.h tvisgcv): its address and ~itype.
+struct GcValue {
+  uint64_t addr = 0;
+  uint8_t gct = 0;
+};
+// GC64: the itype is the top 17 bits sign-extended (it64 >> 47), the pointer the low 47 bits;
+// non-GC64: the itype is the high word, the GCRef the low one.
+inline std::optional<GcValue> decode_tvalue(uint64_t raw, bool gc64) {
+  const uint32_t itype = gc64 ? static_cast<uint32_t>(static_cast<int64_t>(raw) >> 47)
+                              : static_cast<uint32_t>(raw >> 32);
+  const uint32_t gct = ~itype;
+  if (gct < kMinGct || gct > kMaxGct || gct == static_cast<uint32_t>(Gct::Upval)) {
+    return std::nullopt;
+  }
+  const uint64_t addr = gc64 ? raw & ((uint64_t{1} << 47) - 1) : raw & 0xffffffffu;
+  if (addr == 0) return std::nullopt;
+  return GcValue{addr, static_cast<uint8_t>(gct)};
+}
+
+}  // namespace ljprof::heap

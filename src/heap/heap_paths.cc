@@ -1,0 +1,363 @@
+// PathNamer and find_retainers (heap/heap_graph.h): shortest paths from the roots named as Lua
+// code writes them, and retained sizes over the dominator tree.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "common/printable.h"
+#include "heap/heap_graph.h"
+#include "heap/heap_graph_internal.h"
+
+namespace ljprof::heap {
+
+namespace {
+
+constexpr size_t kMaxKeyText = 40;    // characters of a string key shown in a path
+constexpr size_t kMaxPathText = 400;  // characters of a whole path
+constexpr size_t kMaxFrames = 48;     // frames of one memory-profile stack
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char ch : s) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
+  }
+  return true;
+}
+
+// A clause that starts a path over (the way to its function or thread is a path of its own).
+bool restarts(EdgeKind k) {
+  switch (k) {
+    case EdgeKind::Upvalue:
+    case EdgeKind::CUpvalue:
+    case EdgeKind::Prototype:
+    case EdgeKind::Constant:
+    case EdgeKind::ChunkName:
+    case EdgeKind::StackSlot:
+    case EdgeKind::OpenUpvalue:
+    case EdgeKind::TraceProto:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph)
+    : mem_(mem), census_(census), graph_(graph) {
+  const size_t n = graph.first.size() - 1;
+  parent_.assign(n, kUnreached);
+  via_.resize(n);
+  std::deque<uint32_t> queue{graph.root};
+  parent_[graph.root] = graph.root;
+  while (!queue.empty()) {
+    const uint32_t v = queue.front();
+    queue.pop_front();
+    for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
+      const uint32_t w = graph.edges[e].to;
+      if (parent_[w] != kUnreached) continue;
+      parent_[w] = v;
+      via_[w] = graph.edges[e];
+      queue.push_back(w);
+    }
+  }
+}
+
+std::string PathNamer::string_at(uint64_t s, size_t max) const {
+  const lj_luajit_info& in = mem_.info();
+  const uint32_t len = mem_.get<uint32_t>(s + in.str_len).value_or(0);
+  std::string text(std::min<size_t>(len, max), '\0');
+  if (!mem_.read(s + in.str_data, text.data(), text.size())) return "?";
+  return printable_text(text) + (len > max ? "…" : "");
+}
+
+std::string PathNamer::proto_name(uint64_t pt) const {
+  const lj_luajit_info& in = mem_.info();
+  auto chunk = mem_.ref(pt + in.pt_chunkname);
+  const uint32_t line = mem_.get<uint32_t>(pt + in.pt_firstline).value_or(0);
+  std::string name = chunk && *chunk != 0 ? string_at(*chunk, 120) : "?";
+  if (!name.empty() && (name[0] == '@' || name[0] == '=')) name.erase(0, 1);
+  return fmt::format("<{}:{}>", name, line);
+}
+
+std::string PathNamer::function_name(uint64_t fn) const {
+  const lj_luajit_info& in = mem_.info();
+  if (mem_.get<uint8_t>(fn + in.fn_ffid).value_or(1) != 0)
+    return fmt::format("C function {:#x}", fn);
+  auto pc = mem_.ref(fn + in.fn_pc);
+  if (!pc) return fmt::format("function {:#x}", fn);
+  return "function " + proto_name(*pc - static_cast<uint64_t>(in.pt_size));
+}
+
+// lj_debug.c debug_uvname: GCproto.uvinfo holds the upvalue names, NUL-terminated, in order.
+std::string PathNamer::upvalue_name(uint64_t fn, uint64_t index) const {
+  const lj_luajit_info& in = mem_.info();
+  auto pc = mem_.ref(fn + in.fn_pc);
+  if (!pc) return fmt::format("#{}", index + 1);
+  auto info = mem_.ref(*pc - static_cast<uint64_t>(in.pt_size) + in.pt_uvinfo);
+  if (!info || *info == 0) return fmt::format("#{}", index + 1);
+  char buf[256];
+  uint64_t at = *info;
+  for (uint64_t i = 0; i <= index; ++i) {
+    if (!mem_.read(at, buf, sizeof buf)) return fmt::format("#{}", index + 1);
+    const void* nul = std::memchr(buf, 0, sizeof buf);
+    if (nul == nullptr) return fmt::format("#{}", index + 1);
+    const size_t len = static_cast<const char*>(nul) - buf;
+    if (i == index) return "'" + printable_text(std::string(buf, len)) + "'";
+    at += len + 1;
+  }
+  return fmt::format("#{}", index + 1);
+}
+
+std::string PathNamer::thread_name(uint64_t L) const {
+  return L == census_.main_thread ? "main thread" : fmt::format("thread {:#x}", L);
+}
+
+// "local 'held' of thread 0x… at app.lua:40"; a temporary or a frame whose pc is not known
+// "local #2 of thread 0x… in function <app.lua:12>"; a C frame's slot "slot 5 of thread 0x…".
+std::string PathNamer::slot_name(uint64_t L, uint64_t slot) const {
+  auto owner = name_stack_slot(mem_, L, slot);
+  if (!owner) return fmt::format("slot {} of {}", slot, thread_name(L));
+  const std::string fn = function_name(owner->fn);
+  if (!owner->name.empty() && owner->line != 0) {
+    // function_name is "function <chunk:firstline>": the chunk, then the current line.
+    const size_t open = fn.find('<'), colon = fn.rfind(':');
+    const std::string chunk =
+        open != std::string::npos && colon > open ? fn.substr(open + 1, colon - open - 1) : "?";
+    return fmt::format("local '{}' of {} at {}:{}", printable_text(owner->name), thread_name(L),
+                       chunk, owner->line);
+  }
+  return fmt::format("local #{} of {} in {}", owner->reg, thread_name(L), fn);
+}
+
+std::string PathNamer::key_text(uint64_t raw, bool as_key) const {
+  const bool gc64 = mem_.gc64();
+  const uint32_t itype = gc64 ? static_cast<uint32_t>(static_cast<int64_t>(raw) >> 47)
+                              : static_cast<uint32_t>(raw >> 32);
+  auto v = decode_tvalue(raw, gc64);
+  if (v && v->gct == static_cast<uint8_t>(Gct::Str)) {
+    const std::string s = string_at(v->addr, kMaxKeyText);
+    if (as_key) return "[key \"" + s + "\"]";
+    return is_identifier(s) ? "." + s : "[\"" + s + "\"]";
+  }
+  if (v) return fmt::format("[{}{} {:#x}]", as_key ? "key " : "", gct_name(v->gct), v->addr);
+  if (itype == 0xfffffffeu) return "[false]";  // LJ_TFALSE
+  if (itype == 0xfffffffdu) return "[true]";   // LJ_TTRUE
+  if (itype < 0xfffffff2u || !gc64) {          // a number (below LJ_TISNUM)
+    double d;
+    std::memcpy(&d, &raw, sizeof d);
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
+      return fmt::format("[{}]", static_cast<int64_t>(d));
+    }
+    return fmt::format("[{}]", d);
+  }
+  return "[?]";
+}
+
+std::string PathNamer::edge_text(uint32_t parent, const Edge& e, const std::string& before) const {
+  const uint64_t from = parent < census_.objects.size() ? census_.objects[parent].addr : 0;
+  switch (e.kind) {
+    case EdgeKind::RootGlobals:
+      return "_G";
+    case EdgeKind::RootRegistry:
+      return "registry";
+    case EdgeKind::RootMainThread:
+      return "main thread";
+    case EdgeKind::RootGcRoot:
+      return fmt::format("gcroot[{}]", e.aux);
+    case EdgeKind::RootTrace:
+      return "JIT trace";
+    case EdgeKind::RootFinalizing:
+      return "userdata being finalized";
+    case EdgeKind::ArraySlot:
+      return before + fmt::format("[{}]", e.aux);
+    case EdgeKind::HashValue: {
+      const std::string key = key_text(e.aux, false);
+      if (before == "registry" && key == "._LOADED") return "package.loaded";
+      return before + key;
+    }
+    case EdgeKind::HashKey:
+      return before + key_text(e.aux, true);
+    case EdgeKind::Metatable:
+      return before + "[metatable]";
+    case EdgeKind::Env:
+      return before + "[env]";
+    case EdgeKind::Upvalue:
+      return "upvalue " + upvalue_name(from, e.aux) + " of " + function_name(from);
+    case EdgeKind::UpvalueValue:
+      return before;
+    case EdgeKind::CUpvalue:
+      return fmt::format("upvalue #{} of {}", e.aux + 1, function_name(from));
+    case EdgeKind::Prototype:
+      return "prototype of " + function_name(from);
+    case EdgeKind::Constant:
+      return "constant of " + proto_name(from);
+    case EdgeKind::ChunkName:
+      return "chunk name of " + proto_name(from);
+    case EdgeKind::StackSlot:
+      return slot_name(from, e.aux);
+    case EdgeKind::OpenUpvalue:
+      return "open upvalue of " + thread_name(from);
+    case EdgeKind::TraceProto:
+      return fmt::format("start of JIT trace {:#x}", from);
+  }
+  return before;
+}
+
+std::string PathNamer::path(uint32_t v) const {
+  if (parent_[v] == kUnreached) return "(unreached)";
+  std::vector<uint32_t> chain;
+  for (uint32_t u = v; u != graph_.root && chain.size() < (1u << 20); u = parent_[u]) {
+    chain.push_back(u);
+  }
+  // Only the part after the last restart matters: find it, then name forward from there.
+  size_t start = chain.size();
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (restarts(via_[chain[i]].kind)) {
+      start = i + 1;
+      break;
+    }
+  }
+  std::string text;
+  for (size_t i = start; i-- > 0;) {
+    text = edge_text(parent_[chain[i]], via_[chain[i]], text);
+    if (text.size() > kMaxPathText) return text.substr(0, kMaxPathText) + "…";
+  }
+  return text;
+}
+
+std::string PathNamer::step(uint32_t v) const {
+  if (parent_[v] == kUnreached) return "(unreached)";
+  // A closed upvalue's value adds nothing to a path; as a frame of its own it needs a name.
+  if (via_[v].kind == EdgeKind::UpvalueValue) return "[value]";
+  return edge_text(parent_[v], via_[v], "");
+}
+
+std::string PathNamer::frame(uint32_t v) const {
+  if (parent_[v] == kUnreached) return "(unreached)";
+  const Edge& e = via_[v];
+  if (e.kind == EdgeKind::ArraySlot) return "[*]";
+  if (e.kind == EdgeKind::HashValue || e.kind == EdgeKind::HashKey) {
+    // A record's fields keep their names; a big map's keys (1024 hash slots or more) are one
+    // frame.
+    const uint64_t t = census_.objects[parent_[v]].addr;
+    const bool map = mem_.get<uint32_t>(t + mem_.info().tab_hmask).value_or(0) >= 1023;
+    auto key = decode_tvalue(e.aux, mem_.gc64());
+    if (map || !key || key->gct != static_cast<uint8_t>(Gct::Str)) {
+      return e.kind == EdgeKind::HashKey ? "[key *]" : "[*]";
+    }
+  }
+  return step(v);
+}
+
+namespace {
+
+// The memory profile: objects grouped by their chain of dominators, each dominator named by
+// the step that reaches it (PathNamer::frame: table slots of arrays and big maps as "[*]"), so
+// equal chains are one stack; an object that dominates nothing else is grouped under its
+// dominator by type, so a table of a million strings is one frame "(string)". Stacks stop
+// growing at kMaxFrames.
+std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& census,
+                                          const Graph& graph, const Dominators& dom,
+                                          const std::vector<uint32_t>& children) {
+  struct Stack {
+    uint32_t parent = 0, frame = 0, depth = 0;
+  };
+  std::vector<Stack> stacks(1);  // 0: the root, no frame
+  std::vector<std::string> names;
+  std::unordered_map<std::string, uint32_t> name_ids;
+  std::unordered_map<uint64_t, uint32_t> stack_ids;
+  std::vector<uint32_t> stack_of(census.objects.size() + 1, 0);
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> groups;  // bytes, objects
+  std::vector<uint64_t> order;
+  auto add = [&](uint64_t key, uint64_t bytes) {
+    auto [it, fresh] = groups.try_emplace(key, 0, 0);
+    if (fresh) order.push_back(key);
+    it->second.first += bytes;
+    it->second.second += 1;
+  };
+  for (uint32_t v : dom.preorder) {
+    if (v == graph.root) continue;
+    const uint32_t up = stack_of[dom.idom[v]];
+    const Object& o = census.objects[v];
+    if (children[v] == 0) {
+      add((uint64_t{up} << 8) | o.gct, o.bytes);
+      continue;
+    }
+    if (stacks[up].depth + 1 >= kMaxFrames) {
+      stack_of[v] = up;
+    } else {
+      auto [name, fresh_name] = name_ids.try_emplace(namer.frame(v), names.size());
+      if (fresh_name) names.push_back(name->first);
+      auto [id, fresh] = stack_ids.try_emplace((uint64_t{up} << 32) | name->second, stacks.size());
+      if (fresh) stacks.push_back({up, name->second, stacks[up].depth + 1});
+      stack_of[v] = id->second;
+    }
+    add(uint64_t{stack_of[v]} << 8, o.bytes);
+  }
+  std::vector<ProfileEntry> out;
+  for (uint64_t key : order) {
+    ProfileEntry e;
+    e.bytes = groups[key].first;
+    e.count = groups[key].second;
+    if ((key & 0xff) != 0) e.frames.push_back(fmt::format("({})", gct_name(key & 0xff)));
+    for (uint32_t s = static_cast<uint32_t>(key >> 8); s != 0; s = stacks[s].parent) {
+      e.frames.push_back(names[stacks[s].frame]);
+    }
+    std::reverse(e.frames.begin(), e.frames.end());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
+Retainers find_retainers(const Memory& mem, const Census& census, size_t top) {
+  Retainers out;
+  const Graph graph = build_graph(mem, census);
+  out.edges = graph.edges.size();
+  out.unreadable_refs = graph.unreadable_refs;
+  out.dropped_edges = graph.dropped_edges;
+  const Dominators dom = dominators(graph);
+  const size_t n = census.objects.size();
+  std::vector<uint64_t> retained(n + 1, 0), count(n + 1, 0);
+  std::vector<uint32_t> children(n + 1, 0);
+  for (uint32_t v : dom.preorder) {
+    if (v == graph.root) continue;
+    retained[v] = census.objects[v].bytes;
+    count[v] = 1;
+    ++children[dom.idom[v]];
+    ++out.reachable_count;
+    out.reachable_bytes += census.objects[v].bytes;
+  }
+  // A dominator precedes what it dominates in DFS preorder: sum in reverse.
+  for (size_t i = dom.preorder.size(); i-- > 1;) {
+    const uint32_t v = dom.preorder[i];
+    retained[dom.idom[v]] += retained[v];
+    count[dom.idom[v]] += count[v];
+  }
+  out.unreached_count = n - out.reachable_count;
+  out.unreached_bytes = census.object_bytes() - out.reachable_bytes;
+  std::vector<uint32_t> order;
+  for (uint32_t v : dom.preorder) {
+    if (v != graph.root) order.push_back(v);
+  }
+  const size_t keep = top == 0 ? order.size() : std::min(top, order.size());
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](uint32_t a, uint32_t b) {
+    return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
+  });
+  const PathNamer namer(mem, census, graph);
+  for (size_t i = 0; i < keep; ++i) {
+    const uint32_t v = order[i];
+    out.top.push_back({namer.path(v), census.objects[v].addr, census.objects[v].gct, retained[v],
+                       census.objects[v].bytes, count[v]});
+  }
+  out.profile = profile_entries(namer, census, graph, dom, children);
+  return out;
+}
+
+}  // namespace ljprof::heap

@@ -1,0 +1,171 @@
+// `ljprof heap` on real cores: the workload tests/walker/workloads/heap_census.lua builds known
+// structures, measures each with the VM's own accounting (collectgarbage("count") deltas),
+// prints them and the VM's total, and aborts. Oracles: the VM's gc.total and its own string
+// count (g->strnum), and the workload's measured sizes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "report/pprof.h"
+#include "support/test_support.h"
+#include "walker/workload_core.h"
+
+namespace ljprof {
+namespace {
+
+using Json = nlohmann::json;
+using test::Target;
+
+struct Printed {
+  std::map<std::string, double> sizes;  // "ljprof-heap NAME BYTES"
+  std::string held_line;                // the line the coroutine holding `held` is suspended at
+  double total = 0;                     // collectgarbage("count") * 1024 before the abort
+};
+
+Printed printed(const std::string& out) {
+  Printed p;
+  const std::regex size_re(R"(^ljprof-heap (\w+) (\d+)$)");
+  const std::regex total_re(R"(^ljprof-heap-total (\d+)$)");
+  for (const std::string& line : test::lines_of(out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, size_re)) p.sizes[m[1]] = std::stod(m[2]);
+    if (std::regex_match(line, m, total_re)) p.total = std::stod(m[1]);
+    if (std::regex_match(line, m, std::regex(R"(^ljprof-heap-held-line (\d+)$)"))) {
+      p.held_line = m[1];
+    }
+  }
+  return p;
+}
+
+std::vector<std::string> heap_argv(const Target& target, const test::Dump& d) {
+  std::vector<std::string> argv = {test::ljprof_bin(), "heap", d.core};
+  if (target.arm64) {
+    argv.insert(argv.end(), {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", target.exe});
+  }
+  return argv;
+}
+
+// The table retainer whose path matches `path_re` (the first, biggest; an upvalue object or a
+// function on the way has the same path), or nullptr.
+const Json* retainer(const Json& j, const std::string& path_re) {
+  const std::regex re(path_re);
+  for (const Json& r : j["retainers"]) {
+    if (r["type"] == "table" && std::regex_match(r["path"].get<std::string>(), re)) return &r;
+  }
+  return nullptr;
+}
+
+void expect_within(double got, double want, double fraction, const std::string& what) {
+  EXPECT_LE(std::fabs(got - want), fraction * want)
+      << what << ": ljprof " << got << ", the VM " << want << " (allowed " << fraction * 100
+      << "%)";
+}
+
+// The memory profile: its stacks are dominator chains from the roots, so the bytes under the
+// frame ".names" below "_G" are the retained size the table reports (the writer's pprof is
+// checked against go tool pprof by tests/report); the profile diffed against itself cancels.
+void expect_profile_matches(const std::string& pb, const Json& names,
+                            std::vector<std::string> argv) {
+  auto p = report::read_pprof(pb);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->value_type, profile::ValueType::Heap);
+  int64_t under_names = 0, objects = 0;
+  for (const profile::Sample& s : p->samples) {
+    const size_t n = s.frames.size();
+    if (n >= 2 && s.frames[n - 1].function == "_G" && s.frames[n - 2].function == ".names") {
+      under_names += s.bytes;
+      objects += s.count;
+    }
+  }
+  EXPECT_EQ(under_names, names["retained_bytes"].get<int64_t>());
+  EXPECT_EQ(objects, names["count"].get<int64_t>());
+  // ljprof report weighs a heap profile by bytes: the cum column of ".names" is the same.
+  test::CommandResult top = test::run({test::ljprof_bin(), "report", pb, "--top=50"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      top.out, m, std::regex(R"(\n\s*\d+\s+\S+\s+\S+\s+(\d+)\s+\S+\s+lua\s+\.names\n)")))
+      << top.out;
+  EXPECT_EQ(std::stoll(m[1]), names["retained_bytes"].get<int64_t>()) << top.out;
+  const std::string diff = pb + ".diff.pb.gz";
+  argv.insert(argv.end(), {"-o", diff, "--base", pb});
+  ASSERT_EQ(test::run(argv).exit_code, 0);
+  auto delta = report::read_pprof(diff);
+  ASSERT_TRUE(delta.ok()) << delta.message();
+  for (const profile::Sample& s : delta->samples) {
+    EXPECT_EQ(s.bytes, 0);
+    EXPECT_EQ(s.count, 0);
+  }
+}
+
+class HeapCore : public ::testing::TestWithParam<Target> {};
+
+TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
+  const Target& target = GetParam();
+  const test::Dump d = test::dump_core(target, "heap_census.lua");
+  const Printed vm = printed(d.out);
+  ASSERT_GT(vm.total, 0) << d.out;
+  ASSERT_EQ(vm.sizes.size(), 6u) << d.out;
+  ASSERT_FALSE(vm.held_line.empty()) << d.out;
+  const std::string pb = d.dir + "/heap.pb.gz";
+  std::vector<std::string> argv = heap_argv(target, d);
+  argv.insert(argv.end(), {"--json", "--top", "400", "-o", pb});
+  test::CommandResult r = test::run(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_TRUE(j["malformed"].empty()) << j["malformed"].dump();
+  // The total: what the census counts against the VM's count printed just before the abort
+  // (the abort's own few allocations follow it).
+  expect_within(j["total_bytes"].get<double>(), vm.total, 0.02, "total bytes");
+  expect_within(j["vm_total_bytes"].get<double>(), vm.total, 0.005, "g->gc.total in the core");
+  // Strings: the VM's own count of interned strings.
+  EXPECT_EQ(j["types"]["string"]["count"], j["string_table_count"]);
+  EXPECT_GE(j["types"]["string"]["count"].get<double>(), 20000);
+  EXPECT_GE(j["types"]["userdata"]["count"].get<double>(), 200);
+  EXPECT_GE(j["types"]["cdata"]["count"].get<double>(), 200);
+  EXPECT_GE(j["types"]["thread"]["count"].get<double>(), 2);
+  EXPECT_EQ(j["registry_found"], true);
+  const std::map<std::string, std::string> paths = {
+      {"names", R"(_G\.names)"},
+      {"cache", R"(upvalue 'cache' of function <heap_census\.lua:\d+>)"},
+      // The local's name from the prototype's debug info, at the line the VM reported.
+      {"held", "local 'held' of thread 0x[0-9a-f]+ at heap_census\\.lua:" + vm.held_line},
+      {"cycle", R"(_G\.cycle)"},
+      {"proxies", R"(_G\.proxies)"},
+      {"cdatas", R"(_G\.cdatas)"},
+  };
+  for (const auto& [name, re] : paths) {
+    SCOPED_TRACE(name);
+    const Json* found = retainer(j, re);
+    ASSERT_NE(found, nullptr) << "no retainer at " << re << "\n" << r.out;
+    expect_within((*found)["retained_bytes"].get<double>(), vm.sizes.at(name), 0.05, name);
+  }
+  expect_profile_matches(pb, *retainer(j, R"(_G\.names)"), heap_argv(target, d));
+}
+
+const Target kLuajit{"luajit", "/usr/bin/luajit", false};
+const Target kTarantool{"tarantool", "/usr/bin/tarantool", false};
+const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
+
+INSTANTIATE_TEST_SUITE_P(Real, HeapCore, ::testing::Values(kLuajit, kTarantool, kLuajitArm64),
+                         [](const auto& info) { return info.param.label; });
+
+// The matrix builds whose layouts the Debian binaries do not have: upstream's strings without
+// GC64 (a 20-byte GCstr), Tarantool's fork with GC64 (on arm64).
+std::vector<Target> matrix_targets() {
+  std::vector<Target> out;
+  for (const test::MatrixVariant& v : test::matrix_variants()) {
+    if (v.name.find("nogc64") != std::string::npos || v.name.rfind("tarantool-", 0) == 0) {
+      out.push_back({test::gtest_name(v.name), v.exe, v.arm64});
+    }
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Matrix, HeapCore, ::testing::ValuesIn(matrix_targets()),
+                         [](const auto& info) { return info.param.label; });
+
+}  // namespace
+}  // namespace ljprof
