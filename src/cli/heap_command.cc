@@ -27,6 +27,9 @@ namespace ljprof::cli {
 
 namespace {
 
+// The pages of a live heap kept at once (64 MiB).
+constexpr size_t kHeapCachedPages = 16384;
+
 // `ljprof heap`'s options as given.
 struct HeapFlags {
   std::string core;
@@ -71,8 +74,9 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   const heap::Memory mem(core.mem_reader(), info);
   Snapshot s;
   // A live process: each page is read once, on first use, and later reads of it are served from
-  // that copy, so the walk costs a read per page instead of per field.
-  core.cache_pages(live);
+  // that copy, so the walk costs a read per page instead of per field. Up to 64 MiB of pages,
+  // then the cache starts over: objects are visited in list order, mostly near the last ones.
+  core.cache_pages(live, kHeapCachedPages, true);
   auto census = heap::take_census(mem, g);
   if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top);
   core.cache_pages(false);

@@ -222,8 +222,11 @@ class CoreFile {
   void drop_prefetch() const;
   // A live process only: while on, a read inside one page reads that whole page the first time
   // and later reads of it come from that copy (memory as of that first read); turning it on or
-  // off empties the cache. For one walk, whose reads are many and close together.
-  void cache_pages(bool on) const;
+  // off empties the cache. For one walk, whose reads are many and close together. At most
+  // `max_pages` are kept; then reads go through uncached, or with `start_over` the cache is
+  // emptied and fills again (a walk over more memory than the cache holds: the heap).
+  void cache_pages(bool on, size_t max_pages = kDefaultCachedPages, bool start_over = false) const;
+  static constexpr size_t kDefaultCachedPages = 256;  // 1 MiB: a deep stack walk
 
   // The C interface for the natively compiled walker. `ctx` is the core's internal state, so
   // the reader stays valid when the CoreFile is moved; it must not outlive the CoreFile.

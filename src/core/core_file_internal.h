@@ -40,7 +40,8 @@ struct PrefetchedMemory {
 // a stack and the Lua objects it names in small pieces, mostly a few bytes apart.
 struct PageCache {
   static constexpr uint64_t kPage = 4096;
-  static constexpr size_t kMaxPages = 256;  // 1 MiB: a deep walk, then reads go through uncached
+  size_t max_pages = 0;  // then reads go through uncached, or (start_over) the cache empties
+  bool start_over = false;
   bool on = false;
   std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages;  // by page address
 };

@@ -148,8 +148,10 @@ void CoreFile::drop_prefetch() const {
   state_->prefetched = {};
 }
 
-void CoreFile::cache_pages(bool on) const {
+void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over) const {
   state_->page_cache.on = on && state_->live != nullptr;
+  state_->page_cache.max_pages = max_pages;
+  state_->page_cache.start_over = start_over;
   state_->page_cache.pages.clear();
 }
 
@@ -161,7 +163,10 @@ int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) const {
   }
   auto it = page_cache.pages.find(page);
   if (it == page_cache.pages.end()) {
-    if (page_cache.pages.size() >= PageCache::kMaxPages) return live->read(addr, dst, len);
+    if (page_cache.pages.size() >= page_cache.max_pages) {
+      if (!page_cache.start_over) return live->read(addr, dst, len);
+      page_cache.pages.clear();
+    }
     auto bytes = std::make_unique<uint8_t[]>(PageCache::kPage);
     if (live->read(page, bytes.get(), PageCache::kPage) != 0) return live->read(addr, dst, len);
     it = page_cache.pages.emplace(page, std::move(bytes)).first;
