@@ -3,15 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "common/printable.h"
 #include "profile/profile_frames.h"
 #include "report/frames.h"
+#include "report/write_file.h"
 
 namespace ljprof::report {
 
@@ -103,12 +102,7 @@ Result<std::string> perf_script_text(const profile::Profile& profile) {
 
 Status write_perf_script(const profile::Profile& profile, const std::string& path) {
   LJ_ASSIGN_OR_RETURN(std::string text, perf_script_text(profile));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error("{}: cannot create: {}", path, std::strerror(errno));
-  out << text;
-  out.close();
-  if (!out) return make_error("{}: write failed: {}", path, std::strerror(errno));
-  return Ok{};
+  return write_file(path, text);
 }
 
 }  // namespace ljprof::report

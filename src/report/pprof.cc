@@ -18,6 +18,7 @@
 #include "common/printable.h"
 #include "proto/profile.pb.h"
 #include "report/frames.h"
+#include "report/write_file.h"
 
 namespace ljprof::report {
 
@@ -34,17 +35,6 @@ struct FileCloser {
   }
 };
 using FilePtr = std::unique_ptr<FILE, FileCloser>;
-
-Status write_file(const std::string& path, const std::string& bytes) {
-  FilePtr f(fopen(path.c_str(), "wb"));
-  if (!f) return make_error("{}: cannot create: {}", path, strerror(errno));
-  if (!bytes.empty() && fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
-    return make_error("{}: write failed: {}", path, strerror(errno));
-  }
-  // fclose flushes; a full disk shows up here, not at fwrite.
-  if (fclose(f.release()) != 0) return make_error("{}: write failed: {}", path, strerror(errno));
-  return Ok{};
-}
 
 Result<std::string> read_capped(const std::string& path, uint64_t max_bytes) {
   FilePtr f(fopen(path.c_str(), "rb"));

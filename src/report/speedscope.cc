@@ -3,15 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "report/frames.h"
 #include "report/json_text.h"
+#include "report/write_file.h"
 
 namespace ljprof::report {
 
@@ -177,12 +176,7 @@ Status write_speedscope(const profile::Profile& profile, const std::string& path
   LJ_ASSIGN_OR_RETURN(
       std::string text,
       speedscope_json(profile, slash == std::string::npos ? path : path.substr(slash + 1)));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error("{}: cannot create: {}", path, std::strerror(errno));
-  out << text << "\n";
-  out.close();
-  if (!out) return make_error("{}: write failed: {}", path, std::strerror(errno));
-  return Ok{};
+  return write_file(path, text + "\n");
 }
 
 }  // namespace ljprof::report

@@ -3,14 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <map>
 
 #include "profile/profile_frames.h"
 #include "report/frames.h"
 #include "report/json_text.h"
+#include "report/write_file.h"
 
 namespace ljprof::report {
 
@@ -107,12 +105,7 @@ Json stalls_json(const std::vector<profile::LoopStall>& stalls) {
 }
 
 Status write_stalls_json(const std::vector<profile::LoopStall>& stalls, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) return make_error("{}: cannot create: {}", path, std::strerror(errno));
-  out << json_text(stalls_json(stalls)) << "\n";
-  out.close();
-  if (!out) return make_error("{}: write failed: {}", path, std::strerror(errno));
-  return Ok{};
+  return write_file(path, json_text(stalls_json(stalls)) + "\n");
 }
 
 }  // namespace ljprof::report
