@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -180,9 +181,9 @@ class Writer {
 
   Result<std::string> serialize() {
     std::vector<profile::Sample> samples = aggregate_samples(profile_.samples);
-    // A stall profile's off-CPU time is part of its one time value (value_ns).
-    stall_ = profile_.value_type == profile::ValueType::LoopStall;
-    for (const profile::Sample& s : samples) off_cpu_ = !stall_ && (off_cpu_ || s.off_cpu_ns > 0);
+    // A stall profile's off-CPU time is part of its one time value (write_sample).
+    off_cpu_ = !stall() && std::any_of(samples.begin(), samples.end(),
+                                       [](const auto& s) { return s.off_cpu_ns > 0; });
     write_header();
     write_mappings(samples);
     for (const profile::Sample& s : samples) write_sample(s);
@@ -315,8 +316,8 @@ class Writer {
     if (profile_.value_type == profile::ValueType::Heap) {
       ps->add_value(s.bytes);
     } else {
-      ps->add_value(stall_ && s.off_cpu_ns > 0 ? s.off_cpu_ns
-                                               : saturating_mul(s.count, profile_.period_ns));
+      ps->add_value(stall() && s.off_cpu_ns > 0 ? s.off_cpu_ns
+                                                : saturating_mul(s.count, profile_.period_ns));
     }
     if (off_cpu_) ps->add_value(s.off_cpu_ns);
     add_label(ps, "pid", s.pid);
@@ -345,8 +346,9 @@ class Writer {
   const profile::Profile& profile_;
   const std::string& path_;
   FiberLabels fibers_;
+  bool stall() const { return profile_.value_type == profile::ValueType::LoopStall; }
+
   bool off_cpu_ = false;  // a third sample type, off_cpu/nanoseconds
-  bool stall_ = false;    // ValueType::LoopStall
   pp::Profile out_;
   StringTable strings_{&out_};
   std::map<MappingKey, uint64_t> mapping_ids_;
