@@ -13,6 +13,15 @@
 
 namespace ljprof::record {
 
+namespace {
+
+// The pprof label `state` of an off-CPU interval (record_types.h LJ_REC_OFF_CPU_*).
+const char* off_cpu_state_label(uint32_t state) {
+  return state == LJ_REC_OFF_CPU_BLOCKED ? "blocked" : "preempted";
+}
+
+}  // namespace
+
 void SampleIntake::handle_record(const void* data, size_t size) {
   uint32_t kind = 0;
   if (size >= sizeof(kind)) std::memcpy(&kind, data, sizeof(kind));
@@ -95,7 +104,7 @@ std::vector<profile::LoopStall> SampleIntake::stalls() const {
         sample.count = t.off_cpu_ns == 0 ? 1 : 0;
         sample.off_cpu_ns = static_cast<int64_t>(t.off_cpu_ns);
         if (t.off_cpu_ns != 0) {
-          sample.state = t.off_cpu_state == LJ_REC_OFF_CPU_BLOCKED ? "blocked" : "preempted";
+          sample.state = off_cpu_state_label(t.off_cpu_state);
         }
         stall.samples.push_back(std::move(sample));
       }
@@ -266,7 +275,7 @@ void SampleIntake::for_each_off_cpu(const std::function<void(profile::Sample)>& 
     profile::Sample s = stacks_.sample_of(*key.first);
     s.count = 0;
     s.off_cpu_ns = ns;
-    s.state = key.second == LJ_REC_OFF_CPU_BLOCKED ? "blocked" : "preempted";
+    s.state = off_cpu_state_label(key.second);
     if (profile::is_idle_wait(s)) s.state = "idle";
     f(std::move(s));
   }
