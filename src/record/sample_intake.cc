@@ -117,11 +117,15 @@ std::vector<profile::LoopStall> SampleIntake::stalls() const {
 profile::Timeline SampleIntake::timeline() const {
   profile::Timeline out;
   std::map<const StackTable::Entry*, uint32_t> index;  // entry -> its place in out.stacks
+  std::vector<bool> idle;                              // per out.stacks: an idle loop wait
   for (const auto& [tid, times] : times_) {
     for (const SampleTime& t : times) {
       auto [at, added] = index.try_emplace(t.entry, static_cast<uint32_t>(out.stacks.size()));
-      if (added) out.stacks.push_back(stacks_.sample_of(*t.entry));
-      if (t.off_cpu_ns != 0 && profile::is_idle_wait(out.stacks[at->second])) continue;
+      if (added) {
+        out.stacks.push_back(stacks_.sample_of(*t.entry));
+        idle.push_back(profile::is_idle_wait(out.stacks.back()));
+      }
+      if (t.off_cpu_ns != 0 && idle[at->second]) continue;
       out.points.push_back(
           {static_cast<int64_t>(t.time_ns), static_cast<int64_t>(t.off_cpu_ns), tid, at->second});
     }
