@@ -191,10 +191,12 @@ const volatile uint64_t wakeup_bytes = 0;
  * (lj_rec_capture). 0: nothing is copied. Processes older than this cost one comparison. */
 const volatile uint64_t capture_young_ns = 0;
 /* record --off-cpu: off-CPU intervals of followed threads at least this long are walked and
- * sent (LJ_REC_KIND_OFF_CPU). 0: off-CPU time is not recorded (its programs are not loaded). */
+ * sent (LJ_REC_KIND_OFF_CPU). 0: off-CPU time is not recorded (its programs are not loaded, and
+ * the verifier drops its step of on_sys_exit). */
 const volatile uint64_t off_cpu_threshold_ns = 0;
 /* record --loop-stalls: a followed thread away from its event loop's wait at least this long is
- * a stall (lj_rec_stall). 0: not watched (its programs are not loaded). */
+ * a stall (lj_rec_stall). 0: not watched (its syscall-entry program is not loaded, and the
+ * verifier drops its step of on_sys_exit). */
 const volatile uint64_t loop_stall_ns = 0;
 
 LJ_INLINE void count(uint32_t index) {

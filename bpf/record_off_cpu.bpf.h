@@ -1,7 +1,7 @@
 /* record_off_cpu.bpf.h: part of record.bpf.c (included once, after sample_current): where
  * followed threads spend time off the CPU (record --off-cpu) and event-loop stalls
- * (record --loop-stalls). Loaded only when asked for: the programs run on every context switch
- * and syscall of the host. */
+ * (record --loop-stalls). Loaded only when asked for, as the programs here and as steps of
+ * on_sys_exit: they run on every context switch and syscall of the host. */
 #ifndef LJPROF_BPF_RECORD_OFF_CPU_BPF_H
 #define LJPROF_BPF_RECORD_OFF_CPU_BPF_H
 
