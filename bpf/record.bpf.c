@@ -116,6 +116,14 @@ struct {
   __type(value, uint64_t);
 } counters SEC(".maps");
 
+/* When this CPU's sampling timer last fired (bpf_ktime_get_ns), for ticks_missed. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, uint32_t);
+  __type(value, uint64_t);
+} last_tick SEC(".maps");
+
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, LJ_REC_SCRATCH_SLOTS);
@@ -198,11 +206,16 @@ const volatile uint64_t off_cpu_threshold_ns = 0;
  * a stall (lj_rec_stall). 0: not watched (its syscall-entry program is not loaded, and the
  * verifier drops its step of on_sys_exit). */
 const volatile uint64_t loop_stall_ns = 0;
+/* The sampling timer's period in ns (1e9 / -F; perf turns a cpu-clock frequency into this fixed
+ * period: kernel/events/core.c perf_swevent_init_hrtimer). 0: ticks_missed is not checked. */
+const volatile uint64_t sample_period_ns = 0;
 
-LJ_INLINE void count(uint32_t index) {
+LJ_INLINE void count_n(uint32_t index, uint64_t n) {
   uint64_t* c = bpf_map_lookup_elem(&counters, &index);
-  if (c) *c += 1;
+  if (c) *c += n;
 }
+
+LJ_INLINE void count(uint32_t index) { count_n(index, 1); }
 
 /* The index of the module mapped at runtime address `pc` in p->modules, or -1. A global
  * function of its own so that its result reaches lj_rec_lookup as one unknown index: inlined,
@@ -660,19 +673,41 @@ LJ_INLINE int sample_current(uint32_t tgid, uint32_t tid, uint32_t slot, uint64_
   return 0;
 }
 
+/* How many of this CPU's sampling periods ended without its timer firing, up to `now`. The
+ * cpu-clock timer fires every period on every CPU, idle or not (an idle CPU's tick samples the
+ * idle task), so a gap of two periods or more means the CPU took no interrupt meanwhile: a
+ * virtual CPU the host did not run (its guest sees no steal time when the hypervisor reports
+ * none, and charges the whole gap to the task that was on the CPU: its CPU clock, os.clock,
+ * advances with no sample), or interrupts held off. Rounded to whole periods. */
+LJ_INLINE uint64_t ticks_missed(uint64_t now) {
+  uint32_t zero = 0;
+  uint64_t* last = bpf_map_lookup_elem(&last_tick, &zero);
+  uint64_t gap, missed = 0;
+  if (!last || sample_period_ns == 0) return 0;
+  gap = now - *last;
+  if (*last != 0 && gap >= sample_period_ns + sample_period_ns / 2) {
+    missed = (gap + sample_period_ns / 2) / sample_period_ns - 1;
+  }
+  *last = now;
+  return missed;
+}
+
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data* ctx) {
   uint64_t id = bpf_get_current_pid_tgid();
   uint32_t tgid = (uint32_t)(id >> 32), tid = (uint32_t)id;
   uint32_t* slotp;
-  uint64_t start_ns;
+  uint64_t start_ns = bpf_ktime_get_ns(), missed = ticks_missed(start_ns);
   (void)ctx;
 
   if (tgid == 0) return 0;
   slotp = bpf_map_lookup_elem(&pids, &tgid);
   if (!slotp) return 0;
-  start_ns = bpf_ktime_get_ns();
   count(LJ_REC_CTR_SAMPLES);
+  if (missed != 0) {
+    count(LJ_REC_CTR_TICKS_LATE);
+    count_n(LJ_REC_CTR_TICKS_MISSED, missed);
+  }
   return sample_current(tgid, tid, *slotp, start_ns, LJ_REC_KIND_SAMPLE, 0, 0);
 }
 

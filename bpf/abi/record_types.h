@@ -319,6 +319,12 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
     "off-CPU intervals that ended outside a syscall on a kernel without kprobes (not walked)")   \
   X(LIBS_ADDED, 48, KERNEL, "libraries_added",                                                   \
     "libraries the kernel added to a process's context as they were mapped")                     \
+  X(TICKS_LATE, 49, KERNEL, "sampling_timer_late",                                               \
+    "samples taken late: the CPU's sampling timer had not fired for two periods or more "        \
+    "(a virtual CPU the host did not run, or interrupts held off)")                              \
+  X(TICKS_MISSED, 50, KERNEL, "sampling_periods_missed",                                         \
+    "sampling periods without a sample on a CPU running a followed process (time its CPU clock " \
+    "counts and the profile does not)")                                                          \
   X(BEFORE_CONTEXT, 64, AGENT, "walk_before_context",                                            \
     "walk stopped in code whose unwind rows were published after the sample (process starting)") \
   X(MALFORMED, 65, AGENT, "malformed_records", "malformed ring buffer records")                  \
@@ -360,7 +366,7 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_capture_key) == 16, "lj_rec_capture_key: 1
 #define LJ_REC_COUNTER_ENUMERATOR(id, value, ...) LJ_REC_CTR_##id = value,
 enum lj_rec_counter { LJ_REC_CTR_END_BASE = 0, LJ_REC_COUNTERS(LJ_REC_COUNTER_ENUMERATOR) };
 #undef LJ_REC_COUNTER_ENUMERATOR
-#define LJ_REC_NCOUNTERS 49    /* the kernel's counters array: walk ends, then KERNEL counters */
+#define LJ_REC_NCOUNTERS 51    /* the kernel's counters array: walk ends, then KERNEL counters */
 #define LJ_REC_COUNTER_IDS 128 /* every id, kernel and agent, is below this */
 LJ_STATIC_ASSERT((int)LJ_END_COUNT <= (int)LJ_REC_CTR_SAMPLES,
                  "walk ends fit below the kernel counters");

@@ -137,6 +137,7 @@ Status BpfSession::load(const RecordOptions& o, uint64_t capture_young_ns) {
   bpf_map__set_max_entries(skel_->maps.events, rb_bytes);
   skel_->rodata->wakeup_bytes = rb_bytes / 4;
   skel_->rodata->capture_young_ns = capture_young_ns;
+  skel_->rodata->sample_period_ns = o.frequency_hz != 0 ? 1'000'000'000ULL / o.frequency_hz : 0;
   skel_->rodata->off_cpu_threshold_ns = o.off_cpu_threshold_ns;
   // Without --off-cpu its programs are neither verified nor attached: every context switch on
   // the host would run them.

@@ -64,11 +64,21 @@ struct RootTally {
   }
 };
 
+// The share (0-100) of the followed processes' CPU time the recording could not sample, from
+// ljprof's summary or a pprof -top listing of its counters: sampling periods that passed on a
+// CPU running a followed process without its timer firing (a virtual CPU the host did not run:
+// the guest charges that time to the task on the CPU, so the VM's clock counts it while the
+// profile has no sample of it). A share can be off by at most this much for that reason.
+double unsampled_share(const std::string& summary);
+
+// The points a share may differ from the VM's clock: `points`, plus the unsampled share.
+double share_tolerance(double points, const std::string& summary);
+
 // A recording's folded stacks against the VM's per-part CPU time: more than `min_samples`
-// samples, shares within 5 points, at least `min_root_share` of the samples that had an unwind
-// context end at a proven root, and the comparator nests under table.sort in more than
-// `min_nested_share` of in_c's samples. `what` (ljprof's summary) goes with every failure
-// (gtest assertions).
+// samples, shares within 5 points (plus the unsampled share), at least `min_root_share` of the
+// samples that had an unwind context end at a proven root, and the comparator nests under
+// table.sort in more than `min_nested_share` of in_c's samples. `what` (ljprof's summary) goes with
+// every failure (gtest assertions).
 void expect_profile_matches_vm(const std::string& folded, const VmReport& vm, double min_root_share,
                                const std::string& what, double min_samples = 1000,
                                double min_nested_share = 0.1);
