@@ -136,7 +136,8 @@ void add_record_command(CommandLine& cli) {
       "record",
       "Sample processes live with eBPF and unwind every sample's mixed native + Lua stack in "
       "the kernel (CFI + the LuaJIT frame walk; JIT traces, C functions called from Lua, "
-      "Tarantool fibers). Needs root. The targets are never stopped or written. With no "
+      "Tarantool fibers). Needs root. Running targets (-p, -a) are never stopped or written. With "
+      "no "
       "output option: -o ljprof.pb.gz and --top=20.");
   add_pid_option(cmd, f->recording, "Comma-separated PIDs of running processes to sample");
   cmd.flag("-a,--all", f->all,
@@ -187,7 +188,10 @@ void add_record_command(CommandLine& cli) {
            "the kernel program's median time per sample, and the unwind rows and object cache "
            "in use at the end");
   cmd.option("COMMAND", f->command,
-             "After '--': a command to launch and sample, with its children");
+             "After '--': a command to launch and sample, with its children. It is held (ptrace) "
+             "from its exec until the program interpreter has mapped its libraries, while its "
+             "unwind context is published, so its first instructions are sampled like the rest; "
+             "ljprof exits with status 2 when it cannot be run");
   cmd.footer(
       "Examples:\n"
       "  ljprof record -p $(pidof tarantool) -d 30 --flamegraph cpu.html\n"

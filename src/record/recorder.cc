@@ -125,7 +125,10 @@ Result<RecordResult> Recorder::run() {
   const auto wall_start = std::chrono::system_clock::now();
   LJ_TRY(session_.start_sampling(opt_.frequency_hz));
   if (!opt_.command.empty()) {
-    LJ_TRY(command_.launch(opt_.command, [this](uint32_t pid) { follower_.follow(pid); }));
+    LJ_TRY(command_.launch(
+        opt_.command, [this](uint32_t pid) { follower_.follow(pid); },
+        [this](uint32_t pid) { follower_.setup(pid); }));
+    if (!command_.note().empty()) warn(fmt::format("{}: {}", opt_.command[0], command_.note()));
   }
   const Clock::time_point start = Clock::now();
   Clock::time_point last_status = start, last_house = start, last_scan = start, last_cut = start;

@@ -111,8 +111,8 @@ TEST_F(Overlays, LaterOverlaysWin) {
 }
 
 TEST_F(Overlays, FdeRowAtIsTheTablesRowWithoutOverlays) {
-  // Each call scans the section again: a few hundred rows spread over the table.
-  const size_t step = std::max<size_t>(1, plain_->rows().size() / 300);
+  // Each call scans the section again: a hundred-odd rows spread over the table (ASan: 4 s).
+  const size_t step = std::max<size_t>(1, plain_->rows().size() / 120);
   int checked = 0;
   for (size_t i = 0; i + 1 < plain_->rows().size(); i += step) {
     const lj_cfi_row& row = plain_->rows()[i];
@@ -129,7 +129,7 @@ TEST_F(Overlays, FdeRowAtIsTheTablesRowWithoutOverlays) {
     EXPECT_EQ(plain_->function_end(row.pc_start), (*at)->fde_end);
     ++checked;
   }
-  EXPECT_GT(checked, 100);
+  EXPECT_GT(checked, 60);
 }
 
 }  // namespace

@@ -228,10 +228,12 @@ TEST_P(CoreGolden, MatchesTracebackAndGdb) {
 
 const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
 
-// A thread stopped inside the kernel's vDSO (spin_vdso.lua: an FFI clock_gettime loop, gcore'd
-// until the leaf is there; about one dump in three is). The vDSO comes from the core's memory
-// at AT_SYSINFO_EHDR: native frames must equal gdb's (which reads it the same way), the Lua
-// frames the traceback, and the stack must reach the root.
+// A thread stopped inside the kernel's vDSO (spin_vdso.lua: an FFI clock_gettime loop). The
+// process is stopped (SIGSTOP) until /proc/PID/syscall shows its user pc inside the vDSO (about
+// one stop in ten), then gcore'd while stopped, so it is dumped once rather than until a dump
+// happens to have the leaf there. The vDSO comes from the core's memory at AT_SYSINFO_EHDR:
+// native frames must equal gdb's (which reads it the same way), the Lua frames the traceback,
+// and the stack must reach the root.
 TEST(CoreGoldenVdso, LeafInsideTheVdso) {
   char tmpl[] = "/tmp/ljprof-golden-XXXXXX";
   Dump d;
@@ -243,13 +245,17 @@ TEST(CoreGoldenVdso, LeafInsideTheVdso) {
       {"env", "-C", d.dir, "bash", "-c",
        "\"$0\" spin_vdso.lua >out 2>&1 & pid=$!; "
        "for i in $(seq 100); do grep -q ljprof-traceback-end out && break; sleep 0.1; done; "
-       "for i in $(seq 60); do gcore -o c $pid >/dev/null 2>&1; "
-       "if \"$1\" core c.$pid | sed -n 2p | grep -q '(\\[vdso\\]+'; then mv c.$pid core; break; "
-       "fi; "
-       "rm -f c.$pid; done; kill -9 $pid; cat out",
-       "/usr/bin/luajit", test::ljprof_bin()});
+       "vdso=$(grep '\\[vdso\\]' /proc/$pid/maps | cut -d' ' -f1); "
+       "lo=$((0x${vdso%-*})); hi=$((0x${vdso#*-})); "
+       "for i in $(seq 1000); do kill -STOP $pid; "
+       "while ! grep -q '^State:.*stopped' /proc/$pid/status; do sleep 0.001; done; "
+       "pc=$(cut -d' ' -f3 /proc/$pid/syscall); "
+       "if [ -n \"$pc\" ] && [ \"$pc\" != running ] && (( pc >= lo && pc < hi )); then "
+       "gcore -o c $pid >/dev/null 2>&1; mv c.$pid core; break; fi; "
+       "kill -CONT $pid; done; kill -9 $pid; cat out",
+       "/usr/bin/luajit"});
   d.out = r.out;
-  ASSERT_TRUE(fs::exists(d.core)) << "60 dumps, none with the leaf in the vDSO\n" << r.out << r.err;
+  ASSERT_TRUE(fs::exists(d.core)) << "1000 stops, none in the vDSO\n" << r.out << r.err;
   auto blocks = parse_tracebacks(d.out);
   ASSERT_FALSE(blocks.empty()) << d.out;
   Json j = ljprof_core(kLuajitAmd64, d);
