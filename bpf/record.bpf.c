@@ -215,7 +215,9 @@ LJ_INLINE void count_n(uint32_t index, uint64_t n) {
   if (c) *c += n;
 }
 
-LJ_INLINE void count(uint32_t index) { count_n(index, 1); }
+LJ_INLINE void count(uint32_t index) {
+  count_n(index, 1);
+}
 
 /* The index of the module mapped at runtime address `pc` in p->modules, or -1. A global
  * function of its own so that its result reaches lj_rec_lookup as one unknown index: inlined,

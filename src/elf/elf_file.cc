@@ -556,6 +556,31 @@ const Symbol* ElfFile::symbol_at(uint64_t addr) const {
     }
     if (best->table == SymbolTable::Symtab && sym.value < best->value) break;
   }
+  return best != nullptr ? best : unsized_code_symbol_at(addr);
+}
+
+const Symbol* ElfFile::unsized_code_symbol_at(uint64_t addr) const {
+  // Hand-written assembly often declares its entry points without .size (Tarantool's
+  // coro_transfer and, on arm64, coro_startup are size 0): such a symbol covers the code up to
+  // the next symbol, as gdb's minimal symbols and perf treat it, but only when it is the nearest
+  // symbol before `addr` and both lie in one executable section.
+  auto it = std::upper_bound(by_address_.begin(), by_address_.end(), addr,
+                             [this](uint64_t a, uint32_t idx) { return a < symbols_[idx].value; });
+  if (it == by_address_.begin()) return nullptr;
+  const Symbol* nearest = &symbols_[*std::prev(it)];
+  const uint64_t at = nearest->value;
+  const Symbol* best = nullptr;
+  for (auto j = it; j != by_address_.begin() && symbols_[*std::prev(j)].value == at; --j) {
+    const Symbol& sym = symbols_[*std::prev(j)];
+    if (sym.size != 0) return nullptr;  // a sized symbol starts there and ends before addr
+    if ((sym.type == STT_FUNC || sym.type == STT_NOTYPE) &&
+        (best == nullptr || sym.table == SymbolTable::Symtab)) {
+      best = &sym;
+    }
+  }
+  if (best == nullptr || best->shndx >= sections_.size()) return nullptr;
+  const Section& sec = sections_[best->shndx];
+  if (!(sec.flags & SHF_EXECINSTR) || at < sec.addr || addr - sec.addr >= sec.size) return nullptr;
   return best;
 }
 

@@ -112,8 +112,9 @@ class ElfFile {
   bool has_symbol_table(SymbolTable table) const;
   // A defined symbol with exactly this name; .symtab wins over .dynsym.
   const Symbol* find_symbol(std::string_view name) const;
-  // The defined function/object symbol whose [value, value+size) contains `addr` (a zero-size
-  // symbol matches only its own address). Prefers .symtab, then the larger-value symbol.
+  // The defined function/object symbol whose [value, value+size) contains `addr`. Prefers
+  // .symtab, then the larger-value symbol. With none, a zero-size code symbol (assembly without
+  // .size) that is the nearest symbol before `addr` in the same executable section.
   const Symbol* symbol_at(uint64_t addr) const;
 
   // Hex of NT_GNU_BUILD_ID, if the file has one.
@@ -133,6 +134,7 @@ class ElfFile {
   Status parse();
   Status parse_header();
   Status parse_sections();
+  const Symbol* unsized_code_symbol_at(uint64_t addr) const;
   Status parse_segments();
   Status parse_symbols();
   Status parse_notes();

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "elf/elf_file.h"
@@ -335,6 +336,59 @@ TEST(ElfSymbols, NoAddressIsNamedAfterAnAArch64MappingSymbol) {
     SCOPED_TRACE(build);
     expect_no_mapping_symbol_names(test::fixture(build));
   }
+}
+
+// Assembly entry points without .size (Debian tarantool's coro_transfer, GCC's split-off cold
+// parts, LuaJIT's bytecode handlers) name the code up to the next symbol of their section, as
+// gdb's `info symbol` does: each zero-size FUNC/NOTYPE of .text that readelf lists, one byte in
+// (when no other symbol starts there or at that byte), is named as gdb names it.
+TEST(ElfSymbols, UnsizedCodeSymbolsNameTheirCodeAsGdbDoes) {
+  const std::string path = "/usr/bin/tarantool";
+  auto opened = ElfFile::open(path);
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  const ElfFile& file = **opened;
+  const ReadelfView want = readelf(path);
+  std::map<uint64_t, std::set<std::string>> names_at;  // aliases: which one gdb picks is its own
+  for (const auto& [table, syms] : want.symbols) {
+    for (const ReadelfSymbol& w : syms) names_at[w.value].insert(w.name);
+  }
+  std::string text_ndx;
+  for (const Section& sec : file.sections()) {
+    if (sec.name == ".text") text_ndx = std::to_string(sec.index);
+  }
+  std::vector<std::string> args = {
+      "gdb", "-batch", "-nx", "-ex", "set print demangle off", "-ex", "set print asm-demangle off"};
+  std::vector<uint64_t> addrs;
+  for (const auto& [table, syms] : want.symbols) {
+    for (const ReadelfSymbol& w : syms) {
+      if (w.size != 0 || w.ndx != text_ndx || (w.type != "FUNC" && w.type != "NOTYPE")) continue;
+      if (names_at[w.value].size() != 1 || names_at.count(w.value + 1) != 0 || addrs.size() >= 40) {
+        continue;
+      }
+      addrs.push_back(w.value + 1);
+      args.push_back("-ex");
+      args.push_back(fmt::format("info symbol {:#x}", w.value + 1));
+    }
+  }
+  ASSERT_GT(addrs.size(), 5u);
+  args.push_back(path);
+  const test::CommandResult gdb = run(args);
+  ASSERT_EQ(gdb.exit_code, 0) << gdb.err;
+  std::istringstream lines(gdb.out);
+  static const std::regex named(R"(^(.+) \+ 1 in section \.text$)");
+  size_t compared = 0;
+  std::string line;
+  for (uint64_t addr : addrs) {
+    ASSERT_TRUE(std::getline(lines, line)) << gdb.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, named)) << line;
+    const Symbol* hit = file.symbol_at(addr);
+    ASSERT_NE(hit, nullptr) << std::hex << addr << ": gdb says " << line;
+    EXPECT_EQ(std::string(hit->name), m[1].str()) << std::hex << addr;
+    EXPECT_EQ(hit->value, addr - 1) << m[1].str();
+    ++compared;
+  }
+  RecordProperty("unsized_symbols_compared", static_cast<int>(compared));
 }
 
 INSTANTIATE_TEST_SUITE_P(Real, RealBinaryTest, ::testing::ValuesIn(test::real_binaries()),
