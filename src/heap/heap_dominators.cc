@@ -57,24 +57,24 @@ Dominators dominators(const Graph& graph) {
     vertex.push_back(w);
     stack.push_back({w, graph.first[w]});
   }
-  // Predecessors of the reached nodes, in compressed rows.
+  // Predecessors of the reached nodes, in compressed rows: counted, summed to each row's end,
+  // then filled from the ends down, which leaves pred_first[w] at row w's start.
   std::vector<uint32_t> pred_first(n + 1, 0), preds;
   for (uint32_t v = 0; v < n; ++v) {
     if (semi[v] == kNone) continue;
     for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) ++pred_first[graph.edges[e].to];
   }
   uint32_t sum = 0;
-  for (size_t v = 0; v <= n; ++v) {
-    const uint32_t c = pred_first[v];
+  for (size_t v = 0; v < n; ++v) {
+    sum += pred_first[v];
     pred_first[v] = sum;
-    sum += c;
   }
+  pred_first[n] = sum;
   preds.resize(sum);
-  std::vector<uint32_t> fill(pred_first.begin(), pred_first.end() - 1);
   for (uint32_t v = 0; v < n; ++v) {
     if (semi[v] == kNone) continue;
     for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
-      preds[fill[graph.edges[e].to]++] = v;
+      preds[--pred_first[graph.edges[e].to]] = v;
     }
   }
   Forest forest{std::vector<uint32_t>(n, kNone), std::vector<uint32_t>(n), semi};

@@ -65,7 +65,9 @@ class EdgeReader {
     }
     if (c.registry != 0) to(c.registry, EdgeKind::RootRegistry, 0);
     to(c.main_thread, EdgeKind::RootMainThread, 0);
-    for (size_t i = 0; i < c.gc_roots.size(); ++i) to(c.gc_roots[i], EdgeKind::RootGcRoot, i);
+    for (size_t i = 0; i < c.gc_roots.size(); ++i) {
+      to(c.gc_roots[i], EdgeKind::RootGcRoot, static_cast<uint32_t>(i));
+    }
     for (const Object& o : c.objects) {
       if (o.gct == static_cast<uint8_t>(Gct::Trace)) to(o.addr, EdgeKind::RootTrace, 0);
     }
@@ -77,16 +79,16 @@ class EdgeReader {
 
  private:
   // An edge to the object at `addr` when the census holds one there, within the budget.
-  void to(uint64_t addr, EdgeKind kind, uint64_t aux) {
+  void to(uint64_t addr, EdgeKind kind, uint32_t aux) {
     const int64_t i = census_.index_of(addr);
     if (i < 0) return;
     if (g_.edges.size() >= budget_) {
       ++g_.dropped_edges;
       return;
     }
-    g_.edges.push_back({static_cast<uint32_t>(i), kind, aux});
+    g_.edges.push_back({static_cast<uint32_t>(i), aux, kind});
   }
-  void ref(uint64_t at, EdgeKind kind, uint64_t aux) {
+  void ref(uint64_t at, EdgeKind kind, uint32_t aux) {
     auto v = mem_.ref(at);
     if (!v) {
       ++g_.unreadable_refs;
@@ -94,12 +96,13 @@ class EdgeReader {
     }
     if (*v != 0) to(*v, kind, aux);
   }
-  void value(uint64_t raw, EdgeKind kind, uint64_t aux) {
+  void value(uint64_t raw, EdgeKind kind, uint32_t aux) {
     if (auto v = decode_tvalue(raw, mem_.gc64())) to(v->addr, kind, aux);
   }
-  // `n` TValues from `at`, each through `each(index, raw)`.
+  // `n` TValues from `at` (n < 2^32: a 32-bit size bounds every such array), each through
+  // `each(index, raw)`.
   template <typename F>
-  void tvalues(uint64_t at, uint64_t n, F each) {
+  void tvalues(uint64_t at, uint32_t n, F each) {
     std::vector<uint64_t> buf;
     for (uint64_t done = 0; done < n;) {
       const uint64_t k = std::min(kChunk, n - done);
@@ -108,7 +111,7 @@ class EdgeReader {
         ++g_.unreadable_refs;
         return;
       }
-      for (uint64_t i = 0; i < k; ++i) each(done + i, buf[i]);
+      for (uint64_t i = 0; i < k; ++i) each(static_cast<uint32_t>(done + i), buf[i]);
       done += k;
     }
   }
@@ -123,7 +126,7 @@ class EdgeReader {
     if (!weak_values && asize > 0) {
       if (auto array = mem_.ref(t + in_.tab_array)) {
         tvalues(*array, asize,
-                [&](uint64_t i, uint64_t raw) { value(raw, EdgeKind::ArraySlot, i); });
+                [&](uint32_t i, uint64_t raw) { value(raw, EdgeKind::ArraySlot, i); });
       }
     }
     auto node = mem_.ref(t + in_.tab_node);
@@ -141,9 +144,10 @@ class EdgeReader {
       }
       for (uint64_t i = 0; i < k; ++i) {
         const uint64_t val = nodes[i * words], key = nodes[i * words + key_word];
+        const auto slot = static_cast<uint32_t>(done + i);  // hmask is 32-bit
         if (!is_nil(val)) {
-          if (!weak_values) value(val, EdgeKind::HashValue, key);
-          if (!weak_keys) value(key, EdgeKind::HashKey, key);
+          if (!weak_values) value(val, EdgeKind::HashValue, slot);
+          if (!weak_keys) value(key, EdgeKind::HashKey, slot);
         }
       }
       done += k;
@@ -163,12 +167,12 @@ class EdgeReader {
       if (auto pc = mem_.ref(fn + in_.fn_pc); pc && *pc != 0) {
         to(*pc - static_cast<uint64_t>(in_.pt_size), EdgeKind::Prototype, 0);
       }
-      for (uint64_t i = 0; i < n; ++i) {
+      for (uint32_t i = 0; i < n; ++i) {
         ref(fn + in_.fn_uvptr + i * in_.ref_size, EdgeKind::Upvalue, i);
       }
     } else {
       tvalues(fn + in_.fn_cupvalue, n,
-              [&](uint64_t i, uint64_t raw) { value(raw, EdgeKind::CUpvalue, i); });
+              [&](uint32_t i, uint64_t raw) { value(raw, EdgeKind::CUpvalue, i); });
     }
   }
 
@@ -193,7 +197,7 @@ class EdgeReader {
          uv = mem_.ref(*uv)) {
       const int64_t i = census_.index_of(*uv);
       if (i < 0) break;
-      g_.edges.push_back({static_cast<uint32_t>(i), EdgeKind::OpenUpvalue, 0});
+      g_.edges.push_back({static_cast<uint32_t>(i), 0, EdgeKind::OpenUpvalue});
     }
     auto stack = mem_.ref(L + in_.L_stack);
     auto top = mem_.get<uint64_t>(L + in_.L_top);
@@ -202,11 +206,11 @@ class EdgeReader {
       ++g_.unreadable_refs;
       return;
     }
-    const uint64_t first = 1 + (mem_.gc64() ? 1 : 0);
-    const uint64_t slots = (*top - *stack) / kTValueBytes;
+    const uint32_t first = 1 + (mem_.gc64() ? 1 : 0);
+    const auto slots = static_cast<uint32_t>((*top - *stack) / kTValueBytes);  // <= stacksize
     if (slots <= first) return;
     tvalues(*stack + first * kTValueBytes, slots - first,
-            [&](uint64_t i, uint64_t raw) { value(raw, EdgeKind::StackSlot, first + i); });
+            [&](uint32_t i, uint64_t raw) { value(raw, EdgeKind::StackSlot, first + i); });
   }
 
   // lj_gc.c gc_traverse_proto: the chunk name and the GC constants below k.
@@ -215,8 +219,8 @@ class EdgeReader {
     auto k = mem_.ref(pt + in_.pt_k);
     const uint32_t n = mem_.get<uint32_t>(pt + in_.pt_sizekgc).value_or(0);
     if (!k || n > (1u << 20)) return;
-    for (uint64_t i = 0; i < n; ++i) {
-      ref(*k - (i + 1) * in_.ref_size, EdgeKind::Constant, i);
+    for (uint32_t i = 0; i < n; ++i) {
+      ref(*k - (i + 1) * static_cast<uint64_t>(in_.ref_size), EdgeKind::Constant, i);
     }
   }
 
@@ -242,6 +246,7 @@ Graph build_graph(const Memory& mem, const Census& census) {
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
   reader.roots();
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
+  g.edges.shrink_to_fit();  // kept until the paths are named: no growth slack
   return g;
 }
 

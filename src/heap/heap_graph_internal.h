@@ -21,8 +21,8 @@ enum class EdgeKind : uint8_t {
   RootTrace,       // a JIT trace (G->J->trace keeps them)
   RootFinalizing,  // g->gc.mmudata
   ArraySlot,       // table array part, index aux
-  HashValue,       // table hash value, key TValue aux
-  HashKey,         // table hash key object, key TValue aux
+  HashValue,       // table hash value, node index aux (its key is read when a path is named)
+  HashKey,         // table hash key object, node index aux
   Metatable,
   Env,
   Upvalue,       // Lua function -> upvalue object, index aux
@@ -36,11 +36,14 @@ enum class EdgeKind : uint8_t {
   TraceProto,    // trace -> its start prototype
 };
 
+// 12 bytes: a heap has a few references per object. Every aux fits 32 bits: an array index
+// (asize is 32-bit), a hash node index (hmask is), a stack slot, an upvalue or constant index.
 struct Edge {
   uint32_t to = 0;  // object index; the root is census.objects.size()
+  uint32_t aux = 0;
   EdgeKind kind{};
-  uint64_t aux = 0;
 };
+static_assert(sizeof(Edge) == 12);
 
 struct Graph {
   uint32_t root = 0;            // the virtual root's node index
@@ -90,6 +93,10 @@ class PathNamer {
  private:
   std::string edge_text(uint32_t parent, const Edge& e, const std::string& before) const;
   std::string key_text(uint64_t raw_key, bool as_key) const;
+  // The raw key TValue of hash edge `e` from table node `parent`, read from the node the edge
+  // was found in; nullopt when that node no longer holds the edge's object (as value, or as key
+  // for a key edge: a live table rehashed since) or is unreadable.
+  std::optional<uint64_t> hash_key(uint32_t parent, const Edge& e) const;
   std::string function_name(uint64_t fn) const;
   std::string proto_name(uint64_t pt) const;
   std::string upvalue_name(uint64_t fn, uint64_t index) const;

@@ -111,10 +111,10 @@ class Lists {
       return refuse(fmt::format("type tag not allowed on {}", list));
     }
     auto bytes = object_bytes(mem_, ctypes_, addr, *gct, addr == c_.main_thread);
-    if (!bytes.ok() || *bytes > c_.vm_total) {
+    if (!bytes.ok() || *bytes > c_.vm_total || *bytes > UINT32_MAX) {
       return refuse(fmt::format("{} of impossible size on {}", gct_name(*gct), list));
     }
-    c_.objects.push_back({addr, *bytes, *gct});
+    c_.objects.push_back({addr, static_cast<uint32_t>(*bytes), *gct});
     return true;
   }
 
@@ -251,6 +251,7 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
                               [](const Object& a, const Object& b) { return a.addr == b.addr; }),
                   c.objects.end());
   if (before != c.objects.size()) c.malformed["object on two lists"] += before - c.objects.size();
+  c.objects.shrink_to_fit();  // the census lives as long as the snapshot: no growth slack
   for (const Object& o : c.objects) {
     c.types[o.gct].count += 1;
     c.types[o.gct].bytes += o.bytes;

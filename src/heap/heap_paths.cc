@@ -158,6 +158,22 @@ std::string PathNamer::key_text(uint64_t raw, bool as_key) const {
   return "[?]";
 }
 
+std::optional<uint64_t> PathNamer::hash_key(uint32_t parent, const Edge& e) const {
+  const lj_luajit_info& in = mem_.info();
+  if (parent >= census_.objects.size()) return std::nullopt;
+  const uint64_t t = census_.objects[parent].addr;
+  auto node = mem_.ref(t + in.tab_node);
+  const uint32_t hmask = mem_.get<uint32_t>(t + in.tab_hmask).value_or(0);
+  if (!node || e.aux > hmask) return std::nullopt;
+  const uint64_t at = *node + uint64_t{e.aux} * in.node_size;
+  auto val = mem_.get<uint64_t>(at);
+  auto key = mem_.get<uint64_t>(at + in.node_key);
+  if (!val || !key) return std::nullopt;
+  auto held = decode_tvalue(e.kind == EdgeKind::HashKey ? *key : *val, mem_.gc64());
+  if (!held || held->addr != census_.objects[e.to].addr) return std::nullopt;
+  return *key;
+}
+
 std::string PathNamer::edge_text(uint32_t parent, const Edge& e, const std::string& before) const {
   const uint64_t from = parent < census_.objects.size() ? census_.objects[parent].addr : 0;
   switch (e.kind) {
@@ -176,12 +192,15 @@ std::string PathNamer::edge_text(uint32_t parent, const Edge& e, const std::stri
     case EdgeKind::ArraySlot:
       return before + fmt::format("[{}]", e.aux);
     case EdgeKind::HashValue: {
-      const std::string key = key_text(e.aux, false);
+      const auto raw = hash_key(parent, e);
+      const std::string key = raw ? key_text(*raw, false) : "[?]";
       if (before == "registry" && key == "._LOADED") return "package.loaded";
       return before + key;
     }
-    case EdgeKind::HashKey:
-      return before + key_text(e.aux, true);
+    case EdgeKind::HashKey: {
+      const auto raw = hash_key(parent, e);
+      return before + (raw ? key_text(*raw, true) : "[key ?]");
+    }
     case EdgeKind::Metatable:
       return before + "[metatable]";
     case EdgeKind::Env:
@@ -246,7 +265,8 @@ std::string PathNamer::frame(uint32_t v) const {
     // frame.
     const uint64_t t = census_.objects[parent_[v]].addr;
     const bool map = mem_.get<uint32_t>(t + mem_.info().tab_hmask).value_or(0) >= 1023;
-    auto key = decode_tvalue(e.aux, mem_.gc64());
+    const auto raw = hash_key(parent_[v], e);
+    auto key = raw ? decode_tvalue(*raw, mem_.gc64()) : std::nullopt;
     if (map || !key || key->gct != static_cast<uint8_t>(Gct::Str)) {
       return e.kind == EdgeKind::HashKey ? "[key *]" : "[*]";
     }
