@@ -1,8 +1,9 @@
 // The fiber layout of a Tarantool executable (luajit/fiber_layout.h) against outside oracles on
-// Debian's /usr/bin/tarantool (2.6, with DWARF): gdb evaluating offsetof-style expressions on the
-// same binary (it resolves nested anonymous members, which pahole 1.24 prints as separate
-// unnamed structs), pahole's own offsets for the plain members, and the symbol table as readelf
-// shows it. Then the fail-closed cases: no main_cord, no DWARF.
+// Debian's /usr/bin/tarantool (2.6, with DWARF) and a Tarantool 3.x shape built here: gdb
+// evaluating offsetof-style expressions on the same binary (it resolves nested anonymous members,
+// which pahole 1.24 prints as separate unnamed structs), pahole's own offsets for the plain
+// members, and the symbol table as readelf shows it. Then the fail-closed cases: no main_cord, no
+// DWARF.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -29,7 +30,7 @@ std::vector<std::string> lines(const std::string& text) {
 
 // Each expression's value as gdb prints it (`$N = VALUE`), in order.
 std::vector<uint64_t> gdb_values(const std::string& bin, const std::vector<std::string>& exprs) {
-  std::vector<std::string> argv = {"gdb", "-nx", "-batch"};
+  std::vector<std::string> argv = {"gdb-multiarch", "-nx", "-batch"};
   for (const std::string& e : exprs) argv.insert(argv.end(), {"-ex", "print/d " + e});
   argv.push_back(bin);
   test::CommandResult r = test::run(argv);
@@ -64,19 +65,17 @@ luajit::FiberLayout tarantool_layout() {
   return layout.ok() ? *layout : luajit::FiberLayout{};
 }
 
-TEST(FiberLayout, TarantoolMatchesGdb) {
-  ASSERT_TRUE(test::file_exists(kTarantool));
-  const luajit::FiberLayout l = tarantool_layout();
+// Every member of `l` equals gdb's evaluation of the same offsetof-style expression on `bin`.
+void expect_layout_matches_gdb(const std::string& bin, const luajit::FiberLayout& l) {
   auto at = [](const char* type, const char* member) {
     return fmt::format("(long)&((struct {}*)0)->{}", type, member);
   };
-  std::vector<uint64_t> want =
-      gdb_values(kTarantool,
-                 {"(long)&main_cord", at("cord", "fiber"), at("cord", "alive"), at("rlist", "next"),
-                  at("fiber", "link"), at("fiber", "fid"), "sizeof(((struct fiber*)0)->fid)",
-                  at("fiber", "name"), at("fiber", "storage.lua.stack"), at("fiber", "ctx.sp"),
-                  at("cord", "ready"), at("cord", "name"), at("fiber", "state"), at("fiber", "csw"),
-                  at("fiber", "flags"), "(long)FIBER_IS_DEAD"});
+  std::vector<uint64_t> want = gdb_values(
+      bin, {"(long)&main_cord", at("cord", "fiber"), at("cord", "alive"), at("rlist", "next"),
+            at("fiber", "link"), at("fiber", "fid"), "sizeof(((struct fiber*)0)->fid)",
+            at("fiber", "name"), at("fiber", "storage.lua.stack"), at("fiber", "ctx.sp"),
+            at("cord", "ready"), at("cord", "name"), at("fiber", "state"), at("fiber", "csw"),
+            at("fiber", "flags"), "(long)FIBER_IS_DEAD"});
   ASSERT_EQ(want.size(), 16u);
   EXPECT_EQ(l.main_cord, want[0]);
   EXPECT_EQ(l.cord_fiber, want[1]);
@@ -94,6 +93,43 @@ TEST(FiberLayout, TarantoolMatchesGdb) {
   EXPECT_EQ(l.fiber_csw, want[13]);
   EXPECT_EQ(l.fiber_flags, want[14]);
   EXPECT_EQ(l.flag_dead, want[15]);
+}
+
+TEST(FiberLayout, TarantoolMatchesGdb) {
+  ASSERT_TRUE(test::file_exists(kTarantool));
+  expect_layout_matches_gdb(kTarantool, tarantool_layout());
+}
+
+// Tarantool 3.x, which no package has: tests/luajit/synthetic/tarantool3_fiber.c declares its
+// struct fiber and struct cord as 3.3's fiber.h does, built here as each architecture's default
+// build is (x86-64 with ENABLE_BACKTRACE, arm64 without; both with HAVE_MADV_DONTNEED). The
+// 64-bit fiber id, the members behind the options and the nested storage.lua.stack are read as
+// gdb (gdb-multiarch for the arm64 file) reads them.
+TEST(FiberLayout, Tarantool3ShapeMatchesGdbOnBothArchitectures) {
+  const std::string source = test::source_dir() + "/tests/luajit/synthetic/tarantool3_fiber.c";
+  test::TempDir dir;
+  struct Build {
+    const char* name;
+    std::vector<std::string> compile;
+  };
+  const Build builds[] = {
+      {"amd64", {"gcc", "-DENABLE_BACKTRACE"}},
+      {"arm64", {"aarch64-linux-gnu-gcc"}},
+  };
+  for (const Build& b : builds) {
+    SCOPED_TRACE(b.name);
+    const std::string bin = dir.file(std::string("tarantool3_") + b.name);
+    std::vector<std::string> argv = b.compile;
+    argv.insert(argv.end(), {"-g", "-O0", "-DHAVE_MADV_DONTNEED", source, "-o", bin});
+    const test::CommandResult cc = test::run(argv);
+    ASSERT_EQ(cc.exit_code, 0) << cc.err;
+    auto elf = elf::ElfFile::open(bin);
+    ASSERT_TRUE(elf.ok()) << elf.message();
+    auto layout = luajit::read_fiber_layout(**elf);
+    ASSERT_TRUE(layout.ok()) << layout.message();
+    EXPECT_EQ(layout->fid_size, 8u);
+    expect_layout_matches_gdb(bin, *layout);
+  }
 }
 
 TEST(FiberLayout, TarantoolMatchesPahole) {
