@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -136,6 +137,12 @@ Result<CfiScan> scan_cfi(const elf::ElfFile& file, CfiSection section, bool with
 Result<std::vector<FdeSummary>> list_fdes(const elf::ElfFile& file);
 // Only one section's FDEs (empty when the file has no such section).
 Result<std::vector<FdeSummary>> list_fdes(const elf::ElfFile& file, CfiSection section);
+// One section's FDEs that `keep` accepts, judged on what the section itself says (range,
+// personality, CIE), each with its initial CFA: running the CFI program of only those FDEs
+// (Debian's tarantool has ~14k; the LuaJIT interpreter search wants the few big ones).
+Result<std::vector<FdeSummary>> list_fdes_with_initial_cfa(
+    const elf::ElfFile& file, CfiSection section,
+    const std::function<bool(const FdeSummary&)>& keep);
 
 // Runs FDE programs of one section through libdw. Open once per file and section (opening
 // indexes the section), then ask for the rows of each FDE that scan_cfi listed.

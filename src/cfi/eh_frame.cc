@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -415,15 +416,21 @@ Result<CfiScan> scan_cfi_entries(const elf::ElfFile& file, CfiSection kind) {
 }
 }  // namespace internal
 
-Result<CfiScan> scan_cfi(const elf::ElfFile& file, CfiSection kind, bool with_initial_cfa) {
+namespace {
+
+// scan_cfi with initial CFAs, for the FDEs `keep` accepts (all when it is empty); the others
+// are dropped from the scan.
+Result<CfiScan> scan_cfi_kept(const elf::ElfFile& file, CfiSection kind,
+                              const std::function<bool(const FdeSummary&)>& keep) {
   LJ_ASSIGN_OR_RETURN(CfiScan scan, internal::scan_cfi_entries(file, kind));
-  if (!with_initial_cfa || scan.fdes.empty()) return scan;
+  if (scan.fdes.empty()) return scan;
   if (kind == CfiSection::EhFrame)
     LJ_TRY(internal::check_eh_frame_hdr(file, scan.fdes, scan.errors));
   LJ_ASSIGN_OR_RETURN(FdeRowReader reader, FdeRowReader::open(file, kind));
   std::vector<FdeSummary> kept;
-  kept.reserve(scan.fdes.size());
+  kept.reserve(keep ? 0 : scan.fdes.size());
   for (FdeSummary& fde : scan.fdes) {
+    if (keep && !keep(fde)) continue;
     if (fde.pc_end == fde.pc_begin) {
       kept.push_back(std::move(fde));
       continue;
@@ -438,6 +445,20 @@ Result<CfiScan> scan_cfi(const elf::ElfFile& file, CfiSection kind, bool with_in
   }
   scan.fdes = std::move(kept);
   return scan;
+}
+
+}  // namespace
+
+Result<CfiScan> scan_cfi(const elf::ElfFile& file, CfiSection kind, bool with_initial_cfa) {
+  if (!with_initial_cfa) return internal::scan_cfi_entries(file, kind);
+  return scan_cfi_kept(file, kind, {});
+}
+
+Result<std::vector<FdeSummary>> list_fdes_with_initial_cfa(
+    const elf::ElfFile& file, CfiSection section,
+    const std::function<bool(const FdeSummary&)>& keep) {
+  LJ_ASSIGN_OR_RETURN(CfiScan scan, scan_cfi_kept(file, section, keep));
+  return std::move(scan.fdes);
 }
 
 Result<std::vector<FdeSummary>> list_fdes(const elf::ElfFile& file, CfiSection section) {

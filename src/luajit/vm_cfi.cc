@@ -86,14 +86,17 @@ cfi::Overlay fiber_root(uint64_t pc) {
 }  // namespace
 
 Result<cfi::FdeSummary> find_interpreter_fde(const elf::ElfFile& file) {
-  LJ_ASSIGN_OR_RETURN(std::vector<cfi::FdeSummary> fdes,
-                      cfi::list_fdes(file, cfi::CfiSection::EhFrame));
   const elf::Symbol* anchor = file.find_symbol("lj_vm_asm_begin");
+  // Only the FDEs that can be the interpreter's run their CFI programs.
+  LJ_ASSIGN_OR_RETURN(std::vector<cfi::FdeSummary> fdes,
+                      cfi::list_fdes_with_initial_cfa(
+                          file, cfi::CfiSection::EhFrame, [&](const cfi::FdeSummary& f) {
+                            return f.personality && f.pc_end - f.pc_begin >= kMinInterpreterBytes &&
+                                   (anchor == nullptr || f.pc_begin == anchor->value);
+                          }));
   std::vector<const cfi::FdeSummary*> candidates;
   for (const cfi::FdeSummary& f : fdes) {
-    if (!f.personality || f.pc_end - f.pc_begin < kMinInterpreterBytes) continue;
     if (!f.initial_cfa || !is_vm_cfa(*f.initial_cfa, file.arch())) continue;
-    if (anchor != nullptr && f.pc_begin != anchor->value) continue;
     candidates.push_back(&f);
   }
   if (candidates.size() == 1) return *candidates.front();
