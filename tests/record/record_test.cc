@@ -713,15 +713,24 @@ ShortLivedTally tally_short_lived(const std::string& folded, const ShortLivedLoo
   return t;
 }
 
+// A recording of short_lived.lua runs: its scratch directory, where the folded stacks go, the
+// script, and its loop as the VM names it.
+struct ShortLivedRun {
+  test::TempDir tmp;
+  std::string folded = tmp.path() + "/stacks.folded";
+  std::string script = test::record_workloads_dir() + "/short_lived.lua";
+  ShortLivedLoop loop = short_lived_loop(script, tmp.path());
+};
+
 class RecordShortLived : public ::testing::TestWithParam<ShortLivedGroup> {};
 
 TEST_P(RecordShortLived, LuaFramesNamedAndOnTheVmsLines) {
   const ShortLivedGroup g = GetParam();
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
-  test::TempDir tmp;
-  const std::string folded = tmp.path() + "/stacks.folded";
-  const std::string script = test::record_workloads_dir() + "/short_lived.lua";
-  const ShortLivedLoop loop = short_lived_loop(script, tmp.path());
+  const ShortLivedRun run;
+  const test::TempDir& tmp = run.tmp;
+  const std::string &folded = run.folded, &script = run.script;
+  const ShortLivedLoop& loop = run.loop;
   ASSERT_FALSE(loop.name.empty());
   test::CommandResult r = test::run(
       {test::ljprof_bin(), "record", "-F", "999", "-q", "-o", tmp.path() + "/cpu.pb.gz", "--folded",
@@ -773,10 +782,10 @@ INSTANTIATE_TEST_SUITE_P(Groups, RecordShortLived,
 // (started by `sh -c`) had 89.5%. A command that cannot be run is an error (exit 2) naming it.
 TEST(RecordLaunch, TheCommandIsSampledFromItsFirstInstructions) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
-  test::TempDir tmp;
-  const std::string folded = tmp.path() + "/stacks.folded";
-  const std::string script = test::record_workloads_dir() + "/short_lived.lua";
-  const ShortLivedLoop loop = short_lived_loop(script, tmp.path());
+  const ShortLivedRun run;
+  const test::TempDir& tmp = run.tmp;
+  const std::string &folded = run.folded, &script = run.script;
+  const ShortLivedLoop& loop = run.loop;
   ASSERT_FALSE(loop.name.empty());
   test::CommandResult r =
       test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "--table-cache", "", "--folded",
