@@ -783,29 +783,26 @@ INSTANTIATE_TEST_SUITE_P(Groups, RecordShortLived,
 TEST(RecordLaunch, TheCommandIsSampledFromItsFirstInstructions) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
   const ShortLivedRun run;
-  const test::TempDir& tmp = run.tmp;
-  const std::string &folded = run.folded, &script = run.script;
-  const ShortLivedLoop& loop = run.loop;
-  ASSERT_FALSE(loop.name.empty());
+  ASSERT_FALSE(run.loop.name.empty());
   test::CommandResult r =
       test::run({test::ljprof_bin(), "record", "-F", "999", "-q", "--table-cache", "", "--folded",
-                 folded, "--", "luajit", script, "400"});
+                 run.folded, "--", "luajit", run.script, "400"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(: (\d+) samples in )"))) << r.err;
   const double samples = std::stod(m[1]);
-  const ShortLivedTally t = tally_short_lived(folded, loop);
+  const ShortLivedTally t = tally_short_lived(run.folded, run.loop);
   std::cout << samples << " samples, " << t.rooted << " reached a root, " << t.in_loop << " at "
-            << loop.frame << "\n";
+            << run.loop.frame << "\n";
   EXPECT_GE(samples, 0.5 * 400) << r.err;
   EXPECT_GE(t.rooted, 0.92 * samples) << r.err;
-  EXPECT_GE(t.in_loop, 0.92 * samples) << r.err << test::read_text(folded);
+  EXPECT_GE(t.in_loop, 0.92 * samples) << r.err << test::read_text(run.folded);
 
-  test::CommandResult missing = test::run(
-      {test::ljprof_bin(), "record", "-q", "--folded", folded, "--", tmp.path() + "/no-such"});
+  const std::string no_such = run.tmp.path() + "/no-such";
+  test::CommandResult missing =
+      test::run({test::ljprof_bin(), "record", "-q", "--folded", run.folded, "--", no_such});
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
-  EXPECT_NE(missing.err.find("cannot run " + tmp.path() + "/no-such: No such file"),
-            std::string::npos)
+  EXPECT_NE(missing.err.find("cannot run " + no_such + ": No such file"), std::string::npos)
       << missing.err;
 }
 
