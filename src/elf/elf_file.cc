@@ -539,8 +539,10 @@ const Symbol* ElfFile::find_symbol(std::string_view name) const {
 
 const Symbol* ElfFile::symbol_at(uint64_t addr) const {
   // Last symbol whose value <= addr, then walk back over symbols that might still contain it.
-  auto it = std::upper_bound(by_address_.begin(), by_address_.end(), addr,
-                             [this](uint64_t a, uint32_t idx) { return a < symbols_[idx].value; });
+  const auto after =
+      std::upper_bound(by_address_.begin(), by_address_.end(), addr,
+                       [this](uint64_t a, uint32_t idx) { return a < symbols_[idx].value; });
+  auto it = after;
   const Symbol* best = nullptr;
   constexpr int kMaxBacktrack = 64;  // bounded: overlapping symbols are rare
   for (int steps = 0; it != by_address_.begin() && steps < kMaxBacktrack; ++steps) {
@@ -556,16 +558,16 @@ const Symbol* ElfFile::symbol_at(uint64_t addr) const {
     }
     if (best->table == SymbolTable::Symtab && sym.value < best->value) break;
   }
-  return best != nullptr ? best : unsized_code_symbol_at(addr);
+  return best != nullptr ? best : unsized_code_symbol_at(addr, after);
 }
 
-const Symbol* ElfFile::unsized_code_symbol_at(uint64_t addr) const {
+const Symbol* ElfFile::unsized_code_symbol_at(uint64_t addr,
+                                              std::vector<uint32_t>::const_iterator it) const {
   // Hand-written assembly often declares its entry points without .size (Tarantool's
   // coro_transfer and, on arm64, coro_startup are size 0): such a symbol covers the code up to
   // the next symbol, as gdb's minimal symbols and perf treat it, but only when it is the nearest
-  // symbol before `addr` and both lie in one executable section.
-  auto it = std::upper_bound(by_address_.begin(), by_address_.end(), addr,
-                             [this](uint64_t a, uint32_t idx) { return a < symbols_[idx].value; });
+  // symbol before `addr` and both lie in one executable section. `it`: the first symbol after
+  // `addr` in by_address_.
   if (it == by_address_.begin()) return nullptr;
   const Symbol* nearest = &symbols_[*std::prev(it)];
   const uint64_t at = nearest->value;

@@ -134,7 +134,8 @@ class ElfFile {
   Status parse();
   Status parse_header();
   Status parse_sections();
-  const Symbol* unsized_code_symbol_at(uint64_t addr) const;
+  const Symbol* unsized_code_symbol_at(uint64_t addr,
+                                       std::vector<uint32_t>::const_iterator after) const;
   Status parse_segments();
   Status parse_symbols();
   Status parse_notes();
