@@ -237,6 +237,12 @@ class UnwindTable {
 
  private:
   friend Result<UnwindTable> build_unwind_table(const elf::ElfFile&, std::span<const Overlay>);
+  friend Result<UnwindTable> build_unwind_table_over(const elf::ElfFile&, uint64_t, uint64_t,
+                                                     std::span<const Overlay>);
+  // Both: the FDEs placed that reach into [begin, end), then (whole file only) the file-wide
+  // overlays, then `overlays`.
+  static Result<UnwindTable> build(const elf::ElfFile& file, std::span<const Overlay> overlays,
+                                   uint64_t begin, uint64_t end, bool whole_file);
   elf::Arch arch_ = elf::Arch::X86_64;
   CfiSection section_ = CfiSection::EhFrame;
   std::vector<lj_cfi_row> rows_;
@@ -256,6 +262,14 @@ class UnwindTable {
 // then applies `overlays` in order.
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
                                        std::span<const Overlay> overlays = {});
+
+// The walker table's rows over [begin, end) only, as build_unwind_table has them there, for a
+// caller that reads one range's rules (luajit::derive_vm_cframe over the VM interval): only the
+// FDEs the whole table places that reach into the range run their CFI programs, and the
+// file-wide overlays (entry root, AArch64 PLT, x86-64 glue code) are left out, so its rows
+// outside the range are not the file's. Fails like build_unwind_table.
+Result<UnwindTable> build_unwind_table_over(const elf::ElfFile& file, uint64_t begin, uint64_t end,
+                                            std::span<const Overlay> overlays = {});
 
 // Code without CFI, proven by its instructions (leaf_code.cc). An AArch64 function none of whose
 // instructions calls, writes sp, x29 or x30 (beyond x30's pointer-authentication bits), or

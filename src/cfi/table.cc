@@ -528,8 +528,30 @@ std::vector<Overlay> aarch64_plt(const elf::ElfFile& file, const Ranges& functio
                   "PLT entry: return address in x30", how, at_call}};
 }
 
+// The overlays a whole file's table takes from the file itself, whatever runtime it carries:
+// its entry point's root, AArch64 PLT rules, x86-64 glue code.
+template <typename Ranges>
+void add_file_overlays(const elf::ElfFile& file, const Ranges& functions,
+                       std::vector<Overlay>& out) {
+  if (std::optional<Overlay> root = entry_root(file, functions)) out.push_back(std::move(*root));
+  for (Overlay& o : aarch64_plt(file, functions)) out.push_back(std::move(o));
+  std::vector<FunctionSpan> fdes;
+  for (const auto& f : functions) fdes.push_back({f.begin, f.end});
+  for (Overlay& o : x86_glue_overlays(file, fdes).overlays) out.push_back(std::move(o));
+}
+
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
                                        std::span<const Overlay> overlays) {
+  return UnwindTable::build(file, overlays, 0, UINT64_MAX, true);
+}
+
+Result<UnwindTable> build_unwind_table_over(const elf::ElfFile& file, uint64_t begin, uint64_t end,
+                                            std::span<const Overlay> overlays) {
+  return UnwindTable::build(file, overlays, begin, end, false);
+}
+
+Result<UnwindTable> UnwindTable::build(const elf::ElfFile& file, std::span<const Overlay> overlays,
+                                       uint64_t begin, uint64_t end, bool whole_file) {
   UnwindTable table;
   table.arch_ = file.arch();
   LJ_ASSIGN_OR_RETURN(CfiScan scan, table_scan(file, &table.section_));
@@ -546,6 +568,7 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
   }
   uint64_t covered_end = 0;  // end of the last FDE placed
   for (const FdeSummary* fde : place_fdes(file, scan.fdes, &table.fde_errors_)) {
+    if (fde->pc_end <= begin || fde->pc_begin >= end) continue;
     if (!b.rows.empty() && fde->pc_begin > covered_end) {
       b.rows.push_back(invalid_row(covered_end));  // gap between FDEs
       b.origins.push_back(kNoFde);
@@ -562,13 +585,7 @@ Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
     b.rows.push_back(invalid_row(covered_end));  // terminator: past the last FDE
     b.origins.push_back(kNoFde);
   }
-  if (std::optional<Overlay> root = entry_root(file, table.functions_)) {
-    table.overlays_.push_back(std::move(*root));
-  }
-  for (Overlay& o : aarch64_plt(file, table.functions_)) table.overlays_.push_back(std::move(o));
-  std::vector<FunctionSpan> fdes;
-  for (const auto& f : table.functions_) fdes.push_back({f.begin, f.end});
-  for (Overlay& o : x86_glue_overlays(file, fdes).overlays) table.overlays_.push_back(std::move(o));
+  if (whole_file) add_file_overlays(file, table.functions_, table.overlays_);
   table.overlays_.insert(table.overlays_.end(), overlays.begin(), overlays.end());
   for (const Overlay& o : table.overlays_) b.apply(o);
   compact_into(b, &table.rows_, &table.row_fde_offsets_);

@@ -398,6 +398,7 @@ Result<std::vector<Insn>> disassemble(elf::Arch arch, std::span<const uint8_t> c
   cs_insn* ci = cs_malloc(handle.h);
   if (ci == nullptr) return make_error("capstone: cs_malloc failed");
   std::vector<Insn> out;
+  out.reserve(std::min<size_t>(code.size() / 4 + 16, DisasmLimits::kMaxInsns + 1));
   const uint8_t* p = code.data();
   size_t left = code.size();
   uint64_t pc = address;

@@ -461,7 +461,9 @@ Status extract_cframe(const elf::ElfFile& file, const Code& vm, const ExitHandle
   if (!link.ok()) return extraction_error(info, "vm-entry", link.message());
   info.fields.push_back(
       make_field(FieldId::CframePrev, link->prev_offset, "vm-entry", link->evidence));
-  auto table = cfi::build_unwind_table(file, unwind_overlays(file, info.vm));
+  // Only the VM's rows are read: the rest of the file's CFI programs need not run.
+  auto table = cfi::build_unwind_table_over(file, info.vm.begin, info.vm.end,
+                                            unwind_overlays(file, info.vm, vm.insns));
   if (!table.ok()) return extraction_error(info, "cfi", table.message());
   auto cframe = derive_vm_cframe(*table, info.vm.begin, info.vm.end);
   if (!cframe.ok()) return extraction_error(info, "cfi", cframe.message());

@@ -29,7 +29,8 @@ bool is_vm_cfa(const cfi::CfaRule& cfa, elf::Arch arch) {
 // frame: its Ok rows become Keep. Other FDEs inside the interval are ordinary native frames
 // (lj_vm_ffi_call has its own rbp-based FDE in vm_x64.dasc and is called from C by
 // lj_ccall_func), so they stay Ok. Then the sub-ranges where the blanket row is wrong.
-std::vector<cfi::Overlay> vm_overlays(const elf::ElfFile& file, const VmInterval& vm) {
+std::vector<cfi::Overlay> vm_overlays(const elf::ElfFile& file, const VmInterval& vm,
+                                      std::span<const disasm::Insn> vm_code) {
   auto at = cfi::fde_row_at(file, vm.begin);
   if (!at.ok() || !*at) return {};
   cfi::Overlay keep;
@@ -43,7 +44,17 @@ std::vector<cfi::Overlay> vm_overlays(const elf::ElfFile& file, const VmInterval
   if ((*at)->row.hint != LJ_CFI_OK) return out;
   lj_cfi_row blanket = (*at)->row;
   blanket.hint = LJ_CFI_KEEP;
-  for (cfi::Overlay& o : detect_vm_subranges(file, vm, blanket)) out.push_back(std::move(o));
+  // The LuaJIT VM (DynASM output of vm_x64.dasc / vm_arm64.dasc) is code only; undecodable
+  // bytes are Gap instructions, which end every pattern (fail closed). A VM that cannot be
+  // decoded at all (unreadable, over the disassembler's cap) keeps its blanket rule.
+  Result<std::vector<disasm::Insn>> decoded = std::vector<disasm::Insn>{};
+  if (vm_code.empty()) {
+    decoded = disasm::disassemble_range(file, vm.begin, vm.end - vm.begin);
+    if (decoded.ok()) vm_code = *decoded;
+  }
+  for (cfi::Overlay& o : detect_vm_subranges(file, vm, blanket, vm_code)) {
+    out.push_back(std::move(o));
+  }
   return out;
 }
 
@@ -117,9 +128,10 @@ Result<cfi::FdeSummary> find_interpreter_fde(const elf::ElfFile& file) {
 }
 
 std::vector<cfi::Overlay> unwind_overlays(const elf::ElfFile& file,
-                                          const std::optional<VmInterval>& vm) {
+                                          const std::optional<VmInterval>& vm,
+                                          std::span<const disasm::Insn> vm_code) {
   std::vector<cfi::Overlay> out;
-  if (vm && vm->begin < vm->end) out = vm_overlays(file, *vm);
+  if (vm && vm->begin < vm->end) out = vm_overlays(file, *vm, vm_code);
   for (uint64_t pc : find_coro_startup(file)) out.push_back(fiber_root(pc));
   return out;
 }

@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cfi/cfi.h"
 #include "cfi/table_cache.h"
 #include "common/result.h"
+#include "disasm/disasm.h"
 #include "elf/elf_file.h"
 
 namespace ljprof::luajit {
@@ -34,9 +36,12 @@ Result<cfi::FdeSummary> find_interpreter_fde(const elf::ElfFile& file);
 // Every overlay of `file`'s walker table, for cfi::build_unwind_table. Over the VM interval
 // `vm` (when given): the interpreter FDE's Ok rows become Keep, then the sub-ranges where its
 // blanket row is wrong are replaced (vm_subranges.h). Anywhere: Tarantool's arm64 fiber
-// trampoline `coro_startup` becomes a Stop root.
+// trampoline `coro_startup` becomes a Stop root. `vm_code`: the VM interval already decoded
+// (disasm::disassemble_range over [vm->begin, vm->end)) when the caller has it; decoded here
+// when empty.
 std::vector<cfi::Overlay> unwind_overlays(const elf::ElfFile& file,
-                                          const std::optional<VmInterval>& vm);
+                                          const std::optional<VmInterval>& vm,
+                                          std::span<const disasm::Insn> vm_code = {});
 
 // The same with the VM interval of find_vm_interval (proc_info.h), none when it fails: what
 // every command that builds a walker table (cfi, core, record, inspect) passes, so they agree.

@@ -48,8 +48,7 @@ lj_cfi_row leaf_row(elf::Arch arch, bool keeps_vm_regs) {
 
 // The instructions reachable from `target` when it is a leaf helper (at most kMaxHelperInsns,
 // every path ending in `ret`, none disturbing the frame), else nullopt.
-std::optional<std::set<size_t>> leaf_helper_body(const Finder& f, elf::Arch arch,
-                                                 const std::vector<Insn>& code,
+std::optional<std::set<size_t>> leaf_helper_body(const Finder& f, elf::Arch arch, VmCode code,
                                                  const std::map<uint64_t, size_t>& index,
                                                  uint64_t target) {
   constexpr size_t kMaxHelperInsns = 512;
@@ -95,7 +94,7 @@ std::optional<std::set<size_t>> leaf_helper_body(const Finder& f, elf::Arch arch
 // instructions reachable from it, and only when none of them disturbs the frame and every path
 // ends in `ret`; anything else keeps the blanket rule, which stops the walk with a clear reason
 // rather than guessing.
-void add_called_leaf_helpers(Finder& f, elf::Arch arch, const std::vector<Insn>& code,
+void add_called_leaf_helpers(Finder& f, elf::Arch arch, VmCode code,
                              const std::map<uint64_t, size_t>& index) {
   // Real VMs call a handful of such helpers (5 distinct targets in Debian's libluajit); more
   // than this means the bytes are not a LuaJIT VM, and following each target would cost
@@ -132,17 +131,12 @@ void add_called_leaf_helpers(Finder& f, elf::Arch arch, const std::vector<Insn>&
 }  // namespace vm_subranges_internal
 
 std::vector<cfi::Overlay> detect_vm_subranges(const elf::ElfFile& file, const VmInterval& vm,
-                                              const lj_cfi_row& blanket) {
+                                              const lj_cfi_row& blanket,
+                                              std::span<const disasm::Insn> code) {
   using vm_subranges_internal::Finder;
   using vm_subranges_internal::Insn;
   Finder f{file, vm, {}, {}};
-  if (vm.end <= vm.begin) return {};
-  // The LuaJIT VM (DynASM output of vm_x64.dasc / vm_arm64.dasc) is code only; undecodable
-  // bytes are Gap instructions, which end every pattern (fail closed). A VM that cannot be
-  // decoded at all (unreadable, over the disassembler's cap) keeps its blanket rule.
-  auto decoded = disasm::disassemble_range(file, vm.begin, vm.end - vm.begin);
-  if (!decoded.ok()) return {};
-  const std::vector<Insn>& code = *decoded;
+  if (vm.end <= vm.begin || code.empty()) return {};
   if (file.arch() == elf::Arch::X86_64) {
     if (blanket.cfa_base != LJ_CFI_REG_SP) return {};
     // Instruction index by address, for following direct jumps and calls.

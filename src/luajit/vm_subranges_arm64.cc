@@ -28,7 +28,7 @@ struct A64Path {
   bool joined = false;  // ended where an earlier path's rows begin
 };
 template <typename Stop>
-std::optional<A64Path> a64_path_to(const Finder& f, const std::vector<Insn>& code,
+std::optional<A64Path> a64_path_to(const Finder& f, VmCode code,
                                    const std::map<uint64_t, size_t>& index, size_t start,
                                    bool joins, Stop stop) {
   constexpr size_t kMaxWindowInsns = 64;
@@ -61,8 +61,8 @@ std::optional<A64Path> a64_path_to(const Finder& f, const std::vector<Insn>& cod
 }
 
 // Adds `rows` for the instructions at `path` (merging neighbours).
-void add_path(Finder& f, const std::vector<Insn>& code, const std::vector<size_t>& path,
-              const std::string& what, const lj_cfi_row& row) {
+void add_path(Finder& f, VmCode code, const std::vector<size_t>& path, const std::string& what,
+              const lj_cfi_row& row) {
   std::vector<size_t> sorted = path;
   std::sort(sorted.begin(), sorted.end());
   std::vector<cfi::Overlay> rows;
@@ -82,7 +82,7 @@ void add_path(Finder& f, const std::vector<Insn>& code, const std::vector<size_t
 // exact native code meanwhile, the blanket rule with hint OK, up to and including that store.
 // Returns the index of the instruction after the linking store, or nullopt (also when the path
 // joins another entry's, proven before).
-std::optional<size_t> add_a64_unlinked_window(Finder& f, const std::vector<Insn>& code,
+std::optional<size_t> add_a64_unlinked_window(Finder& f, VmCode code,
                                               const std::map<uint64_t, size_t>& index, size_t start,
                                               const lj_cfi_row& blanket, bool fp_is_sp) {
   // Registers holding sp (x29 after the writeback prologue's `mov x29, sp`: Tarantool's fork
@@ -133,7 +133,7 @@ std::optional<size_t> add_a64_unlinked_window(Finder& f, const std::vector<Insn>
 // its C function returned: both join vm_call there); `empty_insns` holds those found so far.
 // Returns false when a shared target stopped the window before it began (try again once more
 // windows are known).
-bool add_a64_empty_window(Finder& f, const std::vector<Insn>& code,
+bool add_a64_empty_window(Finder& f, VmCode code,
                           const std::map<uint64_t, std::vector<uint64_t>>& branch_sources,
                           std::set<uint64_t>* empty_insns, size_t start,
                           const lj_cfi_row& blanket) {
@@ -171,7 +171,7 @@ bool add_a64_empty_window(Finder& f, const std::vector<Insn>& code,
 // vmeta_call; each right after the check that the callee is a function): the callee's frame
 // is complete but for its link, which is still in PC. Hint VM_LINK_PENDING with the blanket
 // rule, for the store instruction itself.
-void add_a64_pending_links(Finder& f, const std::vector<Insn>& code, const lj_cfi_row& blanket) {
+void add_a64_pending_links(Finder& f, VmCode code, const lj_cfi_row& blanket) {
   lj_cfi_row pending = blanket;
   pending.hint = LJ_CFI_VM_LINK_PENDING;
   for (const Insn& insn : code) {
@@ -189,8 +189,8 @@ void add_a64_pending_links(Finder& f, const std::vector<Insn>& code, const lj_cf
 // that unlinks the frame (`ldr TMP, [sp]` SAVE_CFRAME, `str TMP, L->cframe`); from there to
 // the epilogue the frame is plain native code (the blanket rule, hint OK). Fall-through paths
 // only; a path that does not reach both stores adds nothing.
-void add_a64_return_to_c(Finder& f, const std::vector<Insn>& code,
-                         const std::map<uint64_t, size_t>& index, const lj_cfi_row& blanket) {
+void add_a64_return_to_c(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
+                         const lj_cfi_row& blanket) {
   auto store_to = [](const Insn& insn, int src, int base) {
     return insn.kind == InsnKind::Store && insn.op_count == 2 && is_reg(insn, 0, src) &&
            insn.ops[1].kind == OpKind::Mem && insn.ops[1].base == base;
@@ -280,8 +280,7 @@ std::optional<int64_t> a64_pop_fp_lr(const Insn& insn) {
 // The prologues and epilogues of the AArch64 entries and exits (plain native rows, see
 // detect_arm64). Returns the first instruction after each prologue, and whether x29 equals sp
 // there.
-std::vector<std::pair<size_t, bool>> add_a64_prologues_and_epilogues(
-    Finder& f, const std::vector<Insn>& code) {
+std::vector<std::pair<size_t, bool>> add_a64_prologues_and_epilogues(Finder& f, VmCode code) {
   auto sub_sp = [](const Insn& i) {
     return is_kind(i, InsnKind::Sub, 3) && is_reg(i, 0, kA64Sp) && is_reg(i, 1, kA64Sp) &&
            is_imm(i, 2);
@@ -360,7 +359,7 @@ std::vector<std::pair<size_t, bool>> add_a64_prologues_and_epilogues(
 }
 
 // Where direct branches and calls land, and from where.
-std::map<uint64_t, std::vector<uint64_t>> a64_branch_sources(const std::vector<Insn>& code) {
+std::map<uint64_t, std::vector<uint64_t>> a64_branch_sources(VmCode code) {
   std::map<uint64_t, std::vector<uint64_t>> branch_sources;
   for (const Insn& insn : code) {
     if (insn.kind != InsnKind::Jump && insn.kind != InsnKind::Branch &&
@@ -376,8 +375,7 @@ std::map<uint64_t, std::vector<uint64_t>> a64_branch_sources(const std::vector<I
 
 // Each entry's unlinked window from the first instruction after its prologue (`entries`, see
 // add_a64_prologues_and_epilogues), then the linked, empty window after its link.
-void add_a64_entry_windows(Finder& f, const std::vector<Insn>& code,
-                           const std::map<uint64_t, size_t>& index,
+void add_a64_entry_windows(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
                            const std::vector<std::pair<size_t, bool>>& entries,
                            const lj_cfi_row& blanket) {
   const std::map<uint64_t, std::vector<uint64_t>> branch_sources = a64_branch_sources(code);
@@ -409,7 +407,7 @@ void add_a64_entry_windows(Finder& f, const std::vector<Insn>& code,
 // frame. The prologue and epilogue rows are plain native rows (hint OK): before the frame is
 // built and after `ldp x29, x30` it is not linked in L->cframe, and the caller's stack is as
 // at the call.
-void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint64_t, size_t>& index,
+void detect_arm64(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
                   const lj_cfi_row& blanket) {
   const std::vector<std::pair<size_t, bool>> entries = add_a64_prologues_and_epilogues(f, code);
   add_a64_entry_windows(f, code, index, entries, blanket);

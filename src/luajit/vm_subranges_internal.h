@@ -7,6 +7,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,8 @@ using cfi::sp_row;
 using disasm::Insn;
 using disasm::InsnKind;
 using OpKind = disasm::Operand::Kind;
+// The VM interval's instructions, decoded once (detect_vm_subranges).
+using VmCode = std::span<const Insn>;
 using disasm::kA64Fp;
 using disasm::kA64Lr;
 using disasm::kA64Sp;
@@ -164,13 +167,13 @@ struct Finder {
 };
 
 // x86-64 detection (vm_subranges_x86.cc).
-void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_t, size_t>& index,
-                int32_t cfa, int32_t blanket_fp);
-void add_x86_symbol_leaf_helpers(Finder& f, const std::vector<Insn>& code);
+void detect_x86(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index, int32_t cfa,
+                int32_t blanket_fp);
+void add_x86_symbol_leaf_helpers(Finder& f, VmCode code);
 void add_x86_unmatched_entry_symbols(Finder& f);
 
 // AArch64 detection (vm_subranges_arm64.cc).
-void detect_arm64(Finder& f, const std::vector<Insn>& code, const std::map<uint64_t, size_t>& index,
+void detect_arm64(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
                   const lj_cfi_row& blanket);
 
 }  // namespace ljprof::luajit::vm_subranges_internal

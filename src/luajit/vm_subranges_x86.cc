@@ -50,8 +50,8 @@ bool x_stores_frame_link(const Insn& i) {
 // through the call of its C function, lj_frame.h "cframe w/o frame"), the frame holds no Lua
 // frame: hint VM_EMPTY. Straight-line code only, up to (not including) the first branch, ret
 // or jmp; a call ends the window after it.
-void add_linked_empty_window(Finder& f, const std::vector<Insn>& code, size_t start,
-                             const std::string& who, int64_t frame, int32_t blanket_fp) {
+void add_linked_empty_window(Finder& f, VmCode code, size_t start, const std::string& who,
+                             int64_t frame, int32_t blanket_fp) {
   constexpr size_t kMaxWindowInsns = 32;
   if (start >= code.size()) return;
   const uint64_t begin = code[start].address;
@@ -80,9 +80,9 @@ void add_linked_empty_window(Finder& f, const std::vector<Insn>& code, size_t st
 // including a call (vm_ffi_callback links in lj_ccallback_enter). Anything else (a
 // conditional branch, an indirect jump, an undecodable byte, too long) adds nothing: the pcs
 // keep the blanket Keep rule and the cframe cross-check fails them closed.
-void add_unlinked_entry_window(Finder& f, const std::vector<Insn>& code,
-                               const std::map<uint64_t, size_t>& index, size_t start,
-                               const std::string& who, int64_t frame, int32_t blanket_fp) {
+void add_unlinked_entry_window(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
+                               size_t start, const std::string& who, int64_t frame,
+                               int32_t blanket_fp) {
   constexpr size_t kMaxWindowInsns = 64;
   std::set<int> holds_rsp = {kX86Rsp};  // 64-bit registers
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -152,9 +152,8 @@ void add_unlinked_entry_window(Finder& f, const std::vector<Insn>& code,
 // Where the code joins vm_exit_interp's `1:` label before `mov rsp, reg` (GC64:
 // `lea rcx, [rsp+16]` / `1: mov r13, [rcx-8]; mov r12, [rcx]; mov rsp, rcx`), the loads there
 // run with BASE and PC in their registers on both paths: VM_CUR_L. The rest stays Invalid.
-void add_exit_handler(Finder& f, const std::vector<Insn>& code,
-                      const std::map<uint64_t, size_t>& index, size_t first, size_t mov_rsp,
-                      uint64_t stop, int64_t frame, int32_t blanket_fp) {
+void add_exit_handler(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index, size_t first,
+                      size_t mov_rsp, uint64_t stop, int64_t frame, int32_t blanket_fp) {
   const char* what = "trace exit handler (all GPRs pushed, rsp from the trace)";
   const std::string how = f.how(code[first].address, "lj_vm_exit_handler");
   const lj_cfi_row cur_l =
@@ -202,8 +201,7 @@ void add_exit_handler(Finder& f, const std::vector<Insn>& code,
 // frame is read from the moved results). From the store to vm_leave_cp L->base is the
 // caller's: VM_EMPTY, joined to vm_leave_cp's own range. Only when that range follows within
 // a few straight-line instructions; otherwise nothing changes.
-void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t frame,
-                            int32_t blanket_fp) {
+void add_return_to_c_window(Finder& f, VmCode code, int64_t frame, int32_t blanket_fp) {
   // rbx (GC64) or ebx: the 64-bit and the 32-bit form of the interpreter's PC (and BASE, rdx).
   auto is_vm_reg = [](const Insn& i, int n, int reg) {
     return i.op_count > n && i.ops[n].is_reg(reg) && (i.ops[n].size == 8 || i.ops[n].size == 4);
@@ -258,8 +256,7 @@ void add_return_to_c_window(Finder& f, const std::vector<Insn>& code, int64_t fr
 // written, but the link is still in PC. Hint VM_LINK_PENDING on the blanket rule, for the store
 // itself (the walker takes that frame's link from PC): before, a sample there read the slot's
 // stale contents as the link.
-void add_x86_pending_links(Finder& f, const std::vector<Insn>& code, int64_t frame,
-                           int32_t blanket_fp) {
+void add_x86_pending_links(Finder& f, VmCode code, int64_t frame, int32_t blanket_fp) {
   for (const Insn& insn : code) {
     if (x_stores_frame_link(insn) && !f.covers(insn.address)) {
       f.add(insn.address, insn.end(), "call: frame link still in PC (mov [BASE-8], PC)", "pattern",
@@ -273,9 +270,8 @@ void add_x86_pending_links(Finder& f, const std::vector<Insn>& code, int64_t fra
 // `mov rsp, reg` restores the C frame from L->cframe. Entered from trace exit stubs with an rsp
 // only the trace knows: no static rule. `pushes_end` is the first instruction after the pushes
 // that start at `i`. Returns the index of its last instruction before its end (`stop`).
-size_t add_x86_exit_handler_at(Finder& f, const std::vector<Insn>& code,
-                               const std::map<uint64_t, size_t>& index, size_t i, size_t pushes_end,
-                               int64_t frame, int32_t blanket_fp) {
+size_t add_x86_exit_handler_at(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
+                               size_t i, size_t pushes_end, int64_t frame, int32_t blanket_fp) {
   const size_t j = pushes_end;
   // Up to `mov rsp, reg`; undecodable bytes before it leave the end unknown (no rule from the
   // handler's start to the VM's end, as when the move is not found at all).
@@ -292,9 +288,8 @@ size_t add_x86_exit_handler_at(Finder& f, const std::vector<Insn>& code,
 
 // Entry prologue: the pushes [i, j) then `sub rsp, imm` at j completing the C frame. Returns
 // whether its shape is an entry's (then rows for it and its unlinked window are added).
-bool add_x86_entry_prologue(Finder& f, const std::vector<Insn>& code,
-                            const std::map<uint64_t, size_t>& index, size_t i, size_t j,
-                            int64_t frame, int32_t blanket_fp) {
+bool add_x86_entry_prologue(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
+                            size_t i, size_t j, int64_t frame, int32_t blanket_fp) {
   int n = static_cast<int>(j - i);
   int64_t d0 = frame - code[j].ops[1].imm - 8 * n;
   bool pushes_rbp = false;
@@ -334,7 +329,7 @@ bool add_x86_entry_prologue(Finder& f, const std::vector<Insn>& code,
 
 // A run of pushes at i: the exit handler's (>= 8) or an entry prologue's. Returns the index of
 // the last instruction matched, or nullopt when the pushes start neither.
-std::optional<size_t> add_x86_pushes(Finder& f, const std::vector<Insn>& code,
+std::optional<size_t> add_x86_pushes(Finder& f, VmCode code,
                                      const std::map<uint64_t, size_t>& index, size_t i,
                                      int64_t frame, int32_t blanket_fp) {
   size_t j = i;
@@ -353,8 +348,8 @@ std::optional<size_t> add_x86_pushes(Finder& f, const std::vector<Insn>& code,
 
 // vm_leave_cp: `mov reg, [rsp+SAVE_CFRAME]; mov [L+cframe], reg; (no store or branch)*` right
 // before the epilogue's `add rsp` at i: the frame is unlinked after that store too.
-void add_x86_leave_cp(Finder& f, const std::vector<Insn>& code, size_t i, const char* what,
-                      int64_t frame, int32_t blanket_fp) {
+void add_x86_leave_cp(Finder& f, VmCode code, size_t i, const char* what, int64_t frame,
+                      int32_t blanket_fp) {
   for (size_t k = i; k-- > 1 && k + 4 > i;) {
     if (is_transfer(code[k]) || code[k].kind == InsnKind::Push) break;
     if (x_store_heap(code[k]) && x_load_rsp(code[k - 1]) &&
@@ -375,8 +370,8 @@ void add_x86_leave_cp(Finder& f, const std::vector<Insn>& code, size_t i, const 
 
 // Epilogue: `add rsp, imm; pop...; ret` unwinding the C frame (vm_leave_*), the `add rsp` at i.
 // Returns the index of its `ret`, or nullopt when the shape does not match.
-std::optional<size_t> add_x86_epilogue(Finder& f, const std::vector<Insn>& code, size_t i,
-                                       int64_t frame, int32_t blanket_fp) {
+std::optional<size_t> add_x86_epilogue(Finder& f, VmCode code, size_t i, int64_t frame,
+                                       int32_t blanket_fp) {
   size_t j = i + 1;
   while (j < code.size() && x_pop(code[j])) ++j;
   int n = static_cast<int>(j - i - 1);
@@ -411,8 +406,8 @@ std::optional<size_t> add_x86_epilogue(Finder& f, const std::vector<Insn>& code,
 // JLOOP: `sub rsp, imm; (mov [rsp+N], reg)*; jmp reg` enters a trace with the JIT frame, the
 // `sub rsp` at i. Sets `jit_extra` (CFRAME_SIZE_JIT - CFRAME_SIZE) and returns the index of the
 // `jmp`, or nullopt when the shape does not match.
-std::optional<size_t> add_x86_jloop(Finder& f, const std::vector<Insn>& code, size_t i,
-                                    int64_t frame, int32_t blanket_fp, int64_t& jit_extra) {
+std::optional<size_t> add_x86_jloop(Finder& f, VmCode code, size_t i, int64_t frame,
+                                    int32_t blanket_fp, int64_t& jit_extra) {
   size_t j = i + 1;
   while (j < code.size() && j < i + 4 && x_store_rsp(code[j])) ++j;
   if (!(j < code.size() && x_jmp_reg(code[j]))) return std::nullopt;
@@ -427,8 +422,8 @@ std::optional<size_t> add_x86_jloop(Finder& f, const std::vector<Insn>& code, si
 
 // vm_exit_interp entry: `add rsp, <JIT extra>` right after an unconditional jmp (it is a
 // label reached from traces, which run with the JIT frame).
-void add_x86_exit_interp_entry(Finder& f, const std::vector<Insn>& code, int64_t frame,
-                               int32_t blanket_fp, int64_t jit_extra) {
+void add_x86_exit_interp_entry(Finder& f, VmCode code, int64_t frame, int32_t blanket_fp,
+                               int64_t jit_extra) {
   for (size_t i = 1; i < code.size(); ++i) {
     if (is_jmp(code[i - 1]) && x_rsp_imm(code[i], InsnKind::Add) &&
         code[i].ops[1].imm == jit_extra) {
@@ -446,8 +441,8 @@ void add_x86_exit_interp_entry(Finder& f, const std::vector<Insn>& code, int64_t
 
 // x86-64 (lj_frame.h CFRAME_SIZE; vm_x64.dasc saveregs/restoreregs, BC_JLOOP, vm_exit_handler,
 // vm_exit_interp). `cfa` is the blanket rule's rsp offset (the C frame size).
-void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_t, size_t>& index,
-                int32_t cfa, int32_t blanket_fp) {
+void detect_x86(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index, int32_t cfa,
+                int32_t blanket_fp) {
   const int64_t frame = cfa;
   int64_t jit_extra = 0;  // CFRAME_SIZE_JIT - CFRAME_SIZE, from JLOOP's `sub rsp, imm`
   for (size_t i = 0; i < code.size(); ++i) {
@@ -469,7 +464,7 @@ void detect_x86(Finder& f, const std::vector<Insn>& code, const std::map<uint64_
 // C-callable leaf helpers that live inside the VM FDE (vm_x64.dasc "Math helper functions",
 // lj_vm_cpuid): called like C functions, so CFA = rsp + 8 + pushes, not the C frame. Only with
 // symbols; any rsp change other than push/pop makes the helper Invalid.
-void add_x86_symbol_leaf_helpers(Finder& f, const std::vector<Insn>& code) {
+void add_x86_symbol_leaf_helpers(Finder& f, VmCode code) {
   for (const char* name :
        {"lj_vm_floor", "lj_vm_ceil", "lj_vm_trunc", "lj_vm_floor_sse", "lj_vm_ceil_sse",
         "lj_vm_trunc_sse", "lj_vm_mod", "lj_vm_powi_sse", "lj_vm_cpuid"}) {

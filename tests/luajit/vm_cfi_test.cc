@@ -154,6 +154,43 @@ TEST_P(VmCfi, InterpreterFdeAndCframeMatchReadelf) {
   EXPECT_GT(cframe->covered_bytes * 10, (fde->pc_end - fde->pc_begin) * 9);
 }
 
+// What proc_info derives the VM C frame from: the table built over the VM interval only. Oracle:
+// the whole file's table, which readelf and objdump check above and in VmSubRanges. Every pc of
+// the interval where either table's rule changes gets the same row from both.
+TEST_P(VmCfi, TableOverTheVmHasTheWholeTablesRowsThere) {
+  auto file = elf::ElfFile::open(GetParam().path);
+  ASSERT_TRUE(file.ok()) << file.message();
+  const UnwindOverlays o = unwind_overlays(**file);
+  ASSERT_TRUE(o.vm.has_value());
+  auto whole = cfi::build_unwind_table(**file, o.overlays);
+  ASSERT_TRUE(whole.ok()) << whole.message();
+  auto vm_code = disasm::disassemble_range(**file, o.vm->begin, o.vm->end - o.vm->begin);
+  ASSERT_TRUE(vm_code.ok()) << vm_code.message();
+  auto over = cfi::build_unwind_table_over(**file, o.vm->begin, o.vm->end,
+                                           unwind_overlays(**file, o.vm, *vm_code));
+  ASSERT_TRUE(over.ok()) << over.message();
+  EXPECT_LT(over->rows().size(), whole->rows().size());
+  std::set<uint64_t> pcs = {o.vm->begin};
+  for (const auto* t : {&*whole, &*over}) {
+    for (const lj_cfi_row& r : t->rows()) {
+      if (r.pc_start > o.vm->begin && r.pc_start < o.vm->end) pcs.insert(r.pc_start);
+    }
+  }
+  size_t compared = 0;
+  for (uint64_t pc : pcs) {
+    const lj_cfi_row *a = whole->row_at(pc), *b = over->row_at(pc);
+    ASSERT_TRUE(a != nullptr && b != nullptr) << std::hex << pc;
+    EXPECT_EQ(cfi::describe_row(*a, whole->arch()), cfi::describe_row(*b, over->arch()))
+        << std::hex << pc;
+    ++compared;
+  }
+  EXPECT_GT(compared, 1u);
+  auto from_whole = derive_vm_cframe(*whole, o.vm->begin, o.vm->end);
+  auto from_over = derive_vm_cframe(*over, o.vm->begin, o.vm->end);
+  ASSERT_TRUE(from_whole.ok() && from_over.ok());
+  EXPECT_EQ(to_json(*from_whole).dump(), to_json(*from_over).dump());
+}
+
 INSTANTIATE_TEST_SUITE_P(RealBinaries, VmCfi, ::testing::ValuesIn(vm_binaries()),
                          [](const ::testing::TestParamInfo<VmBinary>& info) {
                            return info.param.label;
