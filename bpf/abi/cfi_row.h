@@ -65,6 +65,13 @@
  *   register, not in the stack slot (which holds whatever an earlier frame left there). The
  *   walker takes that frame's link from PC; the callee has not started, so its own pc is
  *   unknown. Valid only for a sampled (leaf) pc.
+ * LJ_CFI_SIGNAL: a signal trampoline (x86-64 glibc __restore_rt, AArch64 vDSO
+ *   __kernel_rt_sigreturn, and the instruction before each that its signal-frame FDE covers for
+ *   callers' pc - 1 lookups): the code that calls rt_sigreturn with sp at the frame the kernel
+ *   built when the signal arrived. The interrupted thread's registers are in that frame's
+ *   `struct sigcontext` (Linux UAPI: arch/x86/include/uapi/asm/sigcontext.h,
+ *   arch/arm64/include/uapi/asm/sigcontext.h) at sp + cfa_offset, laid out as ra_rule says
+ *   (LJ_CFI_SIGCONTEXT_*); the walker resumes there as at a sampled pc. No other field is used.
  */
 #define LJ_CFI_OK 0
 #define LJ_CFI_INVALID 1
@@ -76,6 +83,31 @@
 #define LJ_CFI_VM_RETURNED 7
 #define LJ_CFI_VM_EXIT 8
 #define LJ_CFI_VM_LINK_PENDING 9
+#define LJ_CFI_SIGNAL 10
+
+/* LJ_CFI_SIGNAL rows' ra_rule: the `struct sigcontext` layout, byte offsets from its start.
+ * x86-64: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, 8 bytes each (glibc's
+ * __restore_rt FDE says the same: rip at CFA expression rsp+168 = ucontext's uc_mcontext at 40
+ * + 128). AArch64: fault_address, then regs[0..30], sp, pc (gdb aarch64-linux-tdep.c: the
+ * sigcontext at sp + 128 (siginfo) + 176 (ucontext.uc_mcontext), its x0 at + 8). */
+#define LJ_CFI_SIGCONTEXT_X86_64 1
+#define LJ_CFI_SIGCONTEXT_AARCH64 2
+#define LJ_SIGCONTEXT_X86_RBP 80
+#define LJ_SIGCONTEXT_X86_RBX 88
+#define LJ_SIGCONTEXT_X86_RDX 96
+#define LJ_SIGCONTEXT_X86_RSP 120
+#define LJ_SIGCONTEXT_X86_RIP 128
+#define LJ_SIGCONTEXT_A64_X0 8
+#define LJ_SIGCONTEXT_A64_SP (8 + 31 * 8)
+#define LJ_SIGCONTEXT_A64_PC (8 + 32 * 8)
+/* The walker reads each layout's registers in two runs (native_step.h lj_signal_step). */
+LJ_STATIC_ASSERT(LJ_SIGCONTEXT_X86_RBX == LJ_SIGCONTEXT_X86_RBP + 8 &&
+                     LJ_SIGCONTEXT_X86_RDX == LJ_SIGCONTEXT_X86_RBP + 16 &&
+                     LJ_SIGCONTEXT_X86_RIP == LJ_SIGCONTEXT_X86_RSP + 8,
+                 "x86-64 sigcontext: rbp, rbx, rdx and rsp, rip adjacent");
+LJ_STATIC_ASSERT(LJ_SIGCONTEXT_A64_SP == LJ_SIGCONTEXT_A64_X0 + 31 * 8 &&
+                     LJ_SIGCONTEXT_A64_PC == LJ_SIGCONTEXT_A64_SP + 8,
+                 "AArch64 sigcontext: regs[0..30], sp, pc adjacent");
 
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */

@@ -54,6 +54,10 @@ LJ_STATIC_ASSERT(sizeof(struct lj_native_regs) == 64, "lj_native_regs: 7 registe
 #define LJ_FRAME_TRACE 4  /* pc: machine-code pc in a JIT trace, b: its GCtrace */
 #define LJ_FRAME_C_GAP 5  /* Lua-only walks: native frames between two Lua segments, not walked */
 
+/* A native frame's `b`: what its pc is when not the return address of a call. */
+#define LJ_NATIVE_INTERRUPTED 1       /* the exact pc a signal interrupted (as a sampled leaf's) */
+#define LJ_NATIVE_SIGNAL_TRAMPOLINE 2 /* the signal trampoline the handler returns to */
+
 /* How a walk ended (lj_walk_result.end), declared once: X(ID, value, metric, text). The value
  * is stable — it indexes the recorder's kernel counters and is what saved summaries mean — so a
  * retired value is never reused; `metric` is the stable snake_case name counters and metrics

@@ -66,6 +66,49 @@ LJ_INLINE int lj_read_ra_fp(struct lj_walk_env* env, const struct lj_cfi_row* ro
   return LJ_STEP_OK;
 }
 
+/* Resumes at the registers a signal interrupted (cfi_row.h LJ_CFI_SIGNAL): the kernel saved
+ * them in the `struct sigcontext` at sp + row->cfa_offset. Two reads of adjacent registers per
+ * layout (x86-64 rbp, rbx, rdx and rsp, rip; AArch64 x19..x21 and x29, x30, sp, pc) into a
+ * buffer small enough for the BPF stack. The interpreter's BASE and PC registers come back with
+ * them (vm_x64.dasc rdx/rbx, vm_arm64.dasc x19/x21), and AArch64's x30, so the interrupted pc
+ * is walked as a sampled one; DISPATCH/GL is not restored. */
+LJ_INLINE int lj_signal_step(struct lj_walk_env* env, const struct lj_cfi_row* row,
+                             struct lj_native_regs* r) {
+  uint64_t v[4] = {0, 0, 0, 0};
+  const uint64_t sc = r->sp + (uint64_t)(int64_t)row->cfa_offset;
+
+  if (row->ra_rule == LJ_CFI_SIGCONTEXT_X86_64) {
+    if (lj_walk_read(env, v, 3 * 8, sc + LJ_SIGCONTEXT_X86_RBP) != 0) return LJ_STEP_READ_FAULT;
+    r->fp = v[0];
+    r->vm_pc = v[1];   /* rbx */
+    r->vm_base = v[2]; /* rdx */
+    if (lj_walk_read(env, v, 2 * 8, sc + LJ_SIGCONTEXT_X86_RSP) != 0) return LJ_STEP_READ_FAULT;
+    r->sp = v[0];
+    r->pc = v[1]; /* rip follows rsp */
+    r->bx_valid = 1;
+    r->lr_valid = 0;
+  } else if (row->ra_rule == LJ_CFI_SIGCONTEXT_AARCH64) {
+    if (lj_walk_read(env, v, 3 * 8, sc + LJ_SIGCONTEXT_A64_X0 + 19 * 8) != 0)
+      return LJ_STEP_READ_FAULT;
+    r->vm_base = v[0]; /* x19 */
+    r->vm_pc = v[2];   /* x21 */
+    if (lj_walk_read(env, v, 4 * 8, sc + LJ_SIGCONTEXT_A64_X0 + 29 * 8) != 0)
+      return LJ_STEP_READ_FAULT;
+    r->fp = v[0];                         /* x29 */
+    r->lr = v[1] & 0x0000ffffffffffffULL; /* x30, without a pointer-authentication code */
+    r->sp = v[2];                         /* sp follows regs[30] */
+    r->pc = v[3];
+    r->lr_valid = 1;
+    r->bx_valid = 0;
+  } else {
+    return LJ_STEP_NO_CFI;
+  }
+  r->fp_valid = 1;
+  r->dispatch_valid = 0;
+  if (r->pc == 0 || r->sp == 0) return LJ_STEP_BAD_FRAME;
+  return LJ_STEP_OK;
+}
+
 /* Applies `row` to `r`. `row` must be the row covering r->pc (for a caller frame: r->pc - 1,
  * the call instruction, since the return address may start the next function's row). */
 LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* row,

@@ -103,6 +103,9 @@ struct lj_walk_state {
   uint32_t base_from_jit_base;
   /* LJ_CFI_VM_LINK_PENDING: the VM frame entered next takes its first link from PC. */
   uint32_t link_pending;
+  /* LJ_CFI_SIGNAL: the registers are the ones a signal interrupted; the next native frame is
+   * emitted as LJ_NATIVE_INTERRUPTED. */
+  uint32_t interrupted;
   /* AArch64 (whose trace entry stores vmstate 0): in, a GCtrace the includer saw running last
    * (0: none; proven again before use); out, the trace this walk proved running, if any. */
   uint64_t trace_hint;
@@ -355,6 +358,8 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     row = st->vm_row;
     row.hint = LJ_CFI_OK;
   } else {
+    const uint32_t interrupted = st->interrupted;
+    st->interrupted = 0;
     c->out->end_pc = regs->pc;
     if (lj_walk_lookup(c->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0) {
       rc = lj_enter_trace(c);
@@ -397,7 +402,19 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     } else if (row.hint == LJ_CFI_STOP) {
       lj_emit(c->out, LJ_FRAME_ROOT, regs->pc, 0, 0);
       return lj_finish(c, LJ_END_ROOT);
-    } else if (lj_emit(c->out, LJ_FRAME_NATIVE, regs->pc, 0, 0) != 0) {
+    } else if (row.hint == LJ_CFI_SIGNAL) {
+      /* A step of its own: the interrupted registers are walked from the top, like a sample. */
+      if (lj_emit(c->out, LJ_FRAME_NATIVE, regs->pc, LJ_NATIVE_SIGNAL_TRAMPOLINE, 0) != 0)
+        return lj_finish(c, LJ_END_TRUNCATED);
+      rc = lj_signal_step(c->env, &row, regs);
+      if (rc == LJ_STEP_READ_FAULT) return lj_finish(c, LJ_END_READ_FAULT);
+      if (rc != LJ_STEP_OK) return lj_finish(c, LJ_END_BAD_FRAME);
+      st->leaf = 1;
+      st->vm_regs_live = 0;
+      st->interrupted = 1;
+      return 0;
+    } else if (lj_emit(c->out, LJ_FRAME_NATIVE, regs->pc, interrupted ? LJ_NATIVE_INTERRUPTED : 0,
+                       0) != 0) {
       return lj_finish(c, LJ_END_TRUNCATED);
     }
   }
@@ -444,6 +461,7 @@ LJ_INLINE void lj_walk(struct lj_walk_ctx* c) {
   st->enter_empty = 0;
   st->base_from_jit_base = 0;
   st->link_pending = 0;
+  st->interrupted = 0;
   st->vm_sp = 0;
   st->cursor = no_cursor;
   st->vm_row = no_row;

@@ -310,6 +310,13 @@ struct GlueOverlays {
 // covers; `rejected` says why each other entry got none. Empty for AArch64.
 GlueOverlays x86_glue_overlays(const elf::ElfFile& file, std::span<const FunctionSpan> fdes);
 
+// Replace overlays with LJ_CFI_SIGNAL rows (cfi_row.h) for the signal trampolines among `fdes`:
+// a signal-frame FDE (augmentation 'S') whose code is no-op padding followed by the
+// rt_sigreturn system call (x86-64 glibc __restore_rt; the AArch64 vDSO's FDE covers only the
+// no-op, the call follows it). Every build_unwind_table of a whole file applies them.
+std::vector<Overlay> signal_trampoline_overlays(const elf::ElfFile& file,
+                                                std::span<const FdeSummary> fdes);
+
 // The kernel's vDSO: its CFI when it has any (x86-64, newer arm64 kernels), else the proven
 // leaf functions of an AArch64 vDSO built without unwind tables (Debian 12's 6.1 arm64 kernel);
 // any other pc has no rule. One table for `record` and `core`.

@@ -276,6 +276,8 @@ const char* hint_name(uint8_t hint) {
       return "vm-exit";
     case LJ_CFI_VM_LINK_PENDING:
       return "vm-link-pending";
+    case LJ_CFI_SIGNAL:
+      return "signal";
     default:
       return "bad-hint";
   }
@@ -299,6 +301,9 @@ std::string rule_text(uint8_t rule, int32_t offset, const char* reg) {
 std::string describe_row(const lj_cfi_row& row, elf::Arch arch) {
   ArchRegs regs = arch_regs(arch);
   if (row.hint == LJ_CFI_INVALID) return "no rule";
+  if (row.hint == LJ_CFI_SIGNAL) {
+    return fmt::format("signal frame: sigcontext at {}{:+d}", regs.sp_name, row.cfa_offset);
+  }
   const char* base = row.cfa_base == LJ_CFI_REG_SP   ? regs.sp_name
                      : row.cfa_base == LJ_CFI_REG_FP ? regs.fp_name
                                                      : "rbx";
@@ -532,12 +537,13 @@ std::vector<Overlay> aarch64_plt(const elf::ElfFile& file, const Ranges& functio
 // its entry point's root, AArch64 PLT rules, x86-64 glue code.
 template <typename Ranges>
 void add_file_overlays(const elf::ElfFile& file, const Ranges& functions,
-                       std::vector<Overlay>& out) {
+                       std::span<const FdeSummary> fdes, std::vector<Overlay>& out) {
   if (std::optional<Overlay> root = entry_root(file, functions)) out.push_back(std::move(*root));
   for (Overlay& o : aarch64_plt(file, functions)) out.push_back(std::move(o));
-  std::vector<FunctionSpan> fdes;
-  for (const auto& f : functions) fdes.push_back({f.begin, f.end});
-  for (Overlay& o : x86_glue_overlays(file, fdes).overlays) out.push_back(std::move(o));
+  std::vector<FunctionSpan> spans;
+  for (const auto& f : functions) spans.push_back({f.begin, f.end});
+  for (Overlay& o : x86_glue_overlays(file, spans).overlays) out.push_back(std::move(o));
+  for (Overlay& o : signal_trampoline_overlays(file, fdes)) out.push_back(std::move(o));
 }
 
 Result<UnwindTable> build_unwind_table(const elf::ElfFile& file,
@@ -585,7 +591,7 @@ Result<UnwindTable> UnwindTable::build(const elf::ElfFile& file, std::span<const
     b.rows.push_back(invalid_row(covered_end));  // terminator: past the last FDE
     b.origins.push_back(kNoFde);
   }
-  if (whole_file) add_file_overlays(file, table.functions_, table.overlays_);
+  if (whole_file) add_file_overlays(file, table.functions_, scan.fdes, table.overlays_);
   table.overlays_.insert(table.overlays_.end(), overlays.begin(), overlays.end());
   for (const Overlay& o : table.overlays_) b.apply(o);
   compact_into(b, &table.rows_, &table.row_fde_offsets_);

@@ -14,6 +14,14 @@ namespace ljprof::symbolize {
 
 namespace {
 
+// The trampoline a signal handler returns to is named as gdb names it: glibc's __restore_rt is
+// a local symbol that stripped libraries do not have, and what a handler ran for is the point.
+void name_signal_trampoline(Frame& f) {
+  f.symbol = "<signal handler called>";
+  f.symbol_offset = 0;
+  f.source.reset();
+}
+
 Frame symbolize_one(size_t i, const WalkedFrame& wf, FrameSource& source, bool leaf) {
   Frame f;
   f.lua_state = wf.lua_state;
@@ -61,7 +69,9 @@ Frame symbolize_one(size_t i, const WalkedFrame& wf, FrameSource& source, bool l
     default:
       f.kind = FrameKind::Native;
       f.pc = wf.pc;
-      source.symbolize_native(f, leaf);
+      // The pc a signal interrupted is exact, like a sampled leaf's, not a return address.
+      source.symbolize_native(f, leaf || wf.b == LJ_NATIVE_INTERRUPTED);
+      if (wf.b == LJ_NATIVE_SIGNAL_TRAMPOLINE) name_signal_trampoline(f);
       break;
   }
   return f;

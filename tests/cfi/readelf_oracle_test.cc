@@ -5,6 +5,8 @@
 // whose raw CFI (`--debug-dump=frames`) has DW_CFA_undefined for the return address column.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -421,7 +423,9 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
             EXPECT_EQ(t->cfa_offset, r.cfa.offset) << std::hex << r.pc_begin;
             ++rbx_rows;
           }
-          if (r.cfa.kind == CfaRule::Kind::Expression) {
+          // A signal trampoline's expressions (checked against readelf's below) get a signal
+          // row; any other expression no rule.
+          if (r.cfa.kind == CfaRule::Kind::Expression && t->hint != LJ_CFI_SIGNAL) {
             EXPECT_EQ(t->hint, LJ_CFI_INVALID) << std::hex << r.pc_begin;
           }
         }
@@ -430,12 +434,24 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
   }
   // CFA expressions the walker table evaluates per pc (the x86-64 PLT rule) agree with
   // readelf's expression at every pc they cover; any other expression leaves no rule.
-  uint64_t expression_pcs = 0;
+  uint64_t expression_pcs = 0, signal_pcs = 0;
   for (const RawCfaExpression& x :
        raw_cfa_expressions(raw.out, cfi_section_name(table->section()))) {
     for (uint64_t pc = x.begin; pc < x.end; ++pc) {
       const lj_cfi_row* t = table->row_at(pc);
       ASSERT_NE(t, nullptr);
+      // glibc's __restore_rt (a signal-frame FDE): CFA = *(rsp + K), the interrupted rsp saved
+      // in the kernel's sigcontext, which the signal row places at rsp + cfa_offset.
+      if (t->hint == LJ_CFI_SIGNAL) {
+        ASSERT_EQ(x.ops.size(), 2u) << std::hex << pc;
+        EXPECT_EQ(x.ops[1], "DW_OP_deref") << std::hex << pc;
+        EXPECT_EQ(x.ops[0],
+                  fmt::format("DW_OP_breg7 (rsp): {}", t->cfa_offset + LJ_SIGCONTEXT_X86_RSP))
+            << std::hex << pc;
+        EXPECT_EQ(t->ra_rule, LJ_CFI_SIGCONTEXT_X86_64) << std::hex << pc;
+        ++signal_pcs;
+        continue;
+      }
       const std::optional<int64_t> cfa = eval_rsp_relative(x.ops, pc);
       if (!cfa || arch != elf::Arch::X86_64) {
         EXPECT_EQ(t->hint, LJ_CFI_INVALID) << std::hex << pc;
@@ -449,8 +465,13 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
       EXPECT_EQ(t->ra_offset, -8) << std::hex << pc;
     }
   }
-  std::printf("[ readelf ] %s: %llu pcs under a CFA expression evaluated\n", target.path.c_str(),
-              static_cast<unsigned long long>(expression_pcs));
+  // glibc's __restore_rt is the one x86-64 libc trampoline (sysdeps/unix/sysv/linux/x86_64).
+  if (target.label == "libc_amd64") EXPECT_GT(signal_pcs, 0u);
+  std::printf(
+      "[ readelf ] %s: %llu pcs under a CFA expression evaluated, %llu in a signal "
+      "trampoline\n",
+      target.path.c_str(), static_cast<unsigned long long>(expression_pcs),
+      static_cast<unsigned long long>(signal_pcs));
 
   // Stop rows come exactly from FDEs with DW_CFA_undefined on the RA column.
   const std::string ra_text = arch == elf::Arch::AArch64 ? "r30 (x30)" : "r16 (rip)";

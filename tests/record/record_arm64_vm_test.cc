@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "signal_oracle.h"
 #include "split_oracle.h"
 #include "support/test_support.h"
 
@@ -57,6 +58,14 @@ class RecordArm64Vm : public ::testing::Test {
       return;
     }
     const std::string tests = test::source_dir() + "/tests/record";
+    const std::string signal_lib = out_ + "/libsignal_handler.so";
+    const test::CommandResult cc =
+        test::run({"aarch64-linux-gnu-gcc", "-O1", "-g", "-fPIC", "-shared", "-o", signal_lib,
+                   tests + "/workloads/signal_handler.c"});
+    if (cc.exit_code != 0) {
+      vm_.err = "cannot cross-build the signal handler: " + cc.err;
+      return;
+    }
     vm_ = test::run({test::source_dir() + "/scripts/arm64-vm",
                      "--timeout",
                      "900",
@@ -68,6 +77,8 @@ class RecordArm64Vm : public ::testing::Test {
                      tarantool_luajit() + ":/opt/tarantool-luajit/luajit",
                      "--add",
                      tests + "/workloads:/opt/workloads",
+                     "--add",
+                     signal_lib + ":/opt/libsignal_handler.so",
                      "--add",
                      tests + "/arm64_vm/guest_record.sh:/opt/guest_record.sh",
                      "--out",
@@ -191,6 +202,25 @@ TEST_F(RecordArm64Vm, OffCpuTimeSplitsAsTheWorkloadsOwnClock) {
 // Every recording loaded the program through the arm64 kernel's verifier and, once ljprof
 // exited, the kernel holds exactly the BPF programs it held before (nothing leaked: a link or
 // program left behind would keep its JIT image listed in /proc/kallsyms).
+// A signal handler's samples go on through the vDSO's __kernel_rt_sigreturn (this kernel's vDSO
+// has no unwind tables: the trampoline is found by its symbol and instructions) into the Lua
+// loop the signal interrupted; the x86-64 twin is RecordSignal.
+TEST_F(RecordArm64Vm, SignalHandlerSamplesContinueIntoTheInterruptedLuaLoop) {
+  expect_recorded("signal");
+  const SignalLines lines = signal_lines(test::read_text(file("signal.out")));
+  ASSERT_FALSE(lines.loop.empty()) << test::read_text(file("signal.out"));
+  const SignalTally t = tally_signal_stacks(file("signal.folded"), lines);
+  const std::string log = test::read_text(file("signal.log"));
+  std::cout << t.walked << " samples, " << t.rooted << " rooted, " << t.in_handler
+            << " in the handler, " << t.at_loop << " at " << lines.loop << ", " << t.at_clock
+            << " at " << lines.clock << "\n";
+  EXPECT_GE(t.walked, 200) << log;
+  EXPECT_GE(t.rooted, 0.95 * t.walked) << log;
+  EXPECT_GE(t.in_handler, 0.2 * t.walked) << test::read_text(file("signal.folded"));
+  EXPECT_GE(t.at_loop + t.at_clock, 0.95 * t.in_handler) << test::read_text(file("signal.folded"));
+  EXPECT_GE(t.at_loop, 0.2 * t.in_handler) << test::read_text(file("signal.folded"));
+}
+
 TEST_F(RecordArm64Vm, ProgramsLoadAndNothingIsLeftBehind) {
   ASSERT_EQ(vm_.exit_code, 0) << vm_.err << vm_.out;
   const std::vector<std::string> lines = split(test::read_text(file("bpf_programs")), '\n');

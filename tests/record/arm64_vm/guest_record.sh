@@ -168,6 +168,15 @@ mark "off_cpu start"
   /usr/bin/luajit "$workloads/off_cpu.lua" 3 >"$out/off_cpu.out" 2>"$out/off_cpu.log"
 echo $? >"$out/off_cpu.rc"
 
+# A C signal handler stacked on Lua code (../workloads/signal_interrupted.lua with
+# signal_handler.c cross-built by the host test): the walk goes through the vDSO's
+# __kernel_rt_sigreturn into the interrupted interpreter.
+mark "signal start"
+"$ljprof" record -F 999 -q --folded "$out/signal.folded" -- /usr/bin/luajit \
+  "$workloads/signal_interrupted.lua" /opt/libsignal_handler.so 2 1 >"$out/signal.out" \
+  2>"$out/signal.log"
+echo $? >"$out/signal.rc"
+
 mark done
 touch /tmp/recordings-done
 wait "$counter"
