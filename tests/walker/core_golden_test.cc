@@ -268,6 +268,52 @@ TEST(CoreGoldenVdso, LeafInsideTheVdso) {
   expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
   fs::remove_all(d.dir);
 }
+// A thread parked inside a signal handler (signal_parked.lua: an FFI call raises SIGUSR1, whose
+// C handler never returns), dumped with gcore: the walk goes from the handler through glibc's
+// signal trampoline into the code the signal interrupted (raise, the FFI call) and on to the Lua
+// frames and the root. Native frames equal gdb's (which unwinds signal frames itself), the Lua
+// frames the traceback printed from the call's line.
+TEST(CoreGoldenSignal, HandlerStackedOnAnFfiCall) {
+  char tmpl[] = "/tmp/ljprof-golden-XXXXXX";
+  Dump d;
+  d.dir = mkdtemp(tmpl);
+  d.core = d.dir + "/core";
+  const std::string lib = d.dir + "/libsignal_handler.so";
+  test::CommandResult cc =
+      test::run({"gcc", "-O1", "-g", "-fPIC", "-shared", "-o", lib,
+                 test::source_dir() + "/tests/record/workloads/signal_handler.c"});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  fs::copy_file(fs::path(test::source_dir()) / "tests/walker/workloads/signal_parked.lua",
+                fs::path(d.dir) / "signal_parked.lua");
+  // Dumped once the handler waits in pause() (x86-64 system call 34, /proc/PID/syscall).
+  test::CommandResult r =
+      test::run({"env", "-C", d.dir, "bash", "-c",
+                 "/usr/bin/luajit signal_parked.lua \"$0\" >out 2>&1 & pid=$!; "
+                 "for i in $(seq 200); do grep -q ljprof-traceback-end out && "
+                 "[ \"$(cut -d' ' -f1 /proc/$pid/syscall)\" = 34 ] && break; sleep 0.05; done; "
+                 "gcore -o c $pid >/dev/null 2>&1; mv c.$pid core; kill -9 $pid; cat out",
+                 lib});
+  d.out = r.out;
+  ASSERT_TRUE(fs::exists(d.core)) << r.out << r.err;
+  auto blocks = parse_tracebacks(d.out);
+  ASSERT_FALSE(blocks.empty()) << d.out;
+  Json j = ljprof_core(kLuajitAmd64, d);
+  const Json& thread = j["threads"][0];
+  const Json& frames = thread["frames"];
+  EXPECT_TRUE(thread["reached_root"].get<bool>()) << thread["end"] << "\n" << describe(frames);
+  size_t trampoline = 0;
+  while (trampoline < frames.size() &&
+         frames[trampoline].value("symbol", "") != "<signal handler called>") {
+    ++trampoline;
+  }
+  ASSERT_LT(trampoline, frames.size()) << describe(frames);
+  ASSERT_GT(trampoline, 0u);
+  EXPECT_EQ(frames[trampoline - 1]["symbol"], "on_usr1") << describe(frames);
+  // The C function in progress is the FFI call of park_in_handler, made after the traceback.
+  expect_lua_frames_match(frames, blocks, 0, true);
+  expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
+  fs::remove_all(d.dir);
+}
 const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
 const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
 

@@ -1,7 +1,9 @@
-/* A C signal handler for signal_interrupted.lua (loaded with ffi.load): SIGALRM every
- * `interval_us` of wall time interrupts whatever the thread runs, and the handler spins
- * `spin_us` in handler_spin, so samples land in a handler stacked on the interrupted Lua code. */
+/* C signal handlers for Lua workloads (loaded with ffi.load). signal_interrupted.lua: SIGALRM
+ * every `interval_us` of wall time interrupts whatever the thread runs, and the handler spins
+ * `spin_us` in handler_spin, so samples land in a handler stacked on the interrupted Lua code.
+ * tests/walker/workloads/signal_parked.lua: a thread parked for good in a handler, for a core. */
 #include <signal.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -43,4 +45,22 @@ void stop_signals(void) {
   struct itimerval off;
   memset(&off, 0, sizeof off);
   setitimer(ITIMER_REAL, &off, NULL);
+}
+
+__attribute__((noinline)) void handler_park(void) {
+  for (;;) pause();
+}
+
+static void on_usr1(int sig) {
+  (void)sig;
+  handler_park();
+}
+
+/* Raises SIGUSR1, whose handler never returns: the thread stays in it, stacked on this call. */
+void park_in_handler(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  raise(SIGUSR1);
 }
