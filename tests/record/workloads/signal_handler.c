@@ -3,10 +3,10 @@
  * `spin_us` in handler_spin, so samples land in a handler stacked on the interrupted Lua code.
  * tests/walker/workloads/signal_parked.lua: a thread parked for good in a handler, for a core. */
 #include <signal.h>
-#include <unistd.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 static volatile unsigned long sink;
 static double spin_seconds;
