@@ -14,6 +14,7 @@
 #include "cfi/table_cache.h"
 #include "common/result.h"
 #include "core/core_file.h"
+#include "core/fiber_list.h"
 #include "luajit/fiber_layout.h"
 #include "luajit/proc_info.h"
 #include "symbolize/frame.h"
@@ -48,27 +49,6 @@ struct CoroutineList {
   uint64_t objects = 0;      // GC objects visited
   uint64_t not_started = 0;  // created, never resumed (no frames)
   uint64_t dead = 0;         // finished or died with an error (no frames)
-};
-
-// A Tarantool fiber of the main cord (tarantool src/lib/core/fiber.h struct fiber), read from the
-// core's memory through the executable's fiber layout (luajit/fiber_layout.h).
-struct FiberName {
-  uint64_t fiber = 0;      // the struct fiber's address
-  uint64_t id = 0;         // fiber.fid
-  std::string name;        // fiber.name, printable (common/printable.h)
-  uint64_t lua_state = 0;  // fiber.storage.lua.stack (0: a C fiber, or no Lua state yet)
-  uint64_t saved_sp = 0;   // fiber.ctx.sp: where a switched-out fiber's coro_transfer saved it
-  uint32_t csw = 0;        // fiber.csw: times switched to; unchanged = has not run since
-  bool dead = false;       // fiber.flags has FIBER_IS_DEAD: finished, waiting to be joined
-  uint64_t link_next = 0;  // fiber.link.next: the next node of main_cord.alive
-  uint64_t name_addr = 0;  // fiber.name: where the name was read from
-};
-
-struct FiberList {
-  std::vector<FiberName> fibers;  // main_cord.alive, in list order
-  FiberName running;              // main_cord.fiber
-  std::set<uint64_t> ready;       // the fibers on main_cord.ready (struct fiber addresses)
-  std::string cord;               // main_cord.name ("main")
 };
 
 class CoreWalker {
@@ -144,8 +124,6 @@ class CoreWalker {
   ::lj_walk_env walk_env() const;
   void find_global_state();
   void load_vdso();
-  Result<FiberName> read_fiber(const luajit::FiberLayout& layout, uint64_t fiber) const;
-  Result<std::set<uint64_t>> read_ready(const luajit::FiberLayout& layout, uint64_t cord) const;
   const luajit::FiberLayout* fiber_layout() const;
   std::optional<proc::MemoryRange> lua_stack_range(uint64_t lua_state) const;
 
