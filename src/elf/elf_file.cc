@@ -618,4 +618,13 @@ Result<std::span<const uint8_t>> ElfFile::read(uint64_t vaddr, uint64_t len) con
                     path_, vaddr);
 }
 
+std::unique_ptr<ElfFile> separate_debug_file(const ElfFile& file, const std::string& debug_dir) {
+  const std::optional<std::string>& id = file.build_id();
+  if (!id || id->size() < 3) return nullptr;
+  auto debug =
+      ElfFile::open(debug_dir + "/.build-id/" + id->substr(0, 2) + "/" + id->substr(2) + ".debug");
+  if (!debug.ok() || (*debug)->build_id() != id) return nullptr;
+  return std::move(*debug);
+}
+
 }  // namespace ljprof::elf

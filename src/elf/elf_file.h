@@ -164,4 +164,12 @@ class ElfFile {
   std::optional<std::string_view> soname_;
 };
 
+// Where Debian (and gdb, by default) keeps separate debug files: DEBUG_DIR/.build-id/xx/rest.debug.
+inline constexpr const char* kDebugDir = "/usr/lib/debug";
+// The separate debug file of `file` found by build-id as gdb and addr2line find it
+// (DEBUG_DIR/.build-id/xx/rest.debug, e.g. from Debian's -dbgsym package), when it exists and
+// its own build-id is the file's; nullptr otherwise.
+std::unique_ptr<ElfFile> separate_debug_file(const ElfFile& file,
+                                             const std::string& debug_dir = kDebugDir);
+
 }  // namespace ljprof::elf

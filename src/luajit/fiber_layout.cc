@@ -42,9 +42,8 @@ std::vector<FiberMember> fiber_members() {
   };
 }
 
-}  // namespace
-
-Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf) {
+// The layout from `elf`'s own .symtab and DWARF.
+Result<FiberLayout> layout_of(const elf::ElfFile& elf) {
   FiberLayout out;
   const elf::Symbol* cord = elf.find_symbol("main_cord");
   if (cord == nullptr || cord->table != elf::SymbolTable::Symtab || cord->type != STT_OBJECT) {
@@ -85,6 +84,26 @@ Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf) {
     if (m.offset == &FiberLayout::fiber_fid) out.fid_size = static_cast<uint32_t>(*size);
   }
   return out;
+}
+
+}  // namespace
+
+Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf, const std::string& debug_dir) {
+  auto own = layout_of(elf);
+  if (own.ok()) return own;
+  // A stripped executable: its separate debug file (Debian's -dbgsym package, tarantool-dbg)
+  // keeps the .symtab and the DWARF, at the same link-time addresses.
+  std::unique_ptr<elf::ElfFile> debug = elf::separate_debug_file(elf, debug_dir);
+  if (debug == nullptr) {
+    const std::optional<std::string>& id = elf.build_id();
+    return make_error(
+        "{}; no separate debug file {} either (install the executable's debug symbols)",
+        own.message(),
+        id && id->size() > 2
+            ? fmt::format("{}/.build-id/{}/{}.debug", debug_dir, id->substr(0, 2), id->substr(2))
+            : fmt::format("under {} (it has no build-id)", debug_dir));
+  }
+  return layout_of(*debug);
 }
 
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& l) {

@@ -38,10 +38,13 @@ struct FiberLayout {
   uint32_t fiber_ctx_sp = 0;
 };
 
-// The layout of `elf` (a Tarantool executable). Fails closed, naming what is missing: no
-// main_cord symbol, no DWARF, or a struct/member absent or of an unexpected size ("no fiber
-// layout: DWARF of /usr/bin/x has no struct fiber member fid").
-Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf);
+// The layout of `elf` (a Tarantool executable), from its .symtab and DWARF, or from those of its
+// separate debug file under `debug_dir` (elf/elf_file.h separate_debug_file) when it is
+// stripped. Fails closed, naming what is missing: no main_cord symbol, no DWARF, or a
+// struct/member absent or of an unexpected size ("no fiber layout: DWARF of /usr/bin/x has no
+// struct fiber member fid"), and the debug file looked for.
+Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf,
+                                      const std::string& debug_dir = elf::kDebugDir);
 
 // The layout as (name, value) rows in declaration order, for `ljprof inspect`:
 // "main_cord", "cord.fiber", "cord.alive", "cord.ready", "cord.name", "rlist.next", "fiber.link",

@@ -87,12 +87,9 @@ std::unique_ptr<SourceLines> SourceLines::open(const elf::ElfFile& file,
   auto h = std::make_unique<Handles>();
   const elf::ElfFile* source = &file;
   if (!has_line_table(file)) {
-    const std::optional<std::string>& id = file.build_id();
-    if (!id || id->size() < 3) return nullptr;
-    auto debug = elf::ElfFile::open(debug_dir + "/.build-id/" + id->substr(0, 2) + "/" +
-                                    id->substr(2) + ".debug");
-    if (!debug.ok() || (*debug)->build_id() != id || !has_line_table(**debug)) return nullptr;
-    h->debug_file = std::move(*debug);
+    std::unique_ptr<elf::ElfFile> debug = elf::separate_debug_file(file, debug_dir);
+    if (debug == nullptr || !has_line_table(*debug)) return nullptr;
+    h->debug_file = std::move(debug);
     source = h->debug_file.get();
   }
   // libdw decompresses SHF_COMPRESSED debug sections (Debian's -dbg files have them) by

@@ -25,7 +25,7 @@ class SourceLines {
   // .debug_info and .debug_line or libdw cannot open them. The file is read again from its path
   // (`file.path()`).
   static std::unique_ptr<SourceLines> open(const elf::ElfFile& file,
-                                           const std::string& debug_dir = "/usr/lib/debug");
+                                           const std::string& debug_dir = elf::kDebugDir);
   ~SourceLines();
   SourceLines(const SourceLines&) = delete;
   SourceLines& operator=(const SourceLines&) = delete;

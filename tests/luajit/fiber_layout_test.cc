@@ -191,5 +191,40 @@ TEST(FiberLayout, FailsClosedWithoutMainCordOrDwarf) {
   EXPECT_EQ(j.value("error", ""), layout.message()) << j.dump();
 }
 
+// A stripped Tarantool (strip --strip-all: neither .symtab nor DWARF) whose debug file is where
+// Debian's -dbgsym package puts it (DEBUG_DIR/.build-id/xx/rest.debug, from objcopy
+// --only-keep-debug, its DWARF compressed): the same layout as the unstripped binary's, which the
+// gdb and pahole tests above check. Without the debug file the error says which file was looked
+// for.
+TEST(FiberLayout, StrippedTarantoolTakesItFromItsSeparateDebugFile) {
+  auto original = elf::ElfFile::open(kTarantool);
+  ASSERT_TRUE(original.ok()) << original.message();
+  const std::optional<std::string>& id = (*original)->build_id();
+  ASSERT_TRUE(id && id->size() > 2);
+  test::TempDir dir;
+  const std::string debug_dir = dir.file("debug"), stripped = dir.file("tarantool");
+  const std::string debug_file =
+      fmt::format("{}/.build-id/{}/{}.debug", debug_dir, id->substr(0, 2), id->substr(2));
+  ASSERT_EQ(test::run({"mkdir", "-p", debug_file.substr(0, debug_file.rfind('/'))}).exit_code, 0);
+  test::CommandResult keep = test::run(
+      {"objcopy", "--only-keep-debug", "--compress-debug-sections=zlib", kTarantool, debug_file});
+  ASSERT_EQ(keep.exit_code, 0) << keep.err;
+  test::CommandResult strip = test::run({"strip", "--strip-all", "-o", stripped, kTarantool});
+  ASSERT_EQ(strip.exit_code, 0) << strip.err;
+  auto elf = elf::ElfFile::open(stripped);
+  ASSERT_TRUE(elf.ok()) << elf.message();
+  ASSERT_FALSE((*elf)->has_symbol_table(elf::SymbolTable::Symtab));
+
+  auto layout = luajit::read_fiber_layout(**elf, debug_dir);
+  ASSERT_TRUE(layout.ok()) << layout.message();
+  EXPECT_EQ(luajit::fiber_layout_rows(*layout), luajit::fiber_layout_rows(tarantool_layout()));
+
+  auto none = luajit::read_fiber_layout(**elf, dir.file("no-debug"));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.message().find(dir.file("no-debug") + "/.build-id/"), std::string::npos)
+      << none.message();
+  EXPECT_NE(none.message().find("debug symbols"), std::string::npos) << none.message();
+}
+
 }  // namespace
 }  // namespace ljprof
