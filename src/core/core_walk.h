@@ -111,6 +111,8 @@ class CoreWalker {
   struct Module {
     std::string path;  // the mapped file's recorded path, or "[vdso]"
     const elf::ElfFile* elf = nullptr;
+    // A stripped file's separate debug file, when installed: names what `elf` does not.
+    std::shared_ptr<const elf::ElfFile> debug_elf;
     uint64_t bias = 0;
     std::optional<cfi::UnwindTable> table;
     std::string table_error;

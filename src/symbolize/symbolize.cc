@@ -149,9 +149,12 @@ std::string demangle(std::string_view name) {
   return status == 0 && out ? std::string(out.get()) : std::string(name);
 }
 
-NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address) {
+NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address,
+                           const elf::ElfFile* debug) {
   NativeSymbol out;
-  if (const elf::Symbol* sym = file.symbol_at(link_address)) {
+  const elf::Symbol* sym = file.symbol_at(link_address);
+  if (sym == nullptr && debug != nullptr) sym = debug->symbol_at(link_address);
+  if (sym != nullptr) {
     out.name = demangle(sym->name);
     out.offset = link_address - sym->value;
   }

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -268,6 +269,48 @@ TEST(CoreGoldenVdso, LeafInsideTheVdso) {
   expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
   fs::remove_all(d.dir);
 }
+// Names of a stripped library's functions: each frame in libc is named by a symbol that readelf
+// lists, with a range holding the frame's address, in libc's .dynsym or — when its separate debug
+// file is installed (Debian's libc6-dbg, found by build-id) — in that file's .symtab; and with
+// the debug file every libc frame has a name.
+void expect_libc_names_match_readelf(const Json& frames) {
+  const std::string libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+  std::smatch m;
+  const std::string notes = test::run({"readelf", "-n", libc}).out;
+  ASSERT_TRUE(std::regex_search(notes, m, std::regex(R"(Build ID: ([0-9a-f]+))"))) << notes;
+  const std::string id = m[1];
+  const std::string debug =
+      "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
+  const bool have_debug = fs::exists(debug);
+  std::multimap<std::string, std::pair<uint64_t, uint64_t>> symbols;  // name -> [value, end)
+  for (const std::string& file :
+       have_debug ? std::vector<std::string>{libc, debug} : std::vector<std::string>{libc}) {
+    static const std::regex sym_re(
+        R"(^\s*\d+: ([0-9a-f]+)\s+(\d+) (FUNC|NOTYPE|IFUNC)\s+\S+\s+\S+\s+\d+ ([^@\s]+))");
+    for (const std::string& line : lines_of(test::run({"readelf", "-sW", file}).out)) {
+      if (!std::regex_search(line, m, sym_re)) continue;
+      const uint64_t value = std::stoull(m[1], nullptr, 16), size = std::stoull(m[2]);
+      symbols.emplace(m[4], std::pair{value, value + std::max<uint64_t>(size, 1)});
+    }
+  }
+  size_t checked = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const Json& f = frames[i];
+    if (f["kind"] != "native" || f.value("module", "") != libc) continue;
+    const std::string name = f.value("symbol", "");
+    if (name == "<signal handler called>") continue;
+    if (have_debug) EXPECT_FALSE(name.empty() || name.find(":sub_") != std::string::npos) << f;
+    if (name.empty() || name.find(":sub_") != std::string::npos) continue;
+    const uint64_t at = hex(f["module_offset"]) - (i == 0 ? 0 : 1);
+    auto [lo, hi] = symbols.equal_range(name);
+    EXPECT_TRUE(std::any_of(
+        lo, hi, [&](const auto& s) { return at >= s.second.first && at < s.second.second; }))
+        << name << " does not hold libc+" << std::hex << at;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u) << describe(frames);
+}
+
 // A thread parked inside a signal handler (signal_parked.lua: an FFI call raises SIGUSR1, whose
 // C handler never returns), dumped with gcore: the walk goes from the handler through glibc's
 // signal trampoline into the code the signal interrupted (raise, the FFI call) and on to the Lua
@@ -309,6 +352,7 @@ TEST(CoreGoldenSignal, HandlerStackedOnAnFfiCall) {
   ASSERT_LT(trampoline, frames.size()) << describe(frames);
   ASSERT_GT(trampoline, 0u);
   EXPECT_EQ(frames[trampoline - 1]["symbol"], "on_usr1") << describe(frames);
+  expect_libc_names_match_readelf(frames);
   // The C function in progress is the FFI call of park_in_handler, made after the traceback.
   expect_lua_frames_match(frames, blocks, 0, true);
   expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
