@@ -137,9 +137,7 @@ const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
     if (!bias.ok()) return nullptr;
     mod.bias = *bias;
     mod.lines = symbolize::SourceLines::open(*f.elf);
-    if (!f.elf->has_symbol_table(elf::SymbolTable::Symtab)) {
-      mod.debug_elf = elf::separate_debug_file(*f.elf);
-    }
+
     auto table = luajit::walker_table(*f.elf, tables_);
     if (table.ok()) {
       mod.table = std::move(*table);
@@ -169,7 +167,7 @@ void CoreWalker::symbolize_native(symbolize::Frame& frame, bool exact_pc) const 
   // call at the end of a function is not attributed to the next one.
   const uint64_t back = exact_pc ? 0 : 1;
   symbolize::NativeSymbol sym =
-      symbolize::native_symbol(*mod->elf, frame.module_offset - back, mod->debug_elf.get());
+      symbolize::native_symbol(*mod->elf, *mod->debug, frame.module_offset - back);
   frame.symbol = sym.name;
   frame.symbol_offset = sym.name.empty() ? 0 : sym.offset + back;
   if (mod->lines) frame.source = mod->lines->at(frame.module_offset - back);

@@ -111,8 +111,9 @@ class CoreWalker {
   struct Module {
     std::string path;  // the mapped file's recorded path, or "[vdso]"
     const elf::ElfFile* elf = nullptr;
-    // A stripped file's separate debug file, when installed: names what `elf` does not.
-    std::shared_ptr<const elf::ElfFile> debug_elf;
+    // A stripped file's separate debug file, when installed, opened when a frame first needs a
+    // name `elf` does not have (symbolize::native_symbol). Shared: Module is copied.
+    std::shared_ptr<elf::LazyDebugFile> debug = std::make_shared<elf::LazyDebugFile>();
     uint64_t bias = 0;
     std::optional<cfi::UnwindTable> table;
     std::string table_error;

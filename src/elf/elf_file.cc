@@ -627,4 +627,14 @@ std::unique_ptr<ElfFile> separate_debug_file(const ElfFile& file, const std::str
   return std::move(*debug);
 }
 
+const ElfFile* LazyDebugFile::get(const ElfFile& file) {
+  if (!looked_) {
+    looked_ = true;
+    file_ = separate_debug_file(file);
+    // Read once for its symbol tables; names fault back in when a lookup needs one.
+    if (file_) file_->release_resident_pages();
+  }
+  return file_.get();
+}
+
 }  // namespace ljprof::elf

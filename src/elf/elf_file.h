@@ -172,4 +172,17 @@ inline constexpr const char* kDebugDir = "/usr/lib/debug";
 std::unique_ptr<ElfFile> separate_debug_file(const ElfFile& file,
                                              const std::string& debug_dir = kDebugDir);
 
+// A file's separate debug file, looked for on first use only: most files' frames are named by
+// their own symbols, and a debug file's .symtab (libc's: 10k symbols) costs memory once parsed.
+class LazyDebugFile {
+ public:
+  // The debug file of `file` (the same file at every call), or nullptr when there is none.
+  const ElfFile* get(const ElfFile& file);
+  uint64_t heap_bytes() const { return file_ ? file_->heap_bytes() : 0; }
+
+ private:
+  bool looked_ = false;
+  std::unique_ptr<ElfFile> file_;
+};
+
 }  // namespace ljprof::elf

@@ -39,9 +39,6 @@ void analyse_mapped_file(MappedObject& obj, uint32_t pid, const proc::MapEntry& 
   }
   obj.error.clear();
   obj.elf = std::move(*elf);
-  if (!obj.elf->has_symbol_table(elf::SymbolTable::Symtab)) {
-    obj.debug_elf = elf::separate_debug_file(*obj.elf);
-  }
   // Named by the mapped path: the map_files link's basename is "START-END".
   luajit::RuntimeInfo rt = luajit::detect_runtime(*obj.elf, {}, map.path);
   if (rt.source == luajit::LuaJITSource::LinkedIn) {
@@ -69,7 +66,7 @@ uint64_t MappedObject::held_bytes() const {
   uint64_t bytes = sizeof(MappedObject) + path.capacity() + image.capacity() + error.capacity() +
                    luajit_error.capacity() + fiber_error.capacity();
   if (elf) bytes += elf->heap_bytes();
-  if (debug_elf) bytes += debug_elf->heap_bytes();
+  bytes += debug.heap_bytes();
   if (table) bytes += table->heap_bytes();
   if (luajit) bytes += sizeof(*luajit) + luajit->fields.capacity() * sizeof(luajit->fields[0]);
   return bytes;
@@ -82,7 +79,6 @@ void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const proc::MapEntry&
   // pages the analysis read (CFI, the VM's code, symbol and string tables) need not stay
   // resident in the agent: one tarantool's 48 files held some 12 MiB of its RSS.
   if (obj.elf) obj.elf->release_resident_pages();
-  if (obj.debug_elf) obj.debug_elf->release_resident_pages();
 }
 
 MappedObject* ObjectCache::get(uint32_t pid, const proc::MapEntry& map) {

@@ -36,9 +36,9 @@ struct MappedObject {
   // An object with no file ([vdso]): its bytes, read from the process; `elf` views them.
   std::vector<uint8_t> image;
   std::unique_ptr<elf::ElfFile> elf;
-  // A stripped file's separate debug file, when installed (elf::separate_debug_file): its
-  // .symtab names the functions `elf` does not.
-  std::unique_ptr<elf::ElfFile> debug_elf;
+  // A stripped file's separate debug file, when installed, opened when a frame first needs a
+  // name `elf` does not have (symbolize::native_symbol).
+  elf::LazyDebugFile debug;
   std::string error;            // why `elf` or `table` is missing
   uint32_t opened_through = 0;  // the process whose /proc/PID/map_files it was opened by
   std::optional<cfi::UnwindTable> table;

@@ -182,8 +182,8 @@ class SampleFrameSource final : public symbolize::FrameSource {
     f.build_id = m->object->elf->build_id().value_or("");
     f.module_offset = pc - m->bias;
     const uint64_t back = exact ? 0 : 1;
-    symbolize::NativeSymbol sym = symbolize::native_symbol(*m->object->elf, f.module_offset - back,
-                                                           m->object->debug_elf.get());
+    symbolize::NativeSymbol sym =
+        symbolize::native_symbol(*m->object->elf, m->object->debug, f.module_offset - back);
     if (!sym.name.empty()) {
       f.symbol = sym.name;
       f.symbol_offset = sym.offset + back;

@@ -149,16 +149,21 @@ std::string demangle(std::string_view name) {
   return status == 0 && out ? std::string(out.get()) : std::string(name);
 }
 
-NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address,
-                           const elf::ElfFile* debug) {
+NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address) {
   NativeSymbol out;
-  const elf::Symbol* sym = file.symbol_at(link_address);
-  if (sym == nullptr && debug != nullptr) sym = debug->symbol_at(link_address);
-  if (sym != nullptr) {
+  if (const elf::Symbol* sym = file.symbol_at(link_address)) {
     out.name = demangle(sym->name);
     out.offset = link_address - sym->value;
   }
   return out;
+}
+
+NativeSymbol native_symbol(const elf::ElfFile& file, elf::LazyDebugFile& debug,
+                           uint64_t link_address) {
+  NativeSymbol out = native_symbol(file, link_address);
+  if (!out.name.empty() || file.has_symbol_table(elf::SymbolTable::Symtab)) return out;
+  const elf::ElfFile* symbols = debug.get(file);
+  return symbols != nullptr ? native_symbol(*symbols, link_address) : out;
 }
 
 }  // namespace ljprof::symbolize

@@ -54,12 +54,14 @@ struct NativeSymbol {
   std::string name;     // empty when no symbol contains the address
   uint64_t offset = 0;  // pc - symbol start
 };
-// The symbol containing `link_address`, C++ names demangled. `debug`: the file's separate debug
-// file (elf::separate_debug_file) when it is stripped, whose .symtab names what the file's
-// .dynsym does not (local functions, glibc's internals); an exported name is kept (the debug
-// file's .symtab has local aliases at the same addresses, __libc_start_main_alias_1).
-NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address,
-                           const elf::ElfFile* debug = nullptr);
+// The symbol containing `link_address`, C++ names demangled.
+NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address);
+// The same, and for a stripped file (no .symtab) without a symbol there, from its separate debug
+// file's .symtab (Debian's -dbgsym/-dbg packages): local functions and a libc's internals, which
+// .dynsym does not name. An exported name is kept: the debug file has local aliases at the same
+// addresses (__libc_start_main_alias_1).
+NativeSymbol native_symbol(const elf::ElfFile& file, elf::LazyDebugFile& debug,
+                           uint64_t link_address);
 // How a walk ended, as people read it (lj_walk_result.end, LJ_END_*): "root", "no CFI", ...
 const char* walk_end_name(uint32_t end);
 // Its stable snake_case name for counters and metrics: "root", "no_cfi", ...
