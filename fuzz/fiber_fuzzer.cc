@@ -11,28 +11,16 @@
 
 #include "common/printable.h"
 #include "core/fiber_list.h"
+#include "memory_image.h"
 
 namespace {
 
 using namespace ljprof;
 
-constexpr uint64_t kBase = 0x10000;
-
-struct Image {
-  const uint8_t* data;
-  size_t size;
-};
-
-int read_image(void* ctx, uint64_t addr, void* out, uint32_t len) {
-  const Image* im = static_cast<const Image*>(ctx);
-  if (addr < kBase || len > im->size || addr - kBase > im->size - len) return -1;
-  std::memcpy(out, im->data + (addr - kBase), len);
-  return 0;
-}
-
-void require(bool ok) {
-  if (!ok) __builtin_trap();
-}
+using fuzz::Image;
+using fuzz::kBase;
+using fuzz::read_image;
+using fuzz::require;
 
 // struct cord: fiber 0, alive 8, ready 24, name 40 (char[40]); struct rlist {prev, next};
 // struct fiber: link 0, fid 16, name 24 (char *), state 32 (rlist), csw 48, flags 52,

@@ -12,28 +12,16 @@
 #include "heap/heap_graph.h"
 #include "heap/heap_profile.h"
 #include "luajit/layout.h"
+#include "memory_image.h"
 
 namespace {
 
 using namespace ljprof;
 
-constexpr uint64_t kBase = 0x10000;
-
-struct Image {
-  const uint8_t* data;
-  size_t size;
-};
-
-int read_image(void* ctx, uint64_t addr, void* out, uint32_t len) {
-  const Image* im = static_cast<const Image*>(ctx);
-  if (addr < kBase || len > im->size || addr - kBase > im->size - len) return -1;
-  std::memcpy(out, im->data + (addr - kBase), len);
-  return 0;
-}
-
-void require(bool ok) {
-  if (!ok) __builtin_trap();
-}
+using fuzz::Image;
+using fuzz::kBase;
+using fuzz::read_image;
+using fuzz::require;
 
 // Every layout rule of the mode, and global_State fields at fixed places (the walker takes
 // them from the layout record, whatever they are): strhash 0, strmask 8, gc.total 16,
