@@ -32,7 +32,10 @@ Result<std::string> read_name(const ljprof_mem_reader& mem, uint64_t fid, uint64
   while (raw.size() < kMaxFiberName) {
     char chunk[64];
     const uint64_t at = name + raw.size();
-    const uint32_t n = static_cast<uint32_t>(64 - (at & 63));
+    // To the end of the 64-byte block, and no further than the name's bound (the fuzzer found
+    // names of up to 319 bytes read when the bound was checked per block only).
+    const uint32_t n =
+        static_cast<uint32_t>(std::min<uint64_t>(64 - (at & 63), kMaxFiberName - raw.size()));
     if (mem.read_mem(mem.ctx, at, chunk, n) != 0) {
       // The block may end past a readable page: read byte by byte up to the NUL.
       for (uint32_t i = 0; i < n; ++i) {
