@@ -23,7 +23,14 @@ void read_fibers(MappedObject& obj) {
   if (layout.ok()) {
     obj.fibers = *layout;
   } else {
-    obj.fiber_error = layout.message();
+    // Opened through /proc/PID/map_files/START-END: the message names the file by its path.
+    std::string why = layout.message();
+    const std::string& opened = obj.elf->path();
+    for (size_t at = why.find(opened); at != std::string::npos; at = why.find(opened, at)) {
+      why.replace(at, opened.size(), obj.path);
+      at += obj.path.size();
+    }
+    obj.fiber_error = std::move(why);
   }
 }
 

@@ -99,5 +99,37 @@ TEST(RecordFibers, FibersOfAFewMillisecondsAreNamed) {
   test::run({"rm", "-rf", dir});
 }
 
+// A Tarantool installed stripped (no .symtab, no DWARF) and without its debug file records
+// without fiber labels, saying why once: the executable by its path and the debug file looked
+// for (by its build-id, from readelf). Its stacks are walked all the same.
+TEST(RecordFibers, AStrippedTarantoolWithoutDebugFileSaysWhyOnce) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof record needs root";
+  test::TempDir tmp;
+  const std::string exe = tmp.path() + "/tarantool";  // found as Tarantool by its name
+  ASSERT_EQ(test::run({"strip", "--strip-all", "-o", exe, "/usr/bin/tarantool"}).exit_code, 0);
+  std::smatch m;
+  const std::string notes = test::run({"readelf", "-n", exe}).out;
+  ASSERT_TRUE(std::regex_search(notes, m, std::regex(R"(Build ID: ([0-9a-f]+))"))) << notes;
+  const std::string id = m[1];
+  const std::string folded = tmp.path() + "/stacks.folded";
+  test::CommandResult r = test::run(
+      {test::ljprof_bin(), "record", "-F", "999", "--group-by", "fiber", "--folded", folded, "--",
+       exe, "-e", "local t = os.clock() while os.clock() - t < 0.3 do end os.exit(0)"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string why = "samples carry no fiber labels: no fiber layout: " + exe;
+  const size_t at = r.err.find(why);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(why, at + 1), std::string::npos) << "said more than once\n" << r.err;
+  EXPECT_NE(
+      r.err.find("/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug"),
+      std::string::npos)
+      << r.err;
+  record_oracle::RootTally roots;
+  for (const record_oracle::FoldedStack& s : record_oracle::read_folded(folded)) roots.add(s);
+  EXPECT_GE(roots.rooted, 0.95 * roots.total) << test::read_text(folded);
+  // --group-by fiber gives no stack a fiber frame: no sample has a fiber.
+  EXPECT_EQ(test::read_text(folded).find("fiber:"), std::string::npos) << test::read_text(folded);
+}
+
 }  // namespace
 }  // namespace ljprof
