@@ -87,7 +87,14 @@ void ProcessFollower::publish(uint32_t pid, FollowedProcess& p) {
   // interpreter, prove the global_State its JIT traces are found by, and its mmap notifications
   // bring the rest.
   auto now_maps = proc::read_proc_maps(pid);
-  if (now_maps.ok() && !still_mapped((*ctx)->signature, *now_maps)) return;
+  if (now_maps.ok() && !still_mapped((*ctx)->signature, *now_maps)) {
+    // Or ld.so changed a code mapping while it was read: an AArch64 library is mapped whole
+    // first and its data over the tail after, which shrinks the code mapping and brings no
+    // notification (no PROT_EXEC). Looked at again at the next wake-up, or it would stay
+    // unpublished (the arm64 VM's signal-handler library: a third of the walks ended there).
+    retry_.insert(pid);
+    return;
+  }
   // After an exec the old image's copies describe addresses that mean nothing any more.
   if (p.ctx && now_maps.ok() && !still_mapped(p.ctx->signature, *now_maps)) p.copies->clear();
   warn_about_context(pid, **ctx);
@@ -216,6 +223,8 @@ void ProcessFollower::drop(uint32_t pid) {
 }
 
 void ProcessFollower::handle_notifications() {
+  rescan_.insert(retry_.begin(), retry_.end());
+  retry_.clear();
   for (auto it = rescan_.begin(); it != rescan_.end(); it = rescan_.erase(it)) {
     const uint32_t pid = *it;
     if (!process_alive(pid)) {

@@ -149,6 +149,8 @@ class ProcessFollower {
   std::map<uint32_t, FollowedProcess> procs_;
   std::vector<uint32_t> free_slots_;
   std::set<uint32_t> rescan_;
+  // Processes whose mappings changed while publish read them: rescanned at the next wake-up.
+  std::set<uint32_t> retry_;
   // -a: selected processes that exec'd without LuaJIT yet -> loop rounds left to look again.
   std::map<uint32_t, int> exec_candidates_;
   static constexpr int kCandidateRounds = 5;
