@@ -311,9 +311,11 @@ struct GlueOverlays {
 GlueOverlays x86_glue_overlays(const elf::ElfFile& file, std::span<const FunctionSpan> fdes);
 
 // Replace overlays with LJ_CFI_SIGNAL rows (cfi_row.h) for the signal trampolines among `fdes`:
-// a signal-frame FDE (augmentation 'S') whose code is no-op padding followed by the
-// rt_sigreturn system call (x86-64 glibc __restore_rt; the AArch64 vDSO's FDE covers only the
-// no-op, the call follows it). Every build_unwind_table of a whole file applies them.
+// a signal-frame FDE (augmentation 'S') around the rt_sigreturn system call (x86-64 glibc
+// __restore_rt: the FDE starts one byte before the call and ends with it; the AArch64 vDSO's
+// covers only no-ops, the call follows it), or in an AArch64 vDSO without unwind tables the
+// __kernel_rt_sigreturn symbol at that call. Every build_unwind_table of a whole file applies
+// them.
 std::vector<Overlay> signal_trampoline_overlays(const elf::ElfFile& file,
                                                 std::span<const FdeSummary> fdes);
 

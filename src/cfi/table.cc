@@ -534,7 +534,7 @@ std::vector<Overlay> aarch64_plt(const elf::ElfFile& file, const Ranges& functio
 }
 
 // The overlays a whole file's table takes from the file itself, whatever runtime it carries:
-// its entry point's root, AArch64 PLT rules, x86-64 glue code.
+// its entry point's root, AArch64 PLT rules, x86-64 glue code, signal trampolines.
 template <typename Ranges>
 void add_file_overlays(const elf::ElfFile& file, const Ranges& functions,
                        std::span<const FdeSummary> fdes, std::vector<Overlay>& out) {

@@ -48,17 +48,21 @@ const luajit::FiberLayout* CoreWalker::fiber_layout() const {
   return fiber_layout_->ok() ? &**fiber_layout_ : nullptr;
 }
 
+// The reader of the main cord's fiber list, at its runtime address.
+FiberListReader CoreWalker::main_cord_fibers(const luajit::FiberLayout& layout) const {
+  return FiberListReader(core_.mem_reader(), layout, layout.main_cord + vm_bias_, "main_cord");
+}
+
 Result<FiberName> CoreWalker::reread_fiber(const FiberName& fiber) const {
   const luajit::FiberLayout* layout = fiber_layout();
   if (layout == nullptr) return make_error("no fiber layout");
-  return FiberListReader(core_.mem_reader(), *layout, layout->main_cord + vm_bias_)
-      .read_fiber(fiber.fiber);
+  return main_cord_fibers(*layout).read_fiber(fiber.fiber);
 }
 
 uint64_t CoreWalker::running_fiber() const {
   const luajit::FiberLayout* layout = fiber_layout();
   if (layout == nullptr) return 0;
-  return FiberListReader(core_.mem_reader(), *layout, layout->main_cord + vm_bias_).running();
+  return main_cord_fibers(*layout).running();
 }
 
 Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
@@ -115,8 +119,7 @@ Result<FiberList> CoreWalker::walk_fibers() const {
   }
   if (fiber_layout() == nullptr) return fiber_layout_->error();
   const luajit::FiberLayout& layout = *fiber_layout();
-  return FiberListReader(core_.mem_reader(), layout, layout.main_cord + vm_bias_, "main_cord")
-      .walk();
+  return main_cord_fibers(layout).walk();
 }
 
 }  // namespace ljprof::core

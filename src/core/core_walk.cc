@@ -136,8 +136,7 @@ const CoreWalker::Module* CoreWalker::module_at(uint64_t pc) const {
     auto bias = core_.load_bias(m->file_index);
     if (!bias.ok()) return nullptr;
     mod.bias = *bias;
-    mod.lines = symbolize::SourceLines::open(*f.elf);
-
+    mod.lines = symbolize::SourceLines::open(*f.elf, mod.debug);
     auto table = luajit::walker_table(*f.elf, tables_);
     if (table.ok()) {
       mod.table = std::move(*table);
@@ -167,7 +166,7 @@ void CoreWalker::symbolize_native(symbolize::Frame& frame, bool exact_pc) const 
   // call at the end of a function is not attributed to the next one.
   const uint64_t back = exact_pc ? 0 : 1;
   symbolize::NativeSymbol sym =
-      symbolize::native_symbol(*mod->elf, *mod->debug, frame.module_offset - back);
+      symbolize::native_symbol(*mod->elf, mod->debug, frame.module_offset - back);
   frame.symbol = sym.name;
   frame.symbol_offset = sym.name.empty() ? 0 : sym.offset + back;
   if (mod->lines) frame.source = mod->lines->at(frame.module_offset - back);

@@ -112,8 +112,8 @@ class CoreWalker {
     std::string path;  // the mapped file's recorded path, or "[vdso]"
     const elf::ElfFile* elf = nullptr;
     // A stripped file's separate debug file, when installed, opened when a frame first needs a
-    // name `elf` does not have (symbolize::native_symbol). Shared: Module is copied.
-    std::shared_ptr<elf::LazyDebugFile> debug = std::make_shared<elf::LazyDebugFile>();
+    // name `elf` does not have (symbolize::native_symbol, from the const symbolize_native).
+    mutable elf::LazyDebugFile debug;
     uint64_t bias = 0;
     std::optional<cfi::UnwindTable> table;
     std::string table_error;
@@ -128,6 +128,7 @@ class CoreWalker {
   void find_global_state();
   void load_vdso();
   const luajit::FiberLayout* fiber_layout() const;
+  FiberListReader main_cord_fibers(const luajit::FiberLayout& layout) const;
   std::optional<proc::MemoryRange> lua_stack_range(uint64_t lua_state) const;
 
   const CoreFile& core_;

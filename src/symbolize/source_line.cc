@@ -25,7 +25,6 @@ constexpr size_t kMaxCuRanges = 1u << 20;
 }  // namespace
 
 struct SourceLines::Handles {
-  std::unique_ptr<elf::ElfFile> debug_file;  // the separate debug file, when that is used
   int fd = -1;
   Elf* elf = nullptr;
   Dwarf* dwarf = nullptr;
@@ -82,15 +81,13 @@ bool cu_by_ranges(Dwarf* dwarf, const std::vector<CuRange>& ranges, uint64_t add
 }  // namespace
 
 std::unique_ptr<SourceLines> SourceLines::open(const elf::ElfFile& file,
-                                               const std::string& debug_dir) {
+                                               elf::LazyDebugFile& debug) {
   if (elf_version(EV_CURRENT) == EV_NONE) return nullptr;
   auto h = std::make_unique<Handles>();
   const elf::ElfFile* source = &file;
   if (!has_line_table(file)) {
-    std::unique_ptr<elf::ElfFile> debug = elf::separate_debug_file(file, debug_dir);
-    if (debug == nullptr || !has_line_table(*debug)) return nullptr;
-    h->debug_file = std::move(debug);
-    source = h->debug_file.get();
+    source = debug.get(file);
+    if (source == nullptr || !has_line_table(*source)) return nullptr;
   }
   // libdw decompresses SHF_COMPRESSED debug sections (Debian's -dbg files have them) by
   // rewriting section headers in place, so it needs an image it may write to: a private

@@ -20,12 +20,10 @@ struct SourceLine {
 class SourceLines {
  public:
   // The line table of `file`, else of its separate debug file found by build-id as gdb and
-  // addr2line find it (DEBUG_DIR/.build-id/xx/rest.debug, DEBUG_DIR defaulting to Debian's
-  // /usr/lib/debug; used only when its own build-id matches). nullptr when neither has
-  // .debug_info and .debug_line or libdw cannot open them. The file is read again from its path
-  // (`file.path()`).
-  static std::unique_ptr<SourceLines> open(const elf::ElfFile& file,
-                                           const std::string& debug_dir = elf::kDebugDir);
+  // addr2line find it (`debug`: the one the caller names symbols from too, opened once).
+  // nullptr when neither has .debug_info and .debug_line or libdw cannot open them. The file is
+  // read again from its path.
+  static std::unique_ptr<SourceLines> open(const elf::ElfFile& file, elf::LazyDebugFile& debug);
   ~SourceLines();
   SourceLines(const SourceLines&) = delete;
   SourceLines& operator=(const SourceLines&) = delete;
