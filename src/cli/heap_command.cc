@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "cfi/table_cache.h"
@@ -42,6 +45,7 @@ struct HeapFlags {
   std::string pprof;
   std::string base;
   std::string table_cache;
+  std::string global_state;
 };
 
 int heap_fail(const std::string& what) {
@@ -49,14 +53,50 @@ int heap_fail(const std::string& what) {
   return 2;
 }
 
-// The global_State of the core's VM: the runtime's static anchor, else the first thread whose
-// walk proved one.
-uint64_t find_g(const core::CoreFile& core, const core::CoreWalker& walker) {
-  if (uint64_t g = walker.global_state(); g != 0) return g;
-  for (const core::Thread& thread : core.threads()) {
-    if (uint64_t g = walker.walk(thread).g; g != 0) return g;
+// "0x40000378" or "40000378": a hexadecimal address, as the heap's own output prints them.
+std::optional<uint64_t> parse_address(std::string_view text) {
+  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::string addresses(const std::vector<uint64_t>& gs) {
+  std::string out;
+  for (uint64_t g : gs) out += fmt::format("{}{:#x}", out.empty() ? "" : ", ", g);
+  return out;
+}
+
+// The global_State of the VM to read: the runtime's static anchor, else the first thread whose
+// walk proved one, else the one GG_State a scan of the anonymous memory finds (a live luajit or
+// nginx worker, whose threads' registers are not known). `chosen` (--global-state) must be one
+// the scan finds; several found and none chosen is an error that lists them.
+Result<uint64_t> find_g(const core::CoreFile& core, const core::CoreWalker& walker,
+                        uint64_t chosen) {
+  if (chosen == 0) {
+    if (uint64_t g = walker.global_state(); g != 0) return g;
+    for (const core::Thread& thread : core.threads()) {
+      if (uint64_t g = walker.walk(thread).g; g != 0) return g;
+    }
   }
-  return 0;
+  LJ_ASSIGN_OR_RETURN(std::vector<uint64_t> found, walker.scan_global_states());
+  if (chosen != 0) {
+    if (std::find(found.begin(), found.end(), chosen) != found.end()) return chosen;
+    return make_error(
+        "{:#x} is not the global_State of a LuaJIT VM in {} (a GG_State's main lua_State and "
+        "dispatch table were looked for in its anonymous writable memory; found: {})",
+        chosen, core.path(), found.empty() ? "none" : addresses(found));
+  }
+  if (found.size() == 1) return found[0];
+  if (found.empty()) {
+    return make_error(
+        "no global_State in {}: none from the runtime or any thread, and no GG_State (a main "
+        "lua_State with the VM's dispatch table) in its anonymous writable memory",
+        core.path());
+  }
+  return make_error("{} runs {} LuaJIT VMs (global_State at {}); choose one with --global-state",
+                    core.path(), found.size(), addresses(found));
 }
 
 struct Snapshot {
@@ -66,11 +106,8 @@ struct Snapshot {
 };
 
 Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalker& walker,
-                               bool live, size_t top) {
-  if (!walker.luajit()) return make_error("no LuaJIT layout: {}", walker.luajit_error());
+                               uint64_t g, bool live, size_t top) {
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
-  const uint64_t g = find_g(core, walker);
-  if (g == 0) return make_error("no global_State was proven from the runtime or any thread");
   const heap::Memory mem(core.mem_reader(), info);
   Snapshot s;
   // A live process: each page is read once, on first use, and later reads of it are served from
@@ -130,13 +167,23 @@ int run_heap_command(const HeapFlags& f) {
   cfi::TableCache tables(f.table_cache);
   auto walker = core::CoreWalker::create(*core, &tables);
   if (!walker.ok()) return heap_fail(walker.message());
+  if (!(*walker)->luajit()) return heap_fail("no LuaJIT layout: " + (*walker)->luajit_error());
+  uint64_t chosen = 0;
+  if (!f.global_state.empty()) {
+    auto parsed = parse_address(f.global_state);
+    if (!parsed) return heap_fail("--global-state " + f.global_state + ": not an address");
+    chosen = *parsed;
+  }
+  // Found before a --stop: the VM's GG_State does not move, and the scan need not lengthen it.
+  auto g = find_g(*core, **walker, chosen);
+  if (!g.ok()) return heap_fail(g.message());
   std::optional<StoppedProcess> stopped;
   if (f.stop) {
     if (f.pid == 0) return heap_fail("--stop needs -p PID");
     stopped.emplace(f.pid);
     if (!stopped->stopped()) return heap_fail(fmt::format("process {} did not stop", f.pid));
   }
-  auto snapshot = take_snapshot(*core, **walker, f.pid != 0, f.top);
+  auto snapshot = take_snapshot(*core, **walker, *g, f.pid != 0, f.top);
   if (stopped) {
     const double ms = stopped->elapsed_ms();
     stopped.reset();
@@ -182,6 +229,9 @@ void add_heap_command(CommandLine& cli) {
   cmd.option("--exe", f->exe, "The executable, when it is not at its recorded path");
   cmd.option("--sysroot", f->sysroots,
              "A root to look for the core's mapped files in (repeatable), as `ljprof core`");
+  cmd.option("--global-state", f->global_state,
+             "The global_State address of the VM to read, when the process runs several (they "
+             "are listed when it is not given)");
   cmd.flag("--json", f->json, "Print one JSON object instead of text");
   cmd.option("--top", f->top, "How many retainers to show (default 20)");
   cmd.option("-o,--pprof", f->pprof,

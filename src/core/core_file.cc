@@ -82,6 +82,17 @@ const Mapping* CoreFile::mapping_at(uint64_t addr) const {
 const MappedFile& CoreFile::file_of(const Mapping& mapping) const {
   return state_->files[mapping.file_index];
 }
+std::vector<AddressRange> CoreFile::anonymous_writable() const {
+  const State& st = *state_;
+  if (st.live) return st.live_anonymous_writable;
+  std::vector<AddressRange> out;
+  for (const LoadSegment& seg : st.segments) {
+    if (seg.writable && seg.present != 0 && st.mapping_at(seg.vaddr) == nullptr) {
+      out.push_back({seg.vaddr, seg.vaddr + seg.present});
+    }
+  }
+  return out;
+}
 const MappedFile* CoreFile::executable() const {
   return state_->exe_index < 0 ? nullptr : &state_->files[state_->exe_index];
 }

@@ -150,6 +150,12 @@ struct Mapping {
   uint32_t file_index = 0;   // index into CoreFile::files()
 };
 
+// [start, end) of process memory.
+struct AddressRange {
+  uint64_t start = 0;
+  uint64_t end = 0;  // exclusive
+};
+
 // Where a process address lies in a mapped file (for symbolization).
 struct FileAddress {
   const MappedFile* file = nullptr;
@@ -192,6 +198,10 @@ class CoreFile {
   std::span<const MappedFile> files() const;
   const Mapping* mapping_at(uint64_t addr) const;
   const MappedFile& file_of(const Mapping& mapping) const;
+  // Writable private memory that maps no file, where allocators keep their heaps: a core's
+  // writable PT_LOAD bytes outside every file mapping (the bytes the core holds), a live
+  // process's rw-p mappings without a file ([heap] and anonymous; not [stack], [vvar]). Sorted.
+  std::vector<AddressRange> anonymous_writable() const;
   // The executable's MappedFile (found through AT_ENTRY), if known.
   const MappedFile* executable() const;
   // The mapped file, file offset and link-time address of `addr`; an error when `addr` is in no

@@ -23,7 +23,8 @@ struct LoadSegment {
   uint64_t memsz = 0;
   uint64_t filesz = 0;
   uint64_t offset = 0;
-  uint64_t present = 0;  // bytes of the file part that the core file really holds (truncation)
+  uint64_t present = 0;   // bytes of the file part that the core file really holds (truncation)
+  bool writable = false;  // PF_W
 };
 
 // Bytes of a live process read in one batch (CoreFile::prefetch), served before its memory until
@@ -58,6 +59,8 @@ struct CoreFile::State {
   bool have_auxv = false;
   bool have_nt_file = false;
   std::vector<LoadSegment> segments;  // PT_LOAD, sorted by vaddr, non-overlapping
+  // A live process: its writable private mappings of no file (CoreFile::anonymous_writable).
+  std::vector<AddressRange> live_anonymous_writable;
   MappingSource source = MappingSource::None;
   std::vector<Mapping> mappings;
   std::vector<MappedFile> files;

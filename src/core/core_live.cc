@@ -69,7 +69,13 @@ Result<CoreFile> CoreFile::from_process(uint32_t pid) {
   // One MappedFile per mapped file (device, inode and path), its mappings in address order.
   std::map<std::tuple<std::string, uint64_t, std::string>, uint32_t> index;
   for (const proc::MapEntry& map : maps) {
-    if (!map.file_backed()) continue;
+    if (!map.file_backed()) {
+      if (map.readable && map.writable && !map.shared &&
+          (map.path.empty() || map.path == "[heap]")) {
+        st->live_anonymous_writable.push_back({map.start, map.end});
+      }
+      continue;
+    }
     auto [it, added] =
         index.try_emplace({map.dev, map.inode, map.path}, static_cast<uint32_t>(st->files.size()));
     if (added) {

@@ -15,7 +15,7 @@ Status CoreFile::State::parse_segments() {
   uint64_t truncated = 0;
   for (const elf::Segment& seg : elf->segments()) {
     if (seg.type != PT_LOAD || seg.memsz == 0) continue;
-    LoadSegment s{seg.vaddr, seg.memsz, seg.filesz, seg.offset, 0};
+    LoadSegment s{seg.vaddr, seg.memsz, seg.filesz, seg.offset, 0, (seg.flags & PF_W) != 0};
     if (seg.filesz != 0) {
       if (seg.offset >= size) {
         s.present = 0;

@@ -102,6 +102,11 @@ class CoreWalker {
   const std::string& luajit_error() const { return luajit_error_; }
   // The global_State proven from a static anchor of the runtime (0: none), and where from.
   uint64_t global_state() const { return g_hint_; }
+  // The global_States of every VM whose GG_State lies in the process's anonymous writable
+  // memory, proven by its main lua_State and its dispatch table (global_state_scan.cc), in
+  // address order, at most 16: for a process whose threads prove none (a live luajit or nginx
+  // worker). Reads all that memory once; an error only without a LuaJIT layout.
+  Result<std::vector<uint64_t>> scan_global_states() const;
 
   // Row lookup for the walker (runtime address). Public for the C callback.
   int lookup(uint64_t pc, lj_cfi_row* row) const;

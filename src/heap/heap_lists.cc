@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "heap/heap_census.h"
+#include "luajit/gg_state.h"
 
 namespace ljprof::heap {
 
@@ -166,12 +167,9 @@ Status read_globals(const Memory& mem, uint64_t g, Census& c) {
   }
   c.g = g;
   c.vm_total = total;
-  // GG_State: the main lua_State right before global_State (lj_dispatch.h), proven by its type
-  // tag and glref; sizeof(lua_State) is 96 with GC64 and 64 without, 16 more with OpenResty's
-  // exdata and exdata2, 8 more with its exdata alone (2018-06..2020-10).
-  const uint64_t base = in.ref_size == 8 ? 96 : 64;
+  // GG_State: the main lua_State right before global_State, proven by its type tag and glref.
   uint64_t L = 0;
-  for (uint64_t size : {base, base + 16, base + 8}) {
+  for (uint64_t size : luajit::main_lua_state_sizes(in.ref_size)) {
     if (mem.get<uint8_t>(g - size + in.gc_gct) == static_cast<uint8_t>(Gct::Thread) &&
         mem.ref(g - size + in.L_glref) == g) {
       L = g - size;

@@ -76,6 +76,8 @@ Result<std::vector<MapEntry>> parse_proc_maps(std::string_view text, const std::
     }
     e.readable = perms[0] == 'r';
     e.executable = perms[2] == 'x';
+    e.writable = perms[1] == 'w';
+    e.shared = perms[3] == 's';
     e.inode = ino;
     e.dev = std::string(dev);
     size_t i = 0;

@@ -20,6 +20,8 @@ struct MapEntry {
   uint64_t offset = 0;  // file offset of `start`
   bool readable = false;
   bool executable = false;
+  bool writable = false;
+  bool shared = false;  // MAP_SHARED ("s"), else private ("p")
   uint64_t inode = 0;
   std::string dev;   // "fd:01"
   std::string path;  // "" for anonymous memory; "[vdso]", "/usr/lib/...", "... (deleted)"

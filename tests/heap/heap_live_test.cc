@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "heap/heap_oracle.h"
 #include "report/pprof.h"
+#include "support/nginx_lua.h"
 #include "support/test_support.h"
 
 namespace ljprof {
@@ -81,6 +83,95 @@ TEST(LiveHeap, BaseDiffShowsTheGrowingTableFirst) {
                               [](const auto& x, const auto& y) { return x.second < y.second; });
   EXPECT_EQ(top->first, "_G/.growing");
   EXPECT_GT(top->second, 0);
+}
+
+// A plain luajit has no static anchor for its VM, and its one thread, blocked in a C call, shows
+// no registers without a stop: the VM is found by its GG_State in anonymous memory. The workload
+// (the core test's) parks with its collector stopped, so the heap holds still for an exact read.
+TEST(LiveHeap, PlainLuajitFoundByItsGgStateMatchesTheVm) {
+  test::TempDir dir;
+  const std::filesystem::path workloads =
+      std::filesystem::path(test::source_dir()) / "tests/walker/workloads";
+  for (const char* name : {"common.lua", "heap_census.lua"}) {
+    std::filesystem::copy_file(workloads / name, dir.file(name));
+  }
+  test::Background process(
+      {"env", "-C", dir.path(), "LJPROF_HEAP_PARK=1", "/usr/bin/luajit", "heap_census.lua"},
+      dir.file("out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("out"), "ljprof-heap-parked", 60));
+  const test::HeapPrinted vm = test::heap_printed(test::read_text(dir.file("out")));
+  ASSERT_EQ(vm.sizes.size(), 6u) << test::read_text(dir.file("out"));
+  test::CommandResult r = test::run(
+      {test::ljprof_bin(), "heap", "-p", std::to_string(process.pid()), "--json", "--top", "400"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  test::expect_heap_matches_vm(Json::parse(r.out), vm);
+}
+
+// Two VMs in one process (the second from luaL_newstate through the FFI): neither is read until
+// one is chosen, the error lists both, and each one listed is read when chosen.
+TEST(LiveHeap, SeveralVmsAreListedAndOneIsChosen) {
+  test::TempDir dir;
+  test::Background process(
+      {"/usr/bin/luajit", "-e",
+       "local ffi = require('ffi') "
+       "ffi.cdef('void *luaL_newstate(void); int poll(void *, unsigned long, int);') "
+       "local second = ffi.C.luaL_newstate() "
+       "io.stdout:write('ljprof-two-vms\\n') io.stdout:flush() ffi.C.poll(nil, 0, -1)"},
+      dir.file("out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("out"), "ljprof-two-vms", 60));
+  const std::string pid = std::to_string(process.pid());
+  test::CommandResult both = test::run({test::ljprof_bin(), "heap", "-p", pid});
+  EXPECT_EQ(both.exit_code, 2);
+  std::smatch m;
+  const std::regex listed(R"(runs 2 LuaJIT VMs \(global_State at (0x[0-9a-f]+), (0x[0-9a-f]+)\))");
+  ASSERT_TRUE(std::regex_search(both.err, m, listed)) << both.err;
+  const std::vector<std::string> gs = {m[1], m[2]};
+  std::vector<double> totals;
+  for (const std::string& g : gs) {
+    test::CommandResult one =
+        test::run({test::ljprof_bin(), "heap", "-p", pid, "--global-state", g, "--json"});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    const Json j = Json::parse(one.out);
+    EXPECT_EQ(j["global_state"], g);
+    totals.push_back(j["total_bytes"].get<double>());
+  }
+  // The main VM ran the FFI and the script; the new one holds only its base library.
+  EXPECT_NE(totals[0], totals[1]);
+  test::CommandResult wrong =
+      test::run({test::ljprof_bin(), "heap", "-p", pid, "--global-state", "0x1000"});
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("0x1000 is not the global_State of a LuaJIT VM"), std::string::npos)
+      << wrong.err;
+}
+
+// An OpenResty worker (OpenResty's luajit2 in libluajit-5.1.so, whose lua_State is longer than
+// upstream's): its VM found by the scan, the structure its handler built held by the module's
+// upvalue at the size the VM measured, and the total near the VM's own count.
+TEST(LiveHeap, NginxLuaWorkerHeapMatchesTheVm) {
+  test::TempDir dir;
+  test::NginxLua nginx(dir.file("nginx"), false);
+  ASSERT_EQ(nginx.error(), "");
+  const test::HttpResponse built = test::http_get(nginx.port(), "/heap", 10000);
+  ASSERT_EQ(built.status, 200) << nginx.logs();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(built.body, m, std::regex(R"((\d+) (\d+))"))) << built.body;
+  const double kept = std::stod(m[1]), total = std::stod(m[2]);
+  test::CommandResult r =
+      test::run({test::ljprof_bin(), "heap", "-p", std::to_string(nginx.worker()), "--stop",
+                 "--json", "--top", "400"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_TRUE(j["malformed"].empty()) << j["malformed"].dump();
+  // The worker is idle after the request; what it allocated after its count (its response) and
+  // garbage the restarted collector has not yet freed are the difference.
+  test::expect_within(j["vm_total_bytes"].get<double>(), total, 0.05, "g->gc.total");
+  test::expect_within(j["total_bytes"].get<double>(), j["vm_total_bytes"].get<double>(), 0.02,
+                      "objects counted");
+  const Json* found =
+      test::heap_retainer(j, R"(upvalue 'kept' of function <.*nginx_heap\.lua:\d+>)");
+  ASSERT_NE(found, nullptr) << r.out;
+  test::expect_within((*found)["retained_bytes"].get<double>(), kept, 0.05, "kept");
+  EXPECT_EQ(nginx.stop(), 0) << nginx.logs();
 }
 
 }  // namespace

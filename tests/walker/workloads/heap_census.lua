@@ -1,7 +1,8 @@
 -- Builds known structures on the Lua heap, measures each with the VM's own accounting
 -- (collectgarbage("count") before and after, with the collector stopped, so nothing is freed in
--- between), prints those sizes and the VM's total, then aborts: `ljprof heap` on the core must
--- find each structure at its path with that retained size, and the same total.
+-- between), prints those sizes and the VM's total, then aborts (or parks, for a live read):
+-- `ljprof heap` on the core (or the process) must find each structure at its path with that
+-- retained size, and the same total.
 -- The interpreter only: the JIT's buffers (IR, snapshots) grow inside gc.total while a loop is
 -- recorded, which would blur the measured sizes.
 jit.off()
@@ -87,4 +88,12 @@ io.stdout:write(held_at, "\n")
 io.stdout:write(string.format("ljprof-heap-gc64 %s\n", tostring(ffi.abi("gc64"))))
 io.stdout:write(string.format("ljprof-heap-total %d\n", math.floor(kib() * 1024 + 0.5)))
 io.stdout:flush()
+-- LJPROF_HEAP_PARK: stay alive, blocked in a C call (so no thread's registers show the VM), for
+-- `ljprof heap -p` to read; else abort for a core.
+if os.getenv("LJPROF_HEAP_PARK") then
+  ffi.cdef("int poll(void *fds, unsigned long nfds, int timeout);")
+  io.stdout:write("ljprof-heap-parked\n")
+  io.stdout:flush()
+  ffi.C.poll(nil, 0, -1)
+end
 common.crash()
