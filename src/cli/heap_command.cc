@@ -105,6 +105,23 @@ struct Snapshot {
   uint64_t total_after = 0;  // live: g->gc.total read again after the walk
 };
 
+// Tarantool: each fiber's lua_State named in paths by the fiber's id and name. Without a fiber
+// list (no fiber layout, an unreadable list) paths keep "thread 0x…", and why is said once.
+heap::ThreadNames fiber_names(const core::CoreWalker& walker) {
+  heap::ThreadNames names;
+  if (!walker.tarantool()) return names;
+  auto fibers = walker.walk_fibers();
+  if (!fibers.ok()) {
+    std::cerr << "ljprof heap: fibers are not named in paths: " << printable_text(fibers.message())
+              << "\n";
+    return names;
+  }
+  for (const core::FiberName& f : fibers->fibers) {
+    if (f.lua_state != 0) names[f.lua_state] = fmt::format("fiber {} \"{}\"", f.id, f.name);
+  }
+  return names;
+}
+
 Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalker& walker,
                                uint64_t g, bool live, size_t top) {
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
@@ -115,7 +132,7 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   // then the cache starts over: objects are visited in list order, mostly near the last ones.
   core.cache_pages(live, kHeapCachedPages, true);
   auto census = heap::take_census(mem, g);
-  if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top);
+  if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top, fiber_names(walker));
   core.cache_pages(false);
   if (!census.ok()) return make_error("{}", census.message());
   s.census = std::move(*census);

@@ -5,8 +5,9 @@
 // (Lengauer–Tarjan); each object's retained size (what collecting it would free: itself and
 // every object only it leads to); and each object's shortest path from a root, named the way
 // a Lua programmer writes it: `_G.cache`, `package.loaded["app.users"].index`,
-// `upvalue 'sessions' of function <app.lua:12>`, `local #3 of thread 0x…` (stack slots by
-// number), `[key "abc"]`, `[metatable]`.
+// `upvalue 'sessions' of function <app.lua:12>`, `local 't' of thread 0x… at app.lua:40` (a
+// fiber's by its id and name), `local #3 of thread 0x…` (a slot whose local has no name), `[key
+// "abc"]`, `[metatable]`.
 //
 // Weak references do not retain: the values of a table whose last traversal marked it
 // LJ_GC_WEAKVAL, the keys of one marked LJ_GC_WEAKKEY (lj_gc.c gc_traverse_tab sets them from
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,7 +53,12 @@ struct Retainers {
   std::vector<ProfileEntry> profile;
 };
 
+// How paths name some threads instead of "thread 0x…", by lua_State: a Tarantool fiber's
+// `fiber 104 "worker"`.
+using ThreadNames = std::map<uint64_t, std::string>;
+
 // `top`: how many retainers to keep (the biggest by retained size; 0: all).
-Retainers find_retainers(const Memory& mem, const Census& census, size_t top = 200);
+Retainers find_retainers(const Memory& mem, const Census& census, size_t top = 200,
+                         const ThreadNames& thread_names = {});
 
 }  // namespace ljprof::heap

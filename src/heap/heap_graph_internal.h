@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "heap/heap_census.h"
+#include "heap/heap_graph.h"
 #include "heap/heap_memory.h"
 
 namespace ljprof::heap {
@@ -80,7 +81,8 @@ std::optional<SlotName> name_stack_slot(const Memory& mem, uint64_t L, uint64_t 
 // Names the path of the shortest references from the root to each node (BFS over `graph`).
 class PathNamer {
  public:
-  PathNamer(const Memory& mem, const Census& census, const Graph& graph);
+  PathNamer(const Memory& mem, const Census& census, const Graph& graph,
+            const ThreadNames& thread_names);
   // The full path text of node `v` ("_G.cache[3]").
   std::string path(uint32_t v) const;
   // One frame's text for node `v` in a memory profile: what its parent edge adds (".cache",
@@ -107,6 +109,7 @@ class PathNamer {
   const Memory& mem_;
   const Census& census_;
   const Graph& graph_;
+  const ThreadNames& thread_names_;
   std::vector<uint32_t> parent_;  // BFS tree; kUnreached when not reached
   std::vector<Edge> via_;         // the edge from parent_
 };

@@ -47,8 +47,9 @@ bool restarts(EdgeKind k) {
 
 }  // namespace
 
-PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph)
-    : mem_(mem), census_(census), graph_(graph) {
+PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph,
+                     const ThreadNames& thread_names)
+    : mem_(mem), census_(census), graph_(graph), thread_names_(thread_names) {
   const size_t n = graph.first.size() - 1;
   parent_.assign(n, kUnreached);
   via_.resize(n);
@@ -114,11 +115,14 @@ std::string PathNamer::upvalue_name(uint64_t fn, uint64_t index) const {
 }
 
 std::string PathNamer::thread_name(uint64_t L) const {
-  return L == census_.main_thread ? "main thread" : fmt::format("thread {:#x}", L);
+  if (L == census_.main_thread) return "main thread";
+  auto named = thread_names_.find(L);
+  return named != thread_names_.end() ? named->second : fmt::format("thread {:#x}", L);
 }
 
-// "local 'held' of thread 0x… at app.lua:40"; a temporary or a frame whose pc is not known
-// "local #2 of thread 0x… in function <app.lua:12>"; a C frame's slot "slot 5 of thread 0x…".
+// "local 'held' of thread 0x… at app.lua:40" (a fiber's: "of fiber 104 \"worker\""); a temporary
+// or a frame whose pc is not known "local #2 of thread 0x… in function <app.lua:12>"; a C frame's
+// slot "slot 5 of thread 0x…".
 std::string PathNamer::slot_name(uint64_t L, uint64_t slot) const {
   auto owner = name_stack_slot(mem_, L, slot);
   if (!owner) return fmt::format("slot {} of {}", slot, thread_name(L));
@@ -336,7 +340,8 @@ std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& 
 
 }  // namespace
 
-Retainers find_retainers(const Memory& mem, const Census& census, size_t top) {
+Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
+                         const ThreadNames& thread_names) {
   Retainers out;
   const Graph graph = build_graph(mem, census);
   out.edges = graph.edges.size();
@@ -370,7 +375,7 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top) {
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](uint32_t a, uint32_t b) {
     return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
   });
-  const PathNamer namer(mem, census, graph);
+  const PathNamer namer(mem, census, graph, thread_names);
   for (size_t i = 0; i < keep; ++i) {
     const uint32_t v = order[i];
     out.top.push_back({namer.path(v), census.objects[v].addr, census.objects[v].gct, retained[v],

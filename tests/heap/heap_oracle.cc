@@ -16,11 +16,17 @@ HeapPrinted heap_printed(const std::string& out) {
   const std::regex size_re(R"(^ljprof-heap (\w+) (\d+)$)");
   const std::regex total_re(R"(^ljprof-heap-total (\d+)$)");
   const std::regex held_re(R"(^ljprof-heap-held-line (\d+)$)");
+  const std::regex fiber_re(R"(^ljprof-heap-fiber (\d+) (\d+) (\d+)$)");
   for (const std::string& line : lines_of(out)) {
     std::smatch m;
     if (std::regex_match(line, m, size_re)) p.sizes[m[1]] = std::stod(m[2]);
     if (std::regex_match(line, m, total_re)) p.total = std::stod(m[1]);
     if (std::regex_match(line, m, held_re)) p.held_line = m[1];
+    if (std::regex_match(line, m, fiber_re)) {
+      p.fiber_id = m[1];
+      p.fiber_line = m[2];
+      p.fiber_kept = std::stod(m[3]);
+    }
   }
   return p;
 }
@@ -66,6 +72,13 @@ void expect_heap_matches_vm(const Json& j, const HeapPrinted& vm) {
     const Json* found = heap_retainer(j, re);
     ASSERT_NE(found, nullptr) << "no retainer at " << re << "\n" << j.dump(1);
     expect_within((*found)["retained_bytes"].get<double>(), vm.sizes.at(name), 0.05, name);
+  }
+  if (!vm.fiber_id.empty()) {
+    const std::string re = "local 'kept' of fiber " + vm.fiber_id +
+                           " \"ljprof-holder\" at heap_census\\.lua:" + vm.fiber_line;
+    const Json* found = heap_retainer(j, re);
+    ASSERT_NE(found, nullptr) << "no retainer at " << re << "\n" << j.dump(1);
+    expect_within((*found)["retained_bytes"].get<double>(), vm.fiber_kept, 0.05, "kept");
   }
 }
 

@@ -13,6 +13,9 @@ struct HeapPrinted {
   std::map<std::string, double> sizes;  // "ljprof-heap NAME BYTES"
   std::string held_line;                // the line the coroutine holding `held` is suspended at
   double total = 0;                     // collectgarbage("count") * 1024 at the end
+  // Tarantool: the fiber holding `kept` (its id, the line it sleeps at, the tables' size).
+  std::string fiber_id, fiber_line;
+  double fiber_kept = 0;
 };
 
 HeapPrinted heap_printed(const std::string& out);
@@ -24,7 +27,7 @@ const nlohmann::json* heap_retainer(const nlohmann::json& report, const std::str
 void expect_within(double got, double want, double fraction, const std::string& what);
 
 // The report's totals, types and the six structures' paths and retained sizes against what the
-// workload printed.
+// workload printed; on Tarantool also the fiber's `kept`, at a path naming the fiber.
 void expect_heap_matches_vm(const nlohmann::json& report, const HeapPrinted& vm);
 
 }  // namespace ljprof::test
