@@ -68,8 +68,9 @@ void add_core_command(CommandLine& cli) {
              "qemu-aarch64 core); files not found are named in the output");
   cmd.flag("--json", f->json, "Print one JSON object (the golden format) instead of text");
   cmd.flag("--all-fibers,--all-coroutines", f->all_fibers,
-           "Also print the Lua frames of every other coroutine (Tarantool: every fiber's Lua "
-           "state) found on the LuaJIT GC list: suspended ones and those inside a C call");
+           "Also print the Lua frames of every other coroutine found on the LuaJIT GC list: "
+           "suspended ones and those inside a C call. Tarantool: every fiber of every cord (tx, "
+           "iproto, WAL, ...) by id and name, with its full native and Lua stack on x86-64");
   add_table_cache_option(cmd, f->table_cache);
   cmd.run([f] { return run_core_command(*f); });
 }

@@ -144,7 +144,7 @@ Json fiber_layout_json(const elf::ElfFile& file, luajit::Runtime runtime) {
   if (!layout.ok()) return {{"error", layout.message()}};
   Json j = Json::object();
   for (const auto& [name, value] : luajit::fiber_layout_rows(*layout)) {
-    j[name] = name == "main_cord" ? Json(hex(value)) : Json(value);
+    j[name] = name == "main_cord" || name == "cord_ptr" ? Json(hex(value)) : Json(value);
   }
   return j;
 }

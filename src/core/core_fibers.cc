@@ -1,5 +1,7 @@
-// The main cord's fibers in a Tarantool core (CoreWalker::walk_fibers: core/fiber_list.h reads
-// the list) and the full stack of a switched-out fiber from its saved context.
+// The fibers of a Tarantool core's cords (CoreWalker::walk_fibers for the main cord, found by its
+// static symbol, walk_cord_fibers for another thread's, found by its TLS cord_ptr;
+// core/fiber_list.h reads the list) and the full stack of a switched-out fiber from its saved
+// context.
 #include <fmt/format.h>
 
 #include <vector>
@@ -111,6 +113,46 @@ Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
         regs.pc, out.end);
   }
   return out;
+}
+
+Result<uint64_t> CoreWalker::thread_cord(const Thread& thread) const {
+  if (!luajit_file_index_ || !tarantool_) {
+    return make_error("the core's LuaJIT file is not a Tarantool executable");
+  }
+  if (fiber_layout() == nullptr) return fiber_layout_->error();
+  auto from_tp = luajit::cord_ptr_from_tp(*fiber_layout(), core_.arch());
+  if (!from_tp) {
+    return make_error(
+        "{} has no TLS symbol cord_ptr with a PT_TLS block, so a thread's cord is "
+        "not known",
+        luajit_file_);
+  }
+  // AArch64 cores keep TPIDR_EL0 in an NT_ARM_TLS note, which is not read.
+  std::optional<uint64_t> tp =
+      core_.arch() == elf::Arch::X86_64 ? thread.reg("fs_base") : std::nullopt;
+  if (!tp || *tp == 0) {
+    return make_error("thread {}: the core has no thread pointer for it (x86-64 fs_base)",
+                      thread.tid);
+  }
+  const uint64_t at = *tp + static_cast<uint64_t>(*from_tp);
+  auto cord = core_.read_u64(at);
+  if (!cord.ok()) {
+    return make_error(
+        "thread {}: its cord_ptr at {:#x} (thread pointer {:#x} {:+#x}) is "
+        "unreadable",
+        thread.tid, at, *tp, *from_tp);
+  }
+  return *cord;
+}
+
+uint64_t CoreWalker::main_cord() const {
+  const luajit::FiberLayout* layout = fiber_layout();
+  return layout == nullptr ? 0 : layout->main_cord + vm_bias_;
+}
+
+Result<FiberList> CoreWalker::walk_cord_fibers(uint64_t cord) const {
+  if (fiber_layout() == nullptr) return make_error("no fiber layout");
+  return FiberListReader(core_.mem_reader(), *fiber_layout(), cord, "cord_ptr").walk();
 }
 
 Result<FiberList> CoreWalker::walk_fibers() const {

@@ -71,6 +71,14 @@ class CoreWalker {
   // fid that is 0, repeated or absurd, or a name that is unreadable or unterminated: a corrupt
   // list never names anything.
   Result<FiberList> walk_fibers() const;
+  // The runtime address of main_cord (0 without a fiber layout).
+  uint64_t main_cord() const;
+  // The struct cord `thread` runs: its TLS cord_ptr (src/lib/core/fiber.c), 0 for a thread that
+  // runs none (a coio worker). An error when the layout has no cord_ptr, the core has no thread
+  // pointer for the thread (AArch64 cores: not read), or the word is unreadable.
+  Result<uint64_t> thread_cord(const Thread& thread) const;
+  // The fiber list of the cord at `cord` (as walk_fibers reads main_cord's).
+  Result<FiberList> walk_cord_fibers(uint64_t cord) const;
   // The full stack (native and Lua frames) of a switched-out fiber of that list, walked from the
   // registers its coro_transfer saved at fiber.ctx.sp (x86-64 only). An error, one line naming
   // the fiber and the rule, when the core is not x86-64, the saved words are unreadable or the

@@ -42,6 +42,27 @@ std::vector<FiberMember> fiber_members() {
   };
 }
 
+// cord_ptr's TLS offset and the executable's PT_TLS. A block whose start is not aligned to its
+// p_align (glibc's l_tls_firstbyte_offset != 0, which no linker emits for an executable) is taken
+// as having no cord_ptr rather than placed by a rule not checked here.
+void read_cord_ptr(const elf::ElfFile& elf, FiberLayout& out) {
+  const elf::Symbol* sym = elf.find_symbol("cord_ptr");
+  if (sym == nullptr || sym->type != STT_TLS || !sym->defined()) return;
+  for (const elf::Segment& seg : elf.segments()) {
+    if (seg.type != PT_TLS) continue;
+    const uint64_t align = seg.align == 0 ? 1 : seg.align;
+    if ((align & (align - 1)) != 0 || align > 4096 || seg.vaddr % align != 0 ||
+        seg.memsz > (1u << 24) || sym->value + 8 > seg.memsz) {
+      return;
+    }
+    out.has_cord_ptr = true;
+    out.cord_ptr = sym->value;
+    out.tls_size = seg.memsz;
+    out.tls_align = align;
+    return;
+  }
+}
+
 // The layout from `elf`'s own .symtab and DWARF.
 Result<FiberLayout> layout_of(const elf::ElfFile& elf) {
   FiberLayout out;
@@ -50,6 +71,7 @@ Result<FiberLayout> layout_of(const elf::ElfFile& elf) {
     return make_error("no fiber layout: {} has no .symtab OBJECT symbol main_cord", elf.path());
   }
   out.main_cord = cord->value;
+  read_cord_ptr(elf, out);
   // The fiber flags are an anonymous enum of FIBER_IS_* in fiber.h; their values moved between
   // versions (FIBER_IS_CANCELLABLE went away), so they come from the DWARF too.
   auto dwarf = read_dwarf_structs(elf.path(), {"cord", "fiber", "rlist"}, 3, "FIBER_IS_");
@@ -106,23 +128,40 @@ Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf, const std::string
   return layout_of(*debug);
 }
 
+std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& l, elf::Arch arch) {
+  if (!l.has_cord_ptr) return std::nullopt;
+  const auto round_up = [&](uint64_t v) { return (v + l.tls_align - 1) & ~(l.tls_align - 1); };
+  if (arch == elf::Arch::X86_64) {
+    return static_cast<int64_t>(l.cord_ptr) - static_cast<int64_t>(round_up(l.tls_size));
+  }
+  constexpr uint64_t kAarch64TcbSize = 16;  // sysdeps/aarch64/nptl/tls.h TLS_TCB_SIZE
+  return static_cast<int64_t>(round_up(kAarch64TcbSize) + l.cord_ptr);
+}
+
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& l) {
-  return {{"main_cord", l.main_cord},
-          {"cord.fiber", l.cord_fiber},
-          {"cord.alive", l.cord_alive},
-          {"cord.ready", l.cord_ready},
-          {"cord.name", l.cord_name},
-          {"rlist.next", l.rlist_next},
-          {"fiber.link", l.fiber_link},
-          {"fiber.fid", l.fiber_fid},
-          {"sizeof(fiber.fid)", l.fid_size},
-          {"fiber.name", l.fiber_name},
-          {"fiber.state", l.fiber_state},
-          {"fiber.csw", l.fiber_csw},
-          {"fiber.flags", l.fiber_flags},
-          {"FIBER_IS_DEAD", l.flag_dead},
-          {"fiber.storage.lua.stack", l.fiber_lua_state},
-          {"fiber.ctx.sp", l.fiber_ctx_sp}};
+  std::vector<std::pair<std::string, uint64_t>> rows = {
+      {"main_cord", l.main_cord},
+      {"cord.fiber", l.cord_fiber},
+      {"cord.alive", l.cord_alive},
+      {"cord.ready", l.cord_ready},
+      {"cord.name", l.cord_name},
+      {"rlist.next", l.rlist_next},
+      {"fiber.link", l.fiber_link},
+      {"fiber.fid", l.fiber_fid},
+      {"sizeof(fiber.fid)", l.fid_size},
+      {"fiber.name", l.fiber_name},
+      {"fiber.state", l.fiber_state},
+      {"fiber.csw", l.fiber_csw},
+      {"fiber.flags", l.fiber_flags},
+      {"FIBER_IS_DEAD", l.flag_dead},
+      {"fiber.storage.lua.stack", l.fiber_lua_state},
+      {"fiber.ctx.sp", l.fiber_ctx_sp}};
+  if (l.has_cord_ptr) {
+    rows.insert(
+        rows.end(),
+        {{"cord_ptr", l.cord_ptr}, {"PT_TLS.memsz", l.tls_size}, {"PT_TLS.align", l.tls_align}});
+  }
+  return rows;
 }
 
 }  // namespace ljprof::luajit

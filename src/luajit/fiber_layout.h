@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,7 +37,21 @@ struct FiberLayout {
   // fiber.ctx.sp: the saved stack pointer of a switched-out fiber (third_party/coro/coro.h
   // struct coro_context { void **sp; } under CORO_ASM), where coro_transfer pushed its registers.
   uint32_t fiber_ctx_sp = 0;
+  // `__thread struct cord *cord_ptr` (src/lib/core/fiber.c): the cord a thread runs, in the
+  // executable's static TLS block. Its offset in the block (the TLS symbol's st_value) and the
+  // block's PT_TLS size and alignment; has_cord_ptr false when the symbol or PT_TLS is missing
+  // (then only the main cord's fibers are found).
+  bool has_cord_ptr = false;
+  uint64_t cord_ptr = 0;
+  uint64_t tls_size = 0;
+  uint64_t tls_align = 0;
 };
+
+// Where cord_ptr is from a thread's thread pointer (x86-64 fs_base, AArch64 TPIDR_EL0): the
+// executable is TLS module 1, placed by glibc's _dl_determine_tlsoffset (elf/dl-tls.c) right
+// below the thread pointer on x86-64 (TLS_TCB_AT_TP: -roundup(size, align)) and above the
+// 16-byte TCB on AArch64 (TLS_DTV_AT_TP: roundup(16, align)). nullopt without cord_ptr.
+std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& layout, elf::Arch arch);
 
 // The layout of `elf` (a Tarantool executable), from its .symtab and DWARF, or from those of its
 // separate debug file under `debug_dir` (elf/elf_file.h separate_debug_file) when it is
@@ -49,7 +64,8 @@ Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf,
 // The layout as (name, value) rows in declaration order, for `ljprof inspect`:
 // "main_cord", "cord.fiber", "cord.alive", "cord.ready", "cord.name", "rlist.next", "fiber.link",
 // "fiber.fid", "sizeof(fiber.fid)", "fiber.name", "fiber.state", "fiber.csw", "fiber.flags",
-// "FIBER_IS_DEAD", "fiber.storage.lua.stack", "fiber.ctx.sp".
+// "FIBER_IS_DEAD", "fiber.storage.lua.stack", "fiber.ctx.sp", then with cord_ptr "cord_ptr",
+// "PT_TLS.memsz", "PT_TLS.align".
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& layout);
 
 }  // namespace ljprof::luajit

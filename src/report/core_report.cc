@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "common/hex.h"
 #include "common/printable.h"
@@ -125,6 +126,56 @@ void add_coroutines(Json& out, std::string& text, const CoreWalker& walker, uint
       list->coroutines.size(), list->not_started, list->dead, list->objects);
 }
 
+// The state of a fiber that is not its cord's running one.
+const char* switched_out_state(const core::FiberList& list, const core::FiberName& f) {
+  if (f.dead) return "dead";
+  return list.ready.count(f.fiber) != 0 ? "ready" : "suspended";
+}
+
+// The switched-out fibers of `list` that the coroutine section does not show (those without a
+// lua_State: Tarantool's C fibers, and every fiber of a cord other than the main one), each with
+// its full stack from its saved context, or the one line saying why it has none.
+void add_native_fibers(Json& out, std::string& text, const CoreWalker& walker,
+                       const core::FiberList& list, uint32_t tid, bool main_cord) {
+  for (const core::FiberName& f : list.fibers) {
+    if (f.fiber == list.running.fiber || (main_cord && f.lua_state != 0)) continue;
+    Json j;
+    j["cord"] = list.cord;
+    j["tid"] = tid;
+    j["fiber"] = fiber_json(f);
+    j["state"] = switched_out_state(list, f);
+    const std::string title =
+        fmt::format("{} ({}, cord \"{}\")", fiber_title(f), switched_out_state(list, f), list.cord);
+    auto full =
+        f.dead ? Result<ThreadStack>(make_error("fiber {} is dead", f.id)) : walker.walk_fiber(f);
+    if (full.ok()) {
+      add_stack(j, text, *full, title);
+    } else {
+      const std::string why = printable_text(full.message());
+      j["full_stack_error"] = why;
+      text += fmt::format("{}: not walked: {}\n\n", title, why);
+    }
+    out["native_fibers"].push_back(j);
+  }
+}
+
+// The fiber list of the cord `thread` runs when it is not the main cord (a cord of its own:
+// Tarantool's wal and iproto threads); nullopt for the main cord or a thread with none, and
+// the reason, said once, when the cord cannot be known.
+std::optional<core::FiberList> other_cord(Json& out, std::string& text, const CoreWalker& walker,
+                                          const Thread& thread) {
+  auto cord = walker.thread_cord(thread);
+  if (cord.ok() && (*cord == 0 || *cord == walker.main_cord())) return std::nullopt;
+  auto list = cord.ok() ? walker.walk_cord_fibers(*cord) : Result<core::FiberList>(cord.error());
+  if (list.ok()) return std::move(*list);
+  const std::string why = printable_text(list.message());
+  if (!out.contains("cords_error")) {
+    out["cords_error"] = why;
+    text += fmt::format("Other cords' fibers: not listed: {}\n\n", why);
+  }
+  return std::nullopt;
+}
+
 // Mapped files that could not be used: the frames in them have no CFI or symbols, so the user
 // is told which file to provide (and where it was looked for). Files left unopened
 // (CoreOptions::open_mapped_files false: tests, the fuzzer) are listed too. Returns the text
@@ -163,6 +214,7 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
   const core::FiberList* named = fibers_wanted ? add_fibers(out, stacks, fibers) : nullptr;
   uint64_t g = walker.global_state();
   bool main_cord_named = false;
+  std::string cord_fibers;  // the other cords' switched-out fibers, after the threads
   for (const Thread& thread : core.threads()) {
     ThreadStack stack = walker.walk(thread);
     if (g == 0) g = stack.g;
@@ -171,16 +223,30 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
     t["signal"] = stack.signal;
     std::string title = fmt::format("Thread {}{}", stack.tid,
                                     stack.signal ? " (" + signal_name(stack.signal) + ")" : "");
+    std::optional<core::FiberList> cord;
     if (named != nullptr && !main_cord_named &&
         runs_main_cord(core, stack, stack.g != 0 && stack.g == g)) {
       main_cord_named = true;
+      t["cord"] = named->cord;
       t["fiber"] = fiber_json(named->running);
       title += fmt::format(", {} (running)", fiber_title(named->running));
+    } else if (named != nullptr) {
+      cord = other_cord(out, stacks, walker, thread);
+    }
+    if (cord) {
+      t["cord"] = cord->cord;
+      if (cord->running.fiber != 0) {
+        t["fiber"] = fiber_json(cord->running);
+        title += fmt::format(", cord \"{}\", {} (running)", cord->cord, fiber_title(cord->running));
+      }
+      add_native_fibers(out, cord_fibers, walker, *cord, stack.tid, false);
     }
     add_stack(t, stacks, stack, title);
     threads.push_back(t);
   }
   out["threads"] = threads;
+  stacks += cord_fibers;
+  if (named != nullptr) add_native_fibers(out, stacks, walker, *named, 0, true);
   if (options.all_fibers) add_coroutines(out, stacks, walker, g, named);
   for (const std::string& d : core.diagnostics()) out["diagnostics"].push_back(d);
   const std::string refused = add_unusable_files(out, core);

@@ -11,11 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,93 @@ TEST(FiberStacks, SuspendedFibersShowTheirFullStacks) {
         std::string::npos)
         << text.out;
   }
+  fs::remove_all(d.dir);
+}
+
+// What tests/walker/cord_oracle.py prints: each thread's cord and its switched-out fibers.
+struct GdbFiber {
+  uint64_t id = 0;
+  std::string saved_return;  // "0x59cfae"
+  std::string symbol;
+  std::string name;
+};
+struct GdbCord {
+  std::string name;
+  uint64_t running = 0;
+  std::vector<GdbFiber> fibers;
+};
+
+std::map<uint32_t, GdbCord> gdb_cords(const std::string& exe, const std::string& core) {
+  test::CommandResult r =
+      test::run({"gdb", "-nx", "-batch", "-ex",
+                 "source " + test::source_dir() + "/tests/walker/cord_oracle.py", exe, core});
+  std::map<uint32_t, GdbCord> out;
+  static const std::regex cord_re(R"(^cord (\d+) (\S+) (\d+)$)");
+  static const std::regex fiber_re(R"(^fiber (\d+) (\d+) (0x[0-9a-f]+) (\S+) (.*)$)");
+  for (const std::string& line : test::lines_of(r.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, cord_re)) {
+      out[std::stoul(m[1])] = {m[2], std::stoull(m[3]), {}};
+    } else if (std::regex_match(line, m, fiber_re)) {
+      out[std::stoul(m[1])].fibers.push_back({std::stoull(m[2]), m[3], m[4], m[5]});
+    }
+  }
+  EXPECT_FALSE(out.empty()) << r.out << r.err;
+  return out;
+}
+
+// The switched-out fiber `id` of cord `cord` in the report: a native fiber (a C fiber, or any
+// fiber of a cord other than main) or a main-cord fiber's coroutine.
+const Json* switched_out_fiber(const Json& j, const std::string& cord, uint64_t id) {
+  if (j.contains("native_fibers")) {
+    for (const Json& f : j["native_fibers"]) {
+      if (f["cord"] == cord && f["fiber"]["id"] == id) return &f;
+    }
+  }
+  return cord == "main" ? test::coroutine_of_fiber(j, id) : nullptr;
+}
+
+// Every thread's cord, found through its TLS cord_ptr, and every fiber of every cord with its
+// full stack. Oracle: gdb (the cords and fiber lists through its own TLS and DWARF reading, and
+// the return address each switched-out fiber's context saved: the stack's first pc).
+// (fiber.info()'s C backtraces are no oracle here: for C fibers they start at a wrong pc, "_fini",
+// "(nil)", and a fiber never started has none.)
+TEST(FiberStacks, EveryCordsFibersWithTheirStacks) {
+  ASSERT_TRUE(test::file_exists(kTarantool.exe));
+  test::Dump d = test::dump_core(kTarantool, "cord_fibers.lua");
+  ASSERT_TRUE(fs::exists(d.core));
+  const std::map<uint32_t, GdbCord> cords = gdb_cords(kTarantool.exe, d.core);
+  test::CommandResult r = test::run({test::ljprof_bin(), "core", "--json", "--all-fibers", d.core});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_FALSE(j.contains("cords_error")) << j["cords_error"];
+  std::set<std::string> names;
+  for (const auto& [tid, cord] : cords) {
+    SCOPED_TRACE(fmt::format("thread {} cord {}", tid, cord.name));
+    names.insert(cord.name);
+    const Json* thread = nullptr;
+    for (const Json& t : j["threads"]) {
+      if (t["tid"] == tid) thread = &t;
+    }
+    ASSERT_NE(thread, nullptr);
+    EXPECT_EQ((*thread)["cord"], cord.name);
+    EXPECT_EQ((*thread)["fiber"]["id"], cord.running);
+    for (const GdbFiber& want : cord.fibers) {
+      SCOPED_TRACE(fmt::format("fiber {} {}", want.id, want.name));
+      const Json* f = switched_out_fiber(j, cord.name, want.id);
+      ASSERT_NE(f, nullptr) << r.out;
+      EXPECT_EQ((*f)["fiber"]["name"], want.name);
+      ASSERT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
+      const Json& frames = (*f)["frames"];
+      EXPECT_EQ(frames.front()["pc"], want.saved_return) << test::describe(frames);
+      EXPECT_EQ(frames.front()["symbol"], want.symbol) << test::describe(frames);
+      EXPECT_EQ(frames.back()["symbol"], "coro_init") << test::describe(frames);
+    }
+  }
+  // The threads box.cfg starts run cords of their own; one cord per thread.
+  EXPECT_TRUE(names.count("main") && names.count("wal") && names.count("iproto"))
+      << fmt::format("{}", fmt::join(names, ", "));
+  EXPECT_EQ(names.size(), cords.size());
   fs::remove_all(d.dir);
 }
 
