@@ -28,6 +28,17 @@ bool defines_luajit(const elf::ElfFile& file) {
   return file.find_symbol("lua_close") != nullptr;
 }
 
+// Tarantool's module API (src/module.h), which every Tarantool since 1.7 exports for C modules
+// and the FFI: so a Tarantool executable renamed or copied (tarantool-2.11, a container's
+// entrypoint) is still known, stripped or not (.dynsym keeps them).
+bool exports_tarantool_api(const elf::ElfFile& file) {
+  for (const char* name : {"box_txn_begin", "luaT_pushtuple"}) {
+    const elf::Symbol* sym = file.find_symbol(name);
+    if (sym == nullptr || !sym->defined()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 const char* runtime_name(Runtime runtime) {
@@ -137,6 +148,11 @@ RuntimeInfo detect_runtime(const elf::ElfFile& file, std::span<const std::string
     } else {
       info.reason = "basename is 'tarantool' but the binary does not define lua_close";
     }
+  } else if (linked_in && executable && exports_tarantool_api(file)) {
+    info.runtime = Runtime::Tarantool;
+    info.reason =
+        "it defines lua_close (LuaJIT linked in) and Tarantool's module API (box_txn_begin, "
+        "luaT_pushtuple)";
   } else if (starts_with(base, "libluajit-5.1.so")) {
     if (linked_in) {
       info.runtime = Runtime::LibLuaJIT;

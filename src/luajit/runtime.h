@@ -39,7 +39,9 @@ struct RuntimeInfo {
 // The symbols `ljprof inspect` reports, in a stable order.
 std::span<const char* const> reported_symbols();
 
-// Classifies `file`. `extra_lib_dirs` are searched before the standard library directories
+// Classifies `file`: by its name (tarantool, libluajit-5.1.so*, nginx, openresty, luajit*), and
+// an executable with LuaJIT linked in that exports Tarantool's module API as Tarantool whatever
+// its name. `extra_lib_dirs` are searched before the standard library directories
 // when resolving a DT_NEEDED libluajit (like LD_LIBRARY_PATH).
 // `name`: the file's path when `file` was opened through another one (a live process's
 // /proc/PID/map_files/START-END link, whose basename says nothing); "" = file.path().

@@ -117,6 +117,19 @@ TEST(Inspect, RuntimeKinds) {
         test::fixture("nginx-lua/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2")}) {
     EXPECT_EQ(inspect_json(lib)["runtime"]["kind"], "libluajit") << lib;
   }
+  // Tarantool under another name, stripped or not, by the module API its .dynsym exports
+  // (readelf --dyn-syms lists box_txn_begin and luaT_pushtuple in Debian's tarantool).
+  test::TempDir dir;
+  const std::string renamed = dir.file("tt-2.6"), stripped = dir.file("server");
+  ASSERT_EQ(test::run({"cp", "/usr/bin/tarantool", renamed}).exit_code, 0);
+  ASSERT_EQ(test::run({"strip", "--strip-all", "-o", stripped, "/usr/bin/tarantool"}).exit_code, 0);
+  const test::CommandResult dynsym = test::run({"readelf", "--dyn-syms", "-W", stripped});
+  for (const char* name : {" box_txn_begin\n", " luaT_pushtuple\n"}) {
+    ASSERT_NE(dynsym.out.find(name), std::string::npos) << name;
+  }
+  for (const std::string& exe : {renamed, stripped}) {
+    EXPECT_EQ(inspect_json(exe)["runtime"]["kind"], "tarantool") << exe;
+  }
   Json nginx = inspect_json("/usr/sbin/nginx");
   EXPECT_EQ(nginx["runtime"]["kind"], "nginx");
   EXPECT_EQ(nginx["runtime"]["luajit"], "loaded-at-run-time");
