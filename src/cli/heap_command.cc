@@ -125,13 +125,16 @@ heap::ThreadNames fiber_names(const core::CoreWalker& walker) {
 Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalker& walker,
                                uint64_t g, bool live, size_t top) {
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
-  const heap::Memory mem(core.mem_reader(), info);
+  heap::Memory mem(core.mem_reader(), info);
+  // A core's pages read stay mapped until released; a live process's page cache is bounded.
+  if (!live) mem.on_release([&core] { core.release_resident_pages(); });
   Snapshot s;
   // A live process: each page is read once, on first use, and later reads of it are served from
   // that copy, so the walk costs a read per page instead of per field. Up to 64 MiB of pages,
   // then the cache starts over: objects are visited in list order, mostly near the last ones.
   core.cache_pages(live, kHeapCachedPages, true);
   auto census = heap::take_census(mem, g);
+  mem.release_pages();
   if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top, fiber_names(walker));
   core.cache_pages(false);
   if (!census.ok()) return make_error("{}", census.message());

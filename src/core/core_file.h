@@ -237,6 +237,9 @@ class CoreFile {
   // emptied and fills again (a walk over more memory than the cache holds: the heap).
   void cache_pages(bool on, size_t max_pages = kDefaultCachedPages, bool start_over = false) const;
   static constexpr size_t kDefaultCachedPages = 256;  // 1 MiB: a deep stack walk
+  // Drops the resident copies of what was read: a core file's mapped pages (read again from the
+  // kernel's page cache on the next touch), a live process's cached pages.
+  void release_resident_pages() const;
 
   // The C interface for the natively compiled walker. `ctx` is the core's internal state, so
   // the reader stays valid when the CoreFile is moved; it must not outlive the CoreFile.

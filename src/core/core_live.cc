@@ -161,6 +161,11 @@ void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over) const {
   state_->page_cache.pages.clear();
 }
 
+void CoreFile::release_resident_pages() const {
+  state_->page_cache.pages.clear();
+  if (!state_->live) state_->elf->release_resident_pages();
+}
+
 int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) const {
   if (prefetched.read(addr, dst, len)) return 0;
   const uint64_t page = addr & ~(PageCache::kPage - 1);

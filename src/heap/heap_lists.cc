@@ -116,6 +116,9 @@ class Lists {
       return refuse(fmt::format("{} of impossible size on {}", gct_name(*gct), list));
     }
     c_.objects.push_back({addr, static_cast<uint32_t>(*bytes), *gct});
+    // Pages read long ago need not stay resident while the census grows (build_graph does the
+    // same): the lists run in allocation order.
+    if ((c_.objects.size() & (Memory::kObjectsPerRelease - 1)) == 0) mem_.release_pages();
     return true;
   }
 

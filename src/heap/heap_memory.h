@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 extern "C" {
@@ -70,9 +71,20 @@ class Memory {
   const lj_luajit_info& info() const { return info_; }
   bool gc64() const { return info_.ref_size == 8; }
 
+  // What drops the memory source's resident copies (a core file's mapped pages, a live
+  // process's page cache), called between passes that each read the whole heap, so the object
+  // graph's arrays do not peak on top of them; the next read brings a page back.
+  void on_release(std::function<void()> release) { release_ = std::move(release); }
+  void release_pages() const {
+    if (release_) release_();
+  }
+  // How many objects a pass over the heap reads between two release_pages.
+  static constexpr size_t kObjectsPerRelease = size_t{1} << 18;
+
  private:
   ljprof_mem_reader mem_;
   const lj_luajit_info& info_;
+  std::function<void()> release_;
 };
 
 // A TValue's collectable object, if it holds one (lj_obj.h tvisgcv): its address and ~itype.
