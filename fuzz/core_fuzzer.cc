@@ -32,7 +32,8 @@ bool printable_lines(std::string_view text) {
   return true;
 }
 
-// The reader alone: reads at every thread's registers and every mapping's ends.
+// The reader alone: reads at every thread's registers, every mapping's ends and every writable
+// anonymous region's.
 uint64_t exercise_reads(const ljprof::core::CoreFile& core) {
   uint8_t buf[64];
   uint64_t sum = 0;
@@ -47,6 +48,12 @@ uint64_t exercise_reads(const ljprof::core::CoreFile& core) {
     (void)core.file_address(m.end - 1);
   }
   for (const ljprof::core::AuxEntry& e : core.auxv()) sum += e.value;
+  // The heap's scan regions (CoreFile::anonymous_writable): inside the input, readable at both
+  // ends.
+  for (const ljprof::core::AddressRange& r : core.anonymous_writable()) {
+    require(r.end > r.start && core.core_has(r.start) && core.core_has(r.end - 1));
+    if (core.read(r.end - 1, buf, 1).ok()) sum += buf[0];
+  }
   return sum;
 }
 
