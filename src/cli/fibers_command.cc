@@ -1,4 +1,4 @@
-// `ljprof fibers -p PID [--json]`: every fiber of a running Tarantool's main cord — id, name,
+// `ljprof fibers -p PID [--json]`: every fiber of every cord of a running Tarantool — id, name,
 // state and mixed stack — read without stopping it; with `--sample HZ -d SECONDS` the wall-clock
 // fiber profile (where fibers wait) written like `ljprof record`'s outputs.
 #include <fmt/format.h>
@@ -49,14 +49,29 @@ int fail(const std::string& what) {
   return 2;
 }
 
+// The main cord's fibers (an error when they cannot be read), then every other cord's; a cord
+// whose list cannot be read consistently (its thread exited, a corrupt list) is said once.
 int print_snapshot(const FibersFlags& f, const core::CoreWalker& walker) {
-  core::FiberSnapshotter snapshotter(walker);
-  auto snapshot = snapshotter.take();
-  if (!snapshot.ok()) return fail(snapshot.message());
+  auto main = core::FiberSnapshotter(walker).take();
+  if (!main.ok()) return fail(main.message());
+  std::vector<core::FiberSnapshot> snapshots = {std::move(*main)};
+  report::FiberReport r;
+  r.pid = f.pid;
+  auto cords = walker.other_cords();
+  if (!cords.ok()) r.cords_error = cords.message();
+  for (uint64_t cord : cords.ok() ? *cords : std::vector<uint64_t>{}) {
+    auto snapshot = core::FiberSnapshotter(walker, cord).take();
+    if (snapshot.ok()) {
+      snapshots.push_back(std::move(*snapshot));
+    } else if (r.cords_error.empty()) {
+      r.cords_error = fmt::format("cord at {:#x}: {}", cord, snapshot.message());
+    }
+  }
+  r.cords = snapshots;
   if (f.json) {
-    std::cout << report::json_text(report::fiber_snapshot_json(*snapshot, f.pid)) << "\n";
+    std::cout << report::json_text(report::fiber_report_json(r)) << "\n";
   } else {
-    std::cout << report::fiber_snapshot_text(*snapshot, f.pid);
+    std::cout << report::fiber_report_text(r);
   }
   return 0;
 }
@@ -133,8 +148,9 @@ void add_fibers_command(CommandLine& cli) {
   auto f = std::make_shared<FibersFlags>();
   Command cmd = cli.add(
       "fibers",
-      "Show every fiber of a running Tarantool (main cord): id, name, state (running, ready, "
-      "suspended, dead) and its mixed native + Lua stack, read without stopping the process. "
+      "Show every fiber of a running Tarantool, of every cord (tx, iproto, WAL, ...): id, name, "
+      "state (running, ready, suspended, dead) and its mixed native + Lua stack, read without "
+      "stopping the process. "
       "With --sample HZ: a wall-clock profile of where the fibers spend their time, waiting "
       "included.");
   cmd.option("-p,--pid", f->pid, "The Tarantool process").type_name("PID").required();

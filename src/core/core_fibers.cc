@@ -26,11 +26,11 @@ constexpr uint64_t kSavedR15 = 0, kSavedR14 = 8, kSavedR13 = 16, kSavedR12 = 24,
 
 }  // namespace
 
-void CoreWalker::prefetch_fibers(const std::vector<FiberName>& fibers) const {
+void CoreWalker::prefetch_fibers(const std::vector<FiberName>& fibers, uint64_t cord) const {
   const luajit::FiberLayout* layout = fiber_layout();
   if (layout == nullptr) return;
   std::vector<proc::MemoryRange> ranges;
-  ranges.push_back({layout->main_cord + vm_bias_, cord_bytes(*layout)});
+  ranges.push_back({cord != 0 ? cord : layout->main_cord + vm_bias_, cord_bytes(*layout)});
   const FiberBlock block = fiber_block(*layout);
   for (const FiberName& f : fibers) {
     ranges.push_back({f.fiber + block.begin, block.end - block.begin});
@@ -61,10 +61,11 @@ Result<FiberName> CoreWalker::reread_fiber(const FiberName& fiber) const {
   return main_cord_fibers(*layout).read_fiber(fiber.fiber);
 }
 
-uint64_t CoreWalker::running_fiber() const {
+uint64_t CoreWalker::running_fiber(uint64_t cord) const {
   const luajit::FiberLayout* layout = fiber_layout();
   if (layout == nullptr) return 0;
-  return main_cord_fibers(*layout).running();
+  if (cord == 0) return main_cord_fibers(*layout).running();
+  return FiberListReader(core_.mem_reader(), *layout, cord, "cord_ptr").running();
 }
 
 Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {

@@ -79,6 +79,11 @@ class CoreWalker {
   Result<uint64_t> thread_cord(const Thread& thread) const;
   // The fiber list of the cord at `cord` (as walk_fibers reads main_cord's).
   Result<FiberList> walk_cord_fibers(uint64_t cord) const;
+  // The cords other than main_cord that the process's threads run, each once, in address
+  // order: a core's threads' cord_ptr (thread_cord); a live process's, whose thread pointers
+  // are found by glibc's thread control block at the top of each thread's stack mapping
+  // (cord_scan.cc). An error when the layout has no cord_ptr or the architecture is not x86-64.
+  Result<std::vector<uint64_t>> other_cords() const;
   // The full stack (native and Lua frames) of a switched-out fiber of that list, walked from the
   // registers its coro_transfer saved at fiber.ctx.sp (x86-64 only). An error, one line naming
   // the fiber and the rule, when the core is not x86-64, the saved words are unreadable or the
@@ -89,15 +94,16 @@ class CoreWalker {
   // `fiber` read again from memory (its fields as walk_fibers reads them), to tell whether it
   // changed while its stack was read in a live process.
   Result<FiberName> reread_fiber(const FiberName& fiber) const;
-  // main_cord.fiber now (0 when unreadable).
-  uint64_t running_fiber() const;
+  // cord.fiber now of the cord at `cord`, main_cord's when 0 (0 when unreadable).
+  uint64_t running_fiber(uint64_t cord = 0) const;
   // lua_State.stack, .base and .top of `lua_state` mixed into one word (0: unreadable or no
   // LuaJIT): its Lua stack was not moved (lj_state_shrinkstack) or changed while it is equal.
   uint64_t lua_stack_stamp(uint64_t lua_state) const;
-  // A live process: reads in one batch what walk_fibers and lua_stack_stamp will read of the
-  // main cord and of `fibers` (a previous walk_fibers), and serves those reads from it until
-  // drop_prefetch() (core/core_file.h CoreFile::prefetch). Does nothing for a core file.
-  void prefetch_fibers(const std::vector<FiberName>& fibers) const;
+  // A live process: reads in one batch what walk_fibers (walk_cord_fibers) and lua_stack_stamp
+  // will read of the main cord (the cord at `cord`) and of `fibers` (a previous list), and
+  // serves those reads from it until drop_prefetch() (core/core_file.h CoreFile::prefetch).
+  // Does nothing for a core file.
+  void prefetch_fibers(const std::vector<FiberName>& fibers, uint64_t cord = 0) const;
   void drop_prefetch() const { core_.drop_prefetch(); }
   // core/core_file.h CoreFile::cache_pages, for the reads of one walk of a live process.
   void cache_pages(bool on) const { core_.cache_pages(on); }

@@ -70,7 +70,7 @@ FiberStack FiberSnapshotter::read_stack(const FiberName& fiber, FiberState state
     auto again = walker_.reread_fiber(f);
     if (!again.ok()) break;  // freed under the read: nothing left to show
     const Stamp after = stamp_of(*again);
-    if (after == before && walker_.running_fiber() != f.fiber) {
+    if (after == before && walker_.running_fiber(cord_) != f.fiber) {
       out.fiber = *again;
       previous_[f.fiber] = {before, out};
       return out;
@@ -89,11 +89,12 @@ Result<FiberList> FiberSnapshotter::read_list() {
   // What the previous list read, in one batch (a live process), so that a thousand waiting
   // fibers cost a few system calls; the reads then see memory as of that one moment. A list that
   // cannot be walked is read again without the batch.
-  walker_.prefetch_fibers(previous_list_);
-  Result<FiberList> list = walker_.walk_fibers();
+  walker_.prefetch_fibers(previous_list_, cord_);
+  auto walk = [&] { return cord_ != 0 ? walker_.walk_cord_fibers(cord_) : walker_.walk_fibers(); };
+  Result<FiberList> list = walk();
   for (int read = 1; read < kReads && !list.ok(); ++read) {
     walker_.drop_prefetch();
-    list = walker_.walk_fibers();
+    list = walk();
   }
   return list;
 }

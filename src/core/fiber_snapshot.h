@@ -1,5 +1,6 @@
-// core/fiber_snapshot.h: every fiber of Tarantool's main cord with its stack, read from a live
-// process without stopping it (`ljprof fibers`) — or from a core, where nothing moves.
+// core/fiber_snapshot.h: every fiber of one of Tarantool's cords (the main one, or another
+// thread's) with its stack, read from a live process without stopping it (`ljprof fibers`) — or
+// from a core, where nothing moves.
 //
 // A live read races the process: a fiber may run, and its stack change, while it is being
 // walked. A switched-out fiber's stack changes only when it runs, and every switch to it
@@ -21,8 +22,8 @@
 namespace ljprof::core {
 
 enum class FiberState {
-  Running,    // main_cord.fiber: on the CPU (its stack is not read: it moves)
-  Ready,      // on main_cord.ready: woken, waiting for its turn
+  Running,    // cord.fiber: on the CPU (its stack is not read: it moves)
+  Ready,      // on cord.ready: woken, waiting for its turn
   Suspended,  // switched out, waiting (fiber.sleep, a channel, a box call, ...)
   Dead,       // finished (FIBER_IS_DEAD), not yet joined
 };
@@ -42,8 +43,8 @@ struct FiberStack {
 };
 
 struct FiberSnapshot {
-  std::string cord;                // main_cord.name
-  std::vector<FiberStack> fibers;  // the running fiber first, then main_cord.alive's order
+  std::string cord;                // cord.name
+  std::vector<FiberStack> fibers;  // the running fiber first, then cord.alive's order
   uint64_t rereads = 0;            // fibers read again because they changed under the read
   uint64_t unsettled = 0;          // fibers that kept changing: shown without frames
   uint64_t reused = 0;             // stacks taken from the previous snapshot (fiber unchanged)
@@ -51,7 +52,9 @@ struct FiberSnapshot {
 
 class FiberSnapshotter {
  public:
-  explicit FiberSnapshotter(const CoreWalker& walker) : walker_(walker) {}
+  // The fibers of the cord at `cord` (CoreWalker::other_cords), of main_cord when 0.
+  explicit FiberSnapshotter(const CoreWalker& walker, uint64_t cord = 0)
+      : walker_(walker), cord_(cord) {}
   // One snapshot. The fiber list itself is read again (up to a few times) when it changed under
   // the read; an error when it cannot be read consistently or the executable has no fiber
   // layout. A fiber unchanged since the previous take() (same id, csw, saved sp and Lua stack)
@@ -71,6 +74,7 @@ class FiberSnapshotter {
                         FiberSnapshot& snapshot);
 
   const CoreWalker& walker_;
+  uint64_t cord_ = 0;
   std::map<uint64_t, std::pair<Stamp, FiberStack>> previous_;  // by struct fiber address
   std::vector<FiberName> previous_list_;  // the fibers the previous take() read
 };

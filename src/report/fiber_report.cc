@@ -2,37 +2,49 @@
 
 #include <fmt/format.h>
 
+#include "common/printable.h"
 #include "report/backtrace.h"
 
 namespace ljprof::report {
 
 using Json = nlohmann::ordered_json;
 
-Json fiber_snapshot_json(const core::FiberSnapshot& snapshot, uint32_t pid) {
-  Json fibers = Json::array();
-  for (const core::FiberStack& f : snapshot.fibers) {
-    Json frames = Json::array();
-    for (const symbolize::Frame& frame : f.stack->frames) {
-      frames.push_back(backtrace_frame_json(frame));
+Json fiber_report_json(const FiberReport& report) {
+  Json fibers = Json::array(), cords = Json::array();
+  uint64_t rereads = 0, unsettled = 0;
+  for (const core::FiberSnapshot& snapshot : report.cords) {
+    cords.push_back(snapshot.cord);
+    rereads += snapshot.rereads;
+    unsettled += snapshot.unsettled;
+    for (const core::FiberStack& f : snapshot.fibers) {
+      Json frames = Json::array();
+      for (const symbolize::Frame& frame : f.stack->frames) {
+        frames.push_back(backtrace_frame_json(frame));
+      }
+      Json j = {{"id", f.fiber.id},
+                {"name", f.fiber.name},
+                {"state", core::fiber_state_name(f.state)},
+                {"cord", snapshot.cord},
+                {"frames", std::move(frames)},
+                {"reached_root", f.stack->reached_root}};
+      if (!f.stack->end.empty()) j["end"] = f.stack->end;
+      if (!f.note.empty()) j["note"] = f.note;
+      fibers.push_back(std::move(j));
     }
-    Json j = {{"id", f.fiber.id},
-              {"name", f.fiber.name},
-              {"state", core::fiber_state_name(f.state)},
-              {"cord", snapshot.cord},
-              {"frames", std::move(frames)},
-              {"reached_root", f.stack->reached_root}};
-    if (!f.stack->end.empty()) j["end"] = f.stack->end;
-    if (!f.note.empty()) j["note"] = f.note;
-    fibers.push_back(std::move(j));
   }
-  return {{"pid", pid},
-          {"cord", snapshot.cord},
-          {"fibers", std::move(fibers)},
-          {"rereads", snapshot.rereads},
-          {"unsettled", snapshot.unsettled}};
+  Json out = {{"pid", report.pid},
+              {"cord", report.cords.empty() ? Json(nullptr) : Json(report.cords.front().cord)},
+              {"cords", std::move(cords)},
+              {"fibers", std::move(fibers)},
+              {"rereads", rereads},
+              {"unsettled", unsettled}};
+  if (!report.cords_error.empty()) out["cords_error"] = printable_text(report.cords_error);
+  return out;
 }
 
-std::string fiber_snapshot_text(const core::FiberSnapshot& snapshot, uint32_t pid) {
+namespace {
+
+std::string snapshot_text(const core::FiberSnapshot& snapshot, uint32_t pid) {
   std::string text = fmt::format("Process {}, cord \"{}\": {} fibers\n\n", pid, snapshot.cord,
                                  snapshot.fibers.size());
   for (const core::FiberStack& f : snapshot.fibers) {
@@ -52,6 +64,20 @@ std::string fiber_snapshot_text(const core::FiberSnapshot& snapshot, uint32_t pi
   if (snapshot.rereads != 0 || snapshot.unsettled != 0) {
     text += fmt::format("{} fibers read again because they ran under the read; {} kept changing\n",
                         snapshot.rereads, snapshot.unsettled);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string fiber_report_text(const FiberReport& report) {
+  std::string text;
+  for (const core::FiberSnapshot& snapshot : report.cords) {
+    text += snapshot_text(snapshot, report.pid);
+  }
+  if (!report.cords_error.empty()) {
+    text +=
+        fmt::format("Other cords' fibers: not listed: {}\n", printable_text(report.cords_error));
   }
   return text;
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,21 +30,27 @@ const char* const kTarantool = "/usr/bin/tarantool";
 struct LiveWorkload {
   test::TempDir dir;
   std::unique_ptr<test::Background> process;
-  explicit LiveWorkload(const std::string& workload) {
-    std::filesystem::copy_file(
-        std::filesystem::path(test::source_dir()) / "tests/walker/workloads" / workload,
-        dir.file(workload));
-    process = std::make_unique<test::Background>(
-        std::vector<std::string>{"env", "-C", dir.path(), kTarantool, workload}, dir.file("out"));
+  // `env`: NAME=VALUE settings for the workload.
+  explicit LiveWorkload(const std::string& workload, const std::vector<std::string>& env = {}) {
+    const std::filesystem::path workloads =
+        std::filesystem::path(test::source_dir()) / "tests/walker/workloads";
+    for (const std::string& file : {workload, std::string("common.lua")}) {
+      std::filesystem::copy_file(workloads / file, dir.file(file));
+    }
+    std::vector<std::string> argv = {"env", "-C", dir.path()};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.insert(argv.end(), {kTarantool, workload});
+    process = std::make_unique<test::Background>(argv, dir.file("out"));
   }
   bool ready() { return test::wait_for_text(dir.file("out"), "ljprof-ready", 60); }
   std::string out() const { return test::read_text(dir.file("out")); }
   std::string pid() const { return std::to_string(process->pid()); }
 };
 
-const Json* fiber_by_id(const Json& j, uint64_t id) {
+// Fiber `id` of cord `cord` (ids are per cord: each starts at 101).
+const Json* fiber_by_id(const Json& j, uint64_t id, const std::string& cord = "main") {
   for (const Json& f : j["fibers"]) {
-    if (f["id"] == id) return &f;
+    if (f["id"] == id && f["cord"] == cord) return &f;
   }
   return nullptr;
 }
@@ -208,6 +215,50 @@ TEST(LiveFibers, WallProfileSplitsAFibersWaitsAsItsOwnClock) {
   test::CommandResult types = test::go_tool_pprof(w.dir.path(), {"-raw", w.dir.file("wall.pb.gz")});
   EXPECT_NE(types.out.find("wall/nanoseconds"), std::string::npos) << types.out.substr(0, 400);
   EXPECT_NE(types.out.find("state:[suspended]"), std::string::npos) << types.out.substr(0, 2000);
+}
+
+// Every cord's fibers, the other threads' cords found without a stop by their thread control
+// blocks. Oracle: gdb attached after the read (tests/walker/cord_oracle.py: each thread's cord
+// by its own TLS and DWARF reading, the cord's fibers and each one's saved return address). The
+// configured box is idle, so nothing moves between the two reads.
+TEST(LiveFibers, EveryCordsFibers) {
+  ASSERT_TRUE(test::file_exists(kTarantool));
+  LiveWorkload w("cord_fibers.lua", {"LJPROF_CORDS_WAIT=1"});
+  ASSERT_TRUE(w.ready()) << w.out();
+  test::CommandResult r = test::run({test::ljprof_bin(), "fibers", "-p", w.pid(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_FALSE(j.contains("cords_error")) << j["cords_error"];
+  test::CommandResult gdb =
+      test::run({"gdb", "-nx", "-batch", "-p", w.pid(), "-ex",
+                 "source " + test::source_dir() + "/tests/walker/cord_oracle.py"});
+  std::set<std::string> cords;
+  static const std::regex cord_re(R"(^cord \d+ (\S+) (\d+)$)");
+  static const std::regex fiber_re(R"(^fiber \d+ (\d+) (0x[0-9a-f]+) \S+ (.*)$)");
+  std::string cord;
+  size_t fibers = 0;
+  for (const std::string& line : test::lines_of(gdb.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, cord_re)) {
+      cord = m[1];
+      cords.insert(cord);
+      const Json* running = fiber_by_id(j, std::stoull(m[2]), cord);
+      ASSERT_NE(running, nullptr) << cord << "\n" << r.out;
+      EXPECT_EQ((*running)["state"], "running");
+    } else if (std::regex_match(line, m, fiber_re)) {
+      SCOPED_TRACE(fmt::format("cord {} fiber {} {}", cord, std::string(m[1]), std::string(m[3])));
+      const Json* f = fiber_by_id(j, std::stoull(m[1]), cord);
+      ASSERT_NE(f, nullptr) << r.out;
+      EXPECT_EQ((*f)["name"], m[3]);
+      EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
+      ASSERT_FALSE((*f)["frames"].empty());
+      EXPECT_EQ((*f)["frames"].front()["pc"], m[2]) << test::describe((*f)["frames"]);
+      ++fibers;
+    }
+  }
+  EXPECT_TRUE(cords.count("main") && cords.count("wal") && cords.count("iproto")) << gdb.out;
+  EXPECT_EQ(j["cords"].size(), cords.size()) << j["cords"].dump();
+  EXPECT_GE(fibers, 3u) << gdb.out;
 }
 
 }  // namespace
