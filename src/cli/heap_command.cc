@@ -3,6 +3,7 @@
 // retainers by their path from the GC roots.
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -122,19 +123,43 @@ heap::ThreadNames fiber_names(const core::CoreWalker& walker) {
   return names;
 }
 
+// On a terminal, where a long walk is: one line on stderr, rewritten in place, gone at the end.
+void show_progress(const heap::HeapCheckpoint& c) {
+  static const bool terminal = ::isatty(STDERR_FILENO) != 0;
+  if (!terminal) return;
+  if (c.pass == heap::HeapPass::Graph && c.end) {
+    std::cerr << "\r\x1b[K" << std::flush;
+    return;
+  }
+  const double m = static_cast<double>(c.done) / 1e6;
+  if (c.pass == heap::HeapPass::Census) {
+    std::cerr << fmt::format("\rljprof heap: {:.2f} M objects counted", m) << std::flush;
+  } else {
+    std::cerr << fmt::format("\rljprof heap: references of {:.2f} of {:.2f} M objects followed", m,
+                             static_cast<double>(c.total) / 1e6)
+              << std::flush;
+  }
+}
+
 Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalker& walker,
                                uint64_t g, bool live, size_t top) {
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
   heap::Memory mem(core.mem_reader(), info);
-  // A core's pages read stay mapped until released; a live process's page cache is bounded.
-  if (!live) mem.on_release([&core] { core.release_resident_pages(); });
+  mem.on_checkpoint([&core, live](const heap::HeapCheckpoint& c) {
+    // A core's pages read stay mapped until released; a live process's page cache is bounded.
+    if (!live) core.release_resident_pages();
+    show_progress(c);
+  });
   Snapshot s;
   // A live process: each page is read once, on first use, and later reads of it are served from
   // that copy, so the walk costs a read per page instead of per field. Up to 64 MiB of pages,
   // then the cache starts over: objects are visited in list order, mostly near the last ones.
   core.cache_pages(live, kHeapCachedPages, true);
   auto census = heap::take_census(mem, g);
-  mem.release_pages();
+  if (census.ok()) {
+    const uint64_t n = census->objects.size();
+    mem.checkpoint({heap::HeapPass::Census, n, n, true});
+  }
   if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top, fiber_names(walker));
   core.cache_pages(false);
   if (!census.ok()) return make_error("{}", census.message());

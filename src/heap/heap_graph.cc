@@ -244,7 +244,9 @@ Graph build_graph(const Memory& mem, const Census& census) {
     reader.object(o);
     // The objects lie in allocation order, mostly near each other: pages read long ago are not
     // wanted soon, and need not be resident while the graph grows.
-    if ((g.first.size() & (Memory::kObjectsPerRelease - 1)) == 0) mem.release_pages();
+    if ((g.first.size() & (Memory::kObjectsPerCheckpoint - 1)) == 0) {
+      mem.checkpoint({HeapPass::Graph, g.first.size(), n, false});
+    }
   }
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
   reader.roots();

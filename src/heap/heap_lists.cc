@@ -118,7 +118,9 @@ class Lists {
     c_.objects.push_back({addr, static_cast<uint32_t>(*bytes), *gct});
     // Pages read long ago need not stay resident while the census grows (build_graph does the
     // same): the lists run in allocation order.
-    if ((c_.objects.size() & (Memory::kObjectsPerRelease - 1)) == 0) mem_.release_pages();
+    if ((c_.objects.size() & (Memory::kObjectsPerCheckpoint - 1)) == 0) {
+      mem_.checkpoint({HeapPass::Census, c_.objects.size(), 0, false});
+    }
     return true;
   }
 

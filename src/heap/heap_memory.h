@@ -49,6 +49,18 @@ inline bool upstream_interning(const lj_luajit_info& info) {
 const char* gct_name(uint8_t gct);
 
 // Bounded reads of one address space with the build's reference width.
+// Where a pass over the whole heap is (Memory::checkpoint).
+enum class HeapPass : uint8_t {
+  Census,  // the GC lists and the string table: objects counted
+  Graph,   // each object's references followed
+};
+struct HeapCheckpoint {
+  HeapPass pass = HeapPass::Census;
+  uint64_t done = 0;   // objects
+  uint64_t total = 0;  // 0 while not known (the census)
+  bool end = false;    // the pass is over
+};
+
 class Memory {
  public:
   Memory(ljprof_mem_reader mem, const lj_luajit_info& info) : mem_(mem), info_(info) {}
@@ -71,20 +83,19 @@ class Memory {
   const lj_luajit_info& info() const { return info_; }
   bool gc64() const { return info_.ref_size == 8; }
 
-  // What drops the memory source's resident copies (a core file's mapped pages, a live
-  // process's page cache), called between passes that each read the whole heap, so the object
-  // graph's arrays do not peak on top of them; the next read brings a page back.
-  void on_release(std::function<void()> release) { release_ = std::move(release); }
-  void release_pages() const {
-    if (release_) release_();
+  // Called every kObjectsPerCheckpoint objects of a pass that reads the whole heap, and at its
+  // end: the caller drops its resident copies of the memory there (a core file's mapped pages),
+  // so the object graph's arrays do not peak on top of them, and shows progress.
+  void on_checkpoint(std::function<void(const HeapCheckpoint&)> f) { checkpoint_ = std::move(f); }
+  void checkpoint(const HeapCheckpoint& c) const {
+    if (checkpoint_) checkpoint_(c);
   }
-  // How many objects a pass over the heap reads between two release_pages.
-  static constexpr size_t kObjectsPerRelease = size_t{1} << 18;
+  static constexpr size_t kObjectsPerCheckpoint = size_t{1} << 18;
 
  private:
   ljprof_mem_reader mem_;
   const lj_luajit_info& info_;
-  std::function<void()> release_;
+  std::function<void(const HeapCheckpoint&)> checkpoint_;
 };
 
 // A TValue's collectable object, if it holds one (lj_obj.h tvisgcv): its address and ~itype.

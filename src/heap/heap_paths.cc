@@ -344,7 +344,7 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
                          const ThreadNames& thread_names) {
   Retainers out;
   const Graph graph = build_graph(mem, census);
-  mem.release_pages();
+  mem.checkpoint({HeapPass::Graph, census.objects.size(), census.objects.size(), true});
   out.edges = graph.edges.size();
   out.unreadable_refs = graph.unreadable_refs;
   out.dropped_edges = graph.dropped_edges;

@@ -90,6 +90,16 @@ TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
   ASSERT_EQ(scanned.exit_code, 0) << scanned.err;
   EXPECT_EQ(Json::parse(scanned.out)["total_bytes"], j["total_bytes"]);
   ASSERT_NE(test::heap_retainer(j, R"(_G\.names)"), nullptr);
+  // Progress goes to a terminal only (script(1) gives the command one), in one line cleared at
+  // the end; the report above, its stderr a pipe, had none.
+  EXPECT_EQ(r.err.find("objects counted"), std::string::npos) << r.err;
+  if (target.label == "luajit") {
+    const test::CommandResult tty = test::run(
+        {"script", "-qec", test::ljprof_bin() + " heap " + d.core + " --top 1", "/dev/null"});
+    ASSERT_EQ(tty.exit_code, 0) << tty.out;
+    EXPECT_NE(tty.out.find("objects counted"), std::string::npos) << tty.out;
+    EXPECT_NE(tty.out.find("\r\x1b[KLua heap of global_State"), std::string::npos) << tty.out;
+  }
   expect_profile_matches(pb, *test::heap_retainer(j, R"(_G\.names)"), heap_argv(target, d));
 }
 
