@@ -52,6 +52,10 @@ const std::string& CoreFile::path() const {
 elf::Arch CoreFile::arch() const {
   return state_->arch;
 }
+std::optional<uint32_t> CoreFile::live_pid() const {
+  if (!state_->live) return std::nullopt;
+  return state_->live->pid();
+}
 std::span<const Thread> CoreFile::threads() const {
   return state_->threads;
 }

@@ -185,6 +185,8 @@ class CoreFile {
   const std::string& path() const;
   elf::Arch arch() const;
 
+  // The process a live CoreFile reads (from_process); nullopt for a core file.
+  std::optional<uint32_t> live_pid() const;
   // Threads in note order; the first is the one that received the fatal signal.
   std::span<const Thread> threads() const;
   const std::optional<ProcessInfo>& process() const;

@@ -60,6 +60,7 @@ class ProcessMemory {
   ProcessMemory& operator=(const ProcessMemory&) = delete;
 
   ljprof_mem_reader reader() const;
+  uint32_t pid() const { return pid_; }
   int read(uint64_t addr, void* dst, uint32_t len) const;
   // Many ranges in a few system calls (process_vm_readv, up to 1024 ranges a call), where one
   // pread of /proc/PID/mem each would cost a system call and a kernel page allocation apiece:
