@@ -145,9 +145,8 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
                                uint64_t g, bool live, size_t top) {
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
   heap::Memory mem(core.mem_reader(), info);
-  mem.on_checkpoint([&core, live](const heap::HeapCheckpoint& c) {
-    // A core's pages read stay mapped until released; a live process's page cache is bounded.
-    if (!live) core.release_resident_pages();
+  mem.on_checkpoint([&core](const heap::HeapCheckpoint& c) {
+    core.release_resident_pages();
     show_progress(c);
   });
   Snapshot s;
@@ -159,8 +158,8 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   if (census.ok()) {
     const uint64_t n = census->objects.size();
     mem.checkpoint({heap::HeapPass::Census, n, n, true});
+    s.retainers = heap::find_retainers(mem, *census, top, fiber_names(walker));
   }
-  if (census.ok()) s.retainers = heap::find_retainers(mem, *census, top, fiber_names(walker));
   core.cache_pages(false);
   if (!census.ok()) return make_error("{}", census.message());
   s.census = std::move(*census);

@@ -12,14 +12,9 @@
 namespace ljprof::core {
 
 Result<std::vector<uint64_t>> CoreWalker::other_cords() const {
-  if (!luajit_file_index_ || !tarantool_) {
-    return make_error("the LuaJIT file is not a Tarantool executable");
-  }
-  if (fiber_layout() == nullptr) return fiber_layout_->error();
-  auto from_tp = luajit::cord_ptr_from_tp(*fiber_layout(), core_.arch());
-  if (!from_tp || core_.arch() != elf::Arch::X86_64) {
-    return make_error("{}: a thread's cord is known only on x86-64 from the TLS symbol cord_ptr{}",
-                      luajit_file_, from_tp ? "" : " (absent)");
+  LJ_ASSIGN_OR_RETURN(const int64_t from_tp, cord_ptr_offset());
+  if (core_.arch() != elf::Arch::X86_64) {
+    return make_error("{}: a thread's cord is known only on x86-64", luajit_file_);
   }
   std::set<uint64_t> cords;
   auto add = [&](uint64_t cord) {
@@ -28,7 +23,7 @@ Result<std::vector<uint64_t>> CoreWalker::other_cords() const {
   if (core_.live_pid()) {
     LJ_ASSIGN_OR_RETURN(std::vector<LiveThread> threads, live_threads(core_));
     for (const LiveThread& t : threads) {
-      auto cord = core_.read_u64(t.thread_pointer + static_cast<uint64_t>(*from_tp));
+      auto cord = core_.read_u64(t.thread_pointer + static_cast<uint64_t>(from_tp));
       if (cord.ok()) add(*cord);
     }
   } else {

@@ -30,7 +30,7 @@ void CoreWalker::prefetch_fibers(const std::vector<FiberName>& fibers, uint64_t 
   const luajit::FiberLayout* layout = fiber_layout();
   if (layout == nullptr) return;
   std::vector<proc::MemoryRange> ranges;
-  ranges.push_back({cord != 0 ? cord : layout->main_cord + vm_bias_, cord_bytes(*layout)});
+  ranges.push_back({cord != 0 ? cord : main_cord(), cord_bytes(*layout)});
   const FiberBlock block = fiber_block(*layout);
   for (const FiberName& f : fibers) {
     ranges.push_back({f.fiber + block.begin, block.end - block.begin});
@@ -50,22 +50,24 @@ const luajit::FiberLayout* CoreWalker::fiber_layout() const {
   return fiber_layout_->ok() ? &**fiber_layout_ : nullptr;
 }
 
-// The reader of the main cord's fiber list, at its runtime address.
-FiberListReader CoreWalker::main_cord_fibers(const luajit::FiberLayout& layout) const {
-  return FiberListReader(core_.mem_reader(), layout, layout.main_cord + vm_bias_, "main_cord");
+// The reader of the fiber list of the cord at `cord`, main_cord's (at its runtime address) when 0.
+FiberListReader CoreWalker::cord_fibers(const luajit::FiberLayout& layout, uint64_t cord) const {
+  if (cord == 0) {
+    return FiberListReader(core_.mem_reader(), layout, layout.main_cord + vm_bias_, "main_cord");
+  }
+  return FiberListReader(core_.mem_reader(), layout, cord, "cord_ptr");
 }
 
 Result<FiberName> CoreWalker::reread_fiber(const FiberName& fiber) const {
   const luajit::FiberLayout* layout = fiber_layout();
   if (layout == nullptr) return make_error("no fiber layout");
-  return main_cord_fibers(*layout).read_fiber(fiber.fiber);
+  return cord_fibers(*layout, 0).read_fiber(fiber.fiber);
 }
 
 uint64_t CoreWalker::running_fiber(uint64_t cord) const {
   const luajit::FiberLayout* layout = fiber_layout();
   if (layout == nullptr) return 0;
-  if (cord == 0) return main_cord_fibers(*layout).running();
-  return FiberListReader(core_.mem_reader(), *layout, cord, "cord_ptr").running();
+  return cord_fibers(*layout, cord).running();
 }
 
 Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
@@ -116,18 +118,27 @@ Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
   return out;
 }
 
-Result<uint64_t> CoreWalker::thread_cord(const Thread& thread) const {
+Result<const luajit::FiberLayout*> CoreWalker::tarantool_fiber_layout() const {
   if (!luajit_file_index_ || !tarantool_) {
     return make_error("the core's LuaJIT file is not a Tarantool executable");
   }
   if (fiber_layout() == nullptr) return fiber_layout_->error();
-  auto from_tp = luajit::cord_ptr_from_tp(*fiber_layout(), core_.arch());
+  return fiber_layout();
+}
+
+Result<int64_t> CoreWalker::cord_ptr_offset() const {
+  LJ_ASSIGN_OR_RETURN(const luajit::FiberLayout* layout, tarantool_fiber_layout());
+  auto from_tp = luajit::cord_ptr_from_tp(*layout, core_.arch());
   if (!from_tp) {
     return make_error(
-        "{} has no TLS symbol cord_ptr with a PT_TLS block, so a thread's cord is "
-        "not known",
+        "{} has no TLS symbol cord_ptr with a PT_TLS block, so a thread's cord is not known",
         luajit_file_);
   }
+  return *from_tp;
+}
+
+Result<uint64_t> CoreWalker::thread_cord(const Thread& thread) const {
+  LJ_ASSIGN_OR_RETURN(const int64_t from_tp, cord_ptr_offset());
   // AArch64 cores keep TPIDR_EL0 in an NT_ARM_TLS note, which is not read.
   std::optional<uint64_t> tp =
       core_.arch() == elf::Arch::X86_64 ? thread.reg("fs_base") : std::nullopt;
@@ -135,13 +146,12 @@ Result<uint64_t> CoreWalker::thread_cord(const Thread& thread) const {
     return make_error("thread {}: the core has no thread pointer for it (x86-64 fs_base)",
                       thread.tid);
   }
-  const uint64_t at = *tp + static_cast<uint64_t>(*from_tp);
+  const uint64_t at = *tp + static_cast<uint64_t>(from_tp);
   auto cord = core_.read_u64(at);
   if (!cord.ok()) {
     return make_error(
-        "thread {}: its cord_ptr at {:#x} (thread pointer {:#x} {:+#x}) is "
-        "unreadable",
-        thread.tid, at, *tp, *from_tp);
+        "thread {}: its cord_ptr at {:#x} (thread pointer {:#x} {:+#x}) is unreadable", thread.tid,
+        at, *tp, from_tp);
   }
   return *cord;
 }
@@ -152,17 +162,12 @@ uint64_t CoreWalker::main_cord() const {
 }
 
 Result<FiberList> CoreWalker::walk_cord_fibers(uint64_t cord) const {
-  if (fiber_layout() == nullptr) return make_error("no fiber layout");
-  return FiberListReader(core_.mem_reader(), *fiber_layout(), cord, "cord_ptr").walk();
+  LJ_ASSIGN_OR_RETURN(const luajit::FiberLayout* layout, tarantool_fiber_layout());
+  return cord_fibers(*layout, cord).walk();
 }
 
 Result<FiberList> CoreWalker::walk_fibers() const {
-  if (!luajit_file_index_ || !tarantool_) {
-    return make_error("the core's LuaJIT file is not a Tarantool executable");
-  }
-  if (fiber_layout() == nullptr) return fiber_layout_->error();
-  const luajit::FiberLayout& layout = *fiber_layout();
-  return main_cord_fibers(layout).walk();
+  return walk_cord_fibers(0);
 }
 
 }  // namespace ljprof::core

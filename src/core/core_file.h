@@ -239,8 +239,8 @@ class CoreFile {
   // emptied and fills again (a walk over more memory than the cache holds: the heap).
   void cache_pages(bool on, size_t max_pages = kDefaultCachedPages, bool start_over = false) const;
   static constexpr size_t kDefaultCachedPages = 256;  // 1 MiB: a deep stack walk
-  // Drops the resident copies of what was read: a core file's mapped pages (read again from the
-  // kernel's page cache on the next touch), a live process's cached pages.
+  // A core file: drops its mapped pages read so far (read again from the kernel's page cache on
+  // the next touch). A live process: nothing (its page cache is bounded by cache_pages).
   void release_resident_pages() const;
 
   // The C interface for the natively compiled walker. `ctx` is the core's internal state, so

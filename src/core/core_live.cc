@@ -162,7 +162,6 @@ void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over) const {
 }
 
 void CoreFile::release_resident_pages() const {
-  state_->page_cache.pages.clear();
   if (!state_->live) state_->elf->release_resident_pages();
 }
 

@@ -77,7 +77,7 @@ class CoreWalker {
   // runs none (a coio worker). An error when the layout has no cord_ptr, the core has no thread
   // pointer for the thread (AArch64 cores: not read), or the word is unreadable.
   Result<uint64_t> thread_cord(const Thread& thread) const;
-  // The fiber list of the cord at `cord` (as walk_fibers reads main_cord's).
+  // The fiber list of the cord at `cord`, main_cord's when 0 (walk_fibers).
   Result<FiberList> walk_cord_fibers(uint64_t cord) const;
   // The cords other than main_cord that the process's threads run, each once, in address
   // order: a core's threads' cord_ptr (thread_cord); a live process's, whose thread pointers
@@ -147,7 +147,11 @@ class CoreWalker {
   void find_global_state();
   void load_vdso();
   const luajit::FiberLayout* fiber_layout() const;
-  FiberListReader main_cord_fibers(const luajit::FiberLayout& layout) const;
+  FiberListReader cord_fibers(const luajit::FiberLayout& layout, uint64_t cord) const;
+  // The fiber layout, or why there is none (not Tarantool, no layout).
+  Result<const luajit::FiberLayout*> tarantool_fiber_layout() const;
+  // Where cord_ptr is from a thread pointer (luajit::cord_ptr_from_tp), or why it is not known.
+  Result<int64_t> cord_ptr_offset() const;
   std::optional<proc::MemoryRange> lua_stack_range(uint64_t lua_state) const;
 
   const CoreFile& core_;

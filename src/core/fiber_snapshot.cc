@@ -90,11 +90,10 @@ Result<FiberList> FiberSnapshotter::read_list() {
   // fibers cost a few system calls; the reads then see memory as of that one moment. A list that
   // cannot be walked is read again without the batch.
   walker_.prefetch_fibers(previous_list_, cord_);
-  auto walk = [&] { return cord_ != 0 ? walker_.walk_cord_fibers(cord_) : walker_.walk_fibers(); };
-  Result<FiberList> list = walk();
+  Result<FiberList> list = walker_.walk_cord_fibers(cord_);
   for (int read = 1; read < kReads && !list.ok(); ++read) {
     walker_.drop_prefetch();
-    list = walk();
+    list = walker_.walk_cord_fibers(cord_);
   }
   return list;
 }

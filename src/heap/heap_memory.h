@@ -48,7 +48,6 @@ inline bool upstream_interning(const lj_luajit_info& info) {
 // The name `ljprof heap` shows for a type ("table", "string", ...).
 const char* gct_name(uint8_t gct);
 
-// Bounded reads of one address space with the build's reference width.
 // Where a pass over the whole heap is (Memory::checkpoint).
 enum class HeapPass : uint8_t {
   Census,  // the GC lists and the string table: objects counted
@@ -61,6 +60,7 @@ struct HeapCheckpoint {
   bool end = false;    // the pass is over
 };
 
+// Bounded reads of one address space with the build's reference width.
 class Memory {
  public:
   Memory(ljprof_mem_reader mem, const lj_luajit_info& info) : mem_(mem), info_(info) {}

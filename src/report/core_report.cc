@@ -139,13 +139,13 @@ void add_native_fibers(Json& out, std::string& text, const CoreWalker& walker,
                        const core::FiberList& list, uint32_t tid, bool main_cord) {
   for (const core::FiberName& f : list.fibers) {
     if (f.fiber == list.running.fiber || (main_cord && f.lua_state != 0)) continue;
+    const char* state = switched_out_state(list, f);
     Json j;
     j["cord"] = list.cord;
     j["tid"] = tid;
     j["fiber"] = fiber_json(f);
-    j["state"] = switched_out_state(list, f);
-    const std::string title =
-        fmt::format("{} ({}, cord \"{}\")", fiber_title(f), switched_out_state(list, f), list.cord);
+    j["state"] = state;
+    const std::string title = fmt::format("{} ({}, cord \"{}\")", fiber_title(f), state, list.cord);
     auto full =
         f.dead ? Result<ThreadStack>(make_error("fiber {} is dead", f.id)) : walker.walk_fiber(f);
     if (full.ok()) {
