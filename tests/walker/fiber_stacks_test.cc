@@ -101,38 +101,6 @@ TEST(FiberStacks, SuspendedFibersShowTheirFullStacks) {
   fs::remove_all(d.dir);
 }
 
-// What tests/walker/cord_oracle.py prints: each thread's cord and its switched-out fibers.
-struct GdbFiber {
-  uint64_t id = 0;
-  std::string saved_return;  // "0x59cfae"
-  std::string symbol;
-  std::string name;
-};
-struct GdbCord {
-  std::string name;
-  uint64_t running = 0;
-  std::vector<GdbFiber> fibers;
-};
-
-std::map<uint32_t, GdbCord> gdb_cords(const std::string& exe, const std::string& core) {
-  test::CommandResult r =
-      test::run({"gdb", "-nx", "-batch", "-ex",
-                 "source " + test::source_dir() + "/tests/walker/cord_oracle.py", exe, core});
-  std::map<uint32_t, GdbCord> out;
-  static const std::regex cord_re(R"(^cord (\d+) (\S+) (\d+)$)");
-  static const std::regex fiber_re(R"(^fiber (\d+) (\d+) (0x[0-9a-f]+) (\S+) (.*)$)");
-  for (const std::string& line : test::lines_of(r.out)) {
-    std::smatch m;
-    if (std::regex_match(line, m, cord_re)) {
-      out[std::stoul(m[1])] = {m[2], std::stoull(m[3]), {}};
-    } else if (std::regex_match(line, m, fiber_re)) {
-      out[std::stoul(m[1])].fibers.push_back({std::stoull(m[2]), m[3], m[4], m[5]});
-    }
-  }
-  EXPECT_FALSE(out.empty()) << r.out << r.err;
-  return out;
-}
-
 // The switched-out fiber `id` of cord `cord` in the report: a native fiber (a C fiber, or any
 // fiber of a cord other than main) or a main-cord fiber's coroutine.
 const Json* switched_out_fiber(const Json& j, const std::string& cord, uint64_t id) {
@@ -153,7 +121,7 @@ TEST(FiberStacks, EveryCordsFibersWithTheirStacks) {
   ASSERT_TRUE(test::file_exists(kTarantool.exe));
   test::Dump d = test::dump_core(kTarantool, "cord_fibers.lua");
   ASSERT_TRUE(fs::exists(d.core));
-  const std::map<uint32_t, GdbCord> cords = gdb_cords(kTarantool.exe, d.core);
+  const std::map<uint32_t, test::GdbCord> cords = test::gdb_cords({kTarantool.exe, d.core});
   test::CommandResult r = test::run({test::ljprof_bin(), "core", "--json", "--all-fibers", d.core});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
@@ -169,7 +137,7 @@ TEST(FiberStacks, EveryCordsFibersWithTheirStacks) {
     ASSERT_NE(thread, nullptr);
     EXPECT_EQ((*thread)["cord"], cord.name);
     EXPECT_EQ((*thread)["fiber"]["id"], cord.running);
-    for (const GdbFiber& want : cord.fibers) {
+    for (const test::GdbFiber& want : cord.fibers) {
       SCOPED_TRACE(fmt::format("fiber {} {}", want.id, want.name));
       const Json* f = switched_out_fiber(j, cord.name, want.id);
       ASSERT_NE(f, nullptr) << r.out;

@@ -229,36 +229,28 @@ TEST(LiveFibers, EveryCordsFibers) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
   EXPECT_FALSE(j.contains("cords_error")) << j["cords_error"];
-  test::CommandResult gdb =
-      test::run({"gdb", "-nx", "-batch", "-p", w.pid(), "-ex",
-                 "source " + test::source_dir() + "/tests/walker/cord_oracle.py"});
   std::set<std::string> cords;
-  static const std::regex cord_re(R"(^cord \d+ (\S+) (\d+)$)");
-  static const std::regex fiber_re(R"(^fiber \d+ (\d+) (0x[0-9a-f]+) \S+ (.*)$)");
-  std::string cord;
   size_t fibers = 0;
-  for (const std::string& line : test::lines_of(gdb.out)) {
-    std::smatch m;
-    if (std::regex_match(line, m, cord_re)) {
-      cord = m[1];
-      cords.insert(cord);
-      const Json* running = fiber_by_id(j, std::stoull(m[2]), cord);
-      ASSERT_NE(running, nullptr) << cord << "\n" << r.out;
-      EXPECT_EQ((*running)["state"], "running");
-    } else if (std::regex_match(line, m, fiber_re)) {
-      SCOPED_TRACE(fmt::format("cord {} fiber {} {}", cord, std::string(m[1]), std::string(m[3])));
-      const Json* f = fiber_by_id(j, std::stoull(m[1]), cord);
+  for (const auto& [tid, cord] : test::gdb_cords({"-p", w.pid()})) {
+    SCOPED_TRACE(fmt::format("cord {}", cord.name));
+    cords.insert(cord.name);
+    const Json* running = fiber_by_id(j, cord.running, cord.name);
+    ASSERT_NE(running, nullptr) << r.out;
+    EXPECT_EQ((*running)["state"], "running");
+    for (const test::GdbFiber& want : cord.fibers) {
+      SCOPED_TRACE(fmt::format("fiber {} {}", want.id, want.name));
+      const Json* f = fiber_by_id(j, want.id, cord.name);
       ASSERT_NE(f, nullptr) << r.out;
-      EXPECT_EQ((*f)["name"], m[3]);
+      EXPECT_EQ((*f)["name"], want.name);
       EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
       ASSERT_FALSE((*f)["frames"].empty());
-      EXPECT_EQ((*f)["frames"].front()["pc"], m[2]) << test::describe((*f)["frames"]);
+      EXPECT_EQ((*f)["frames"].front()["pc"], want.saved_return) << test::describe((*f)["frames"]);
       ++fibers;
     }
   }
-  EXPECT_TRUE(cords.count("main") && cords.count("wal") && cords.count("iproto")) << gdb.out;
+  EXPECT_TRUE(cords.count("main") && cords.count("wal") && cords.count("iproto"));
   EXPECT_EQ(j["cords"].size(), cords.size()) << j["cords"].dump();
-  EXPECT_GE(fibers, 3u) << gdb.out;
+  EXPECT_GE(fibers, 3u);
 }
 
 }  // namespace

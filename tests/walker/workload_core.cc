@@ -191,6 +191,26 @@ std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::st
   return by_fid;
 }
 
+std::map<uint32_t, GdbCord> gdb_cords(const std::vector<std::string>& target) {
+  std::vector<std::string> argv = {"gdb", "-nx", "-batch", "-ex",
+                                   "source " + source_dir() + "/tests/walker/cord_oracle.py"};
+  argv.insert(argv.end(), target.begin(), target.end());
+  const CommandResult r = run(argv);
+  std::map<uint32_t, GdbCord> out;
+  static const std::regex cord_re(R"(^cord (\d+) (\S+) (\d+)$)");
+  static const std::regex fiber_re(R"(^fiber (\d+) (\d+) (0x[0-9a-f]+) (\S+) (.*)$)");
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, cord_re)) {
+      out[std::stoul(m[1])] = {m[2], std::stoull(m[3]), {}};
+    } else if (std::regex_match(line, m, fiber_re)) {
+      out[std::stoul(m[1])].fibers.push_back({std::stoull(m[2]), m[3], m[4], m[5]});
+    }
+  }
+  EXPECT_FALSE(out.empty()) << r.out << r.err;
+  return out;
+}
+
 void expect_native_names_in_order(const Json& frames, const std::vector<std::string>& want) {
   std::vector<std::string> ours;
   for (const Json& f : frames) {

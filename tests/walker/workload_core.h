@@ -67,6 +67,22 @@ std::string bare_name(const std::string& name);
 // site for a switched-out fiber) left out.
 std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::string& out);
 
+// What tests/walker/cord_oracle.py prints, gdb reading a Tarantool's cords through its own TLS
+// and DWARF support: each thread's cord, its running fiber and its switched-out fibers.
+struct GdbFiber {
+  uint64_t id = 0;
+  std::string saved_return;  // "0x59cfae": the first pc of the fiber's stack
+  std::string symbol;        // gdb's `info symbol` there
+  std::string name;
+};
+struct GdbCord {
+  std::string name;
+  uint64_t running = 0;  // the running fiber's id
+  std::vector<GdbFiber> fibers;
+};
+// By thread id; `target`: gdb's arguments naming what it reads ({EXE, CORE} or {"-p", PID}).
+std::map<uint32_t, GdbCord> gdb_cords(const std::vector<std::string>& target);
+
 // The symbols of the non-Lua frames of `frames` hold `want` (fiber_info_backtraces), in order.
 void expect_native_names_in_order(const nlohmann::json& frames,
                                   const std::vector<std::string>& want);
