@@ -466,7 +466,9 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
     }
   }
   // glibc's __restore_rt is the one x86-64 libc trampoline (sysdeps/unix/sysv/linux/x86_64).
-  if (target.label == "libc_amd64") EXPECT_GT(signal_pcs, 0u);
+  if (target.label == "libc_amd64") {
+    EXPECT_GT(signal_pcs, 0u);
+  }
   std::printf(
       "[ readelf ] %s: %llu pcs under a CFA expression evaluated, %llu in a signal "
       "trampoline\n",

@@ -74,7 +74,9 @@ TEST_P(HeapCore, TotalsTypesAndRetainersMatchTheVm) {
   ASSERT_EQ(vm.sizes.size(), 6u) << d.out;
   ASSERT_FALSE(vm.held_line.empty()) << d.out;
   // Debian's tarantool runs the fiber part (the matrix's Tarantool LuaJIT is a bare luajit).
-  if (target.label == "tarantool") ASSERT_FALSE(vm.fiber_id.empty()) << d.out;
+  if (target.label == "tarantool") {
+    ASSERT_FALSE(vm.fiber_id.empty()) << d.out;
+  }
   const std::string pb = d.dir + "/heap.pb.gz";
   std::vector<std::string> argv = heap_argv(target, d);
   argv.insert(argv.end(), {"--json", "--top", "400", "-o", pb});

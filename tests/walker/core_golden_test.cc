@@ -299,7 +299,9 @@ void expect_libc_names_match_readelf(const Json& frames) {
     if (f["kind"] != "native" || f.value("module", "") != libc) continue;
     const std::string name = f.value("symbol", "");
     if (name == "<signal handler called>") continue;
-    if (have_debug) EXPECT_FALSE(name.empty() || name.find(":sub_") != std::string::npos) << f;
+    if (have_debug) {
+      EXPECT_FALSE(name.empty() || name.find(":sub_") != std::string::npos) << f;
+    }
     if (name.empty() || name.find(":sub_") != std::string::npos) continue;
     const uint64_t at = hex(f["module_offset"]) - (i == 0 ? 0 : 1);
     auto [lo, hi] = symbols.equal_range(name);
