@@ -54,16 +54,15 @@ std::string render_prometheus(const std::vector<MetricFamily>& families,
                               const std::vector<Histogram>& histograms);
 
 // Serves GET /metrics (Content-Type: text/plain; version=0.0.4; charset=utf-8) and 404 for
-// every other path, on its own thread. Request handling is bounded: a pool of 2 worker threads
-// and 1-second read/write/keep-alive timeouts, so a slow or idle client holds one worker for at
-// most about a second and can never make the server start more threads.
+// every other path, on one thread of its own. Request handling is bounded: each read, write and
+// idle keep-alive wait ends after a second, and a slow or idle client holds only its own
+// connection, never a thread, so it neither delays other scrapes nor makes the server grow.
 class MetricsServer {
  public:
   // `address` is "HOST:PORT": HOST an IPv4 address, a name, or a bracketed IPv6 address
-  // ("[::1]:9100"); PORT 0 binds an ephemeral port (see port()). `render` is called on a server
-  // worker thread for each request, possibly on two threads at once: the caller makes it
-  // thread-safe. An error names the address and why (parse error, port range, bind failure
-  // such as a port in use).
+  // ("[::1]:9100"); PORT 0 binds an ephemeral port (see port()). `render` is called on the
+  // server's thread for each request: the caller makes it safe to call from there. An error names
+  // the address and why (parse error, port range, bind failure such as a port in use).
   static Result<std::unique_ptr<MetricsServer>> start(const std::string& address,
                                                       std::function<std::string()> render);
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -185,6 +186,13 @@ class IdleConnection {
   IdleConnection(const IdleConnection&) = delete;
   IdleConnection& operator=(const IdleConnection&) = delete;
   bool connected() const { return connected_; }
+  // Whether the server closed the connection within `seconds` (a read returns 0 or an error).
+  bool closed_within(double seconds) const {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(seconds * 1000)) <= 0) return false;
+    char byte;
+    return recv(fd_, &byte, 1, MSG_DONTWAIT) <= 0;
+  }
 
  private:
   int fd_ = -1;
@@ -294,23 +302,39 @@ TEST(MetricsServer, BadAddressesAreErrors) {
   }
 }
 
-// A client that connects and sends nothing, or half a request, holds one worker for at most
-// the 1 s timeout; more such clients queue instead of starting threads.
-TEST(MetricsServer, IdleClientsAreBounded) {
+// Clients that connect and send nothing, or half a request, start no thread and do not delay
+// a scrape; the server drops each after its 1 s timeout.
+TEST(MetricsServer, IdleClientsNeitherAddThreadsNorDelayScrapes) {
   size_t before = thread_count();
-  auto server = start_or_fail("127.0.0.1:0", [] { return std::string(); });
+  auto server = start_or_fail("127.0.0.1:0", [] { return std::string("x 1\n"); });
   ASSERT_TRUE(server);
-  EXPECT_EQ(wait_for_thread_count(before + 3), before + 3);  // the listener and two workers
+  EXPECT_EQ(wait_for_thread_count(before + 1), before + 1);  // the server's one thread
   std::vector<std::unique_ptr<IdleConnection>> idle;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 16; ++i) {
     idle.push_back(std::make_unique<IdleConnection>(server->port(), i % 2 ? "GET /met" : ""));
     ASSERT_TRUE(idle.back()->connected());
-    // httplib listens with a backlog of 5: a burst of connections faster than the listener
-    // thread is scheduled would overflow it and the kernel's SYN retry would add a second.
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(thread_count(), before + 3);
+  auto res = get(server->port(), "/metrics");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "x 1\n");
+  EXPECT_EQ(thread_count(), before + 1);
+  for (const auto& connection : idle) EXPECT_TRUE(connection->closed_within(3.0));
+}
+
+// A body on GET /metrics is refused, not read on; other methods are told what is allowed.
+TEST(MetricsServer, RequestBodiesAndOtherMethodsAreRefused) {
+  auto server = start_or_fail("127.0.0.1:0", [] { return std::string("x 1\n"); });
+  ASSERT_TRUE(server);
+  httplib::Client client("127.0.0.1", server->port());
+  client.set_read_timeout(2);
+  auto big = client.Post("/metrics", std::string(64 * 1024, 'x'), "text/plain");
+  ASSERT_TRUE(big) << httplib::to_string(big.error());
+  EXPECT_EQ(big->status, 413);
+  auto post = httplib::Client("127.0.0.1", server->port()).Post("/metrics", "", "text/plain");
+  ASSERT_TRUE(post) << httplib::to_string(post.error());
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "GET, HEAD");
 }
 
 TEST(MetricsServer, StopsPromptlyWhileClientsAreConnected) {
