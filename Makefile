@@ -19,7 +19,7 @@ CHECK_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(BUILD)/check -DCMAKE_BUIL
   -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_C_FLAGS_DEBUG=-g1 -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DLJPROF_SANITIZE=ON
 
-.PHONY: all bootstrap build check release-build check-build ljprof arm64 arm64-build test demo \
+.PHONY: all bootstrap build check release-build check-build ljprof arm64 arm64-build release test demo \
   matrix format check-format clean
 
 all: build
@@ -64,7 +64,18 @@ arm64: bootstrap
 arm64-build:
 	scripts/arm64-kernel-btf $(ARM64_BTF)
 	$(ARM64_CONFIGURE)
-	cmake --build $(BUILD)/arm64 -j$(JOBS) --target ljprof
+	cmake --build $(BUILD)/arm64 -j$(JOBS) --target ljprof_portable
+
+# The portable tarballs, build/dist/ljprof-VERSION-linux-{amd64,arm64}.tar.gz: the executable
+# linked against static archives of everything but glibc (packaging/portable), the manual pages,
+# the agent's unit. The version is the amd64 executable's own.
+release: bootstrap
+	$(RELEASE_CONFIGURE)
+	cmake --build $(BUILD)/release -j$(JOBS) --target ljprof_portable ljprof_man
+	$(MAKE) --no-print-directory arm64-build
+	version=$$($(BUILD)/release/portable/ljprof --version | sed -n '1s/^ljprof //p') && \
+	scripts/dist $(BUILD)/dist amd64 $(BUILD)/release/portable/ljprof $(BUILD)/release/man "$$version" && \
+	scripts/dist $(BUILD)/dist arm64 $(BUILD)/arm64/portable/ljprof $(BUILD)/release/man "$$version"
 
 # Bootstrap, both builds, the release tests, the tests under ASan+UBSan, the fuzzers for a bounded
 # time and the formatting check, ending with a table of each step's wall seconds.
@@ -87,4 +98,4 @@ check-format:
 	scripts/check-format
 
 clean:
-	rm -rf $(BUILD)/release $(BUILD)/check $(BUILD)/arm64
+	rm -rf $(BUILD)/release $(BUILD)/check $(BUILD)/arm64 $(BUILD)/dist

@@ -30,6 +30,7 @@ std::string ljprof_bin();            // the ljprof executable of this build
 std::string source_dir();            // the repository
 std::string fixtures_dir();          // what scripts/bootstrap extracted (build/fixtures)
 std::string record_workloads_dir();  // tests/record/workloads
+std::string portable_ljprof_bin();   // packaging/portable's executable; empty when not built
 std::string arm64_ljprof_bin();      // ljprof of the arm64 cross-build (make arm64)
 
 // `fixtures_dir()` joined with `rel`.
