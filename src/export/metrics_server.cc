@@ -212,10 +212,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(kMaxRequestHeader);
     parser_->body_limit(kMaxRequestBody);
     stream_.expires_after(kTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_request(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
   }
 
  private:

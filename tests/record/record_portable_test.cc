@@ -83,7 +83,8 @@ TEST(PortableExecutable, RunsAndRecordsFromARootThatHoldsOnlyGlibc) {
   ASSERT_TRUE(fs::exists(executable));
 
   // readelf's view: only glibc's libraries, nothing past GLIBC_2.34, no libstdc++ versions.
-  test::CommandResult check = test::run({test::source_dir() + "/scripts/check-portable", executable});
+  test::CommandResult check =
+      test::run({test::source_dir() + "/scripts/check-portable", executable});
   EXPECT_EQ(check.exit_code, 0) << check.err;
   for (const std::string& file : loaded_files(executable)) {
     const std::string name = fs::path(file).filename();
@@ -111,8 +112,8 @@ TEST(PortableExecutable, RunsAndRecordsFromARootThatHoldsOnlyGlibc) {
   // same_stack.lua holds one stack, main chunk -> outer -> spin, for as long as it runs.
   test::Background target({"/usr/bin/luajit", test::record_workloads_dir() + "/same_stack.lua"});
   const std::string pid = std::to_string(target.pid());
-  test::CommandResult r = run_in_root(
-      root, "/ljprof record -F 499 -d 1 -q -p " + pid + " --folded /tmp/stacks.folded");
+  test::CommandResult r =
+      run_in_root(root, "/ljprof record -F 499 -d 1 -q -p " + pid + " --folded /tmp/stacks.folded");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   double total = 0, in_spin = 0;
   for (const FoldedStack& stack : read_folded(root + "/tmp/stacks.folded")) {
