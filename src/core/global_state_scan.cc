@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/core_walk.h"
+#include "luajit/gc_types.h"
 #include "luajit/gg_state.h"
 
 namespace ljprof::core {
@@ -18,8 +19,6 @@ namespace {
 constexpr uint64_t kScanChunk = 1u << 20;
 constexpr size_t kDispatchChecked = 16;
 constexpr size_t kMaxStates = 16;
-// lj_obj.h: a lua_State's GCHeader.gct is ~LJ_TTHREAD.
-constexpr uint8_t kGctThread = 6;
 
 uint64_t load_ref(const uint8_t* at, uint8_t ref_size) {
   if (ref_size == 8) {
@@ -52,7 +51,9 @@ Result<std::vector<uint64_t>> CoreWalker::scan_global_states() const {
 
   auto proven = [&](uint64_t L, uint64_t g) {
     uint8_t gct = 0;
-    if (!core_.read(L + info_.gc_gct, &gct, 1).ok() || gct != kGctThread) return false;
+    if (!core_.read(L + info_.gc_gct, &gct, 1).ok() ||
+        gct != static_cast<uint8_t>(luajit::Gct::Thread))
+      return false;
     std::array<uint64_t, kDispatchChecked> dispatch{};
     if (!core_.read(g + info_.g_to_dispatch, dispatch.data(), sizeof dispatch).ok()) return false;
     return std::all_of(dispatch.begin(), dispatch.end(),

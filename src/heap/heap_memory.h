@@ -8,6 +8,8 @@
 #include <functional>
 #include <optional>
 
+#include "luajit/gc_types.h"
+
 extern "C" {
 #include "abi/luajit_info.h"
 #include "abi/read_mem.h"
@@ -15,22 +17,11 @@ extern "C" {
 
 namespace ljprof::heap {
 
-// lj_obj.h: GCHeader.gct holds ~itype; the itypes of collectable objects, LJ_TSTR (~4u) to
-// LJ_TUDATA (~12u).
-enum class Gct : uint8_t {
-  Str = 4,
-  Upval = 5,
-  Thread = 6,
-  Proto = 7,
-  Func = 8,
-  Trace = 9,
-  Cdata = 10,
-  Tab = 11,
-  Udata = 12,
-};
-inline constexpr uint8_t kMinGct = 4;
-inline constexpr uint8_t kMaxGct = 12;
-inline constexpr size_t kGctCount = kMaxGct + 1;
+// The type tags (luajit/gc_types.h), by their short names here.
+using luajit::Gct;
+using luajit::kGctCount;
+using luajit::kMaxGct;
+using luajit::kMinGct;
 
 // lj_gc.h marked bits this reader looks at.
 inline constexpr uint8_t kMarkWeakKey = 0x08;   // LJ_GC_WEAKKEY: set by the last traversal
