@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "disasm/disasm.h"
+#include "luajit/fiber_code.h"
 #include "luajit/matchers.h"
 #include "luajit/proc_info.h"
 
@@ -19,6 +20,21 @@ void require(bool ok) {
 
 bool aligned_in(int64_t v, int64_t lo, int64_t hi, int64_t align) {
   return v >= lo && v < hi && v % align == 0;
+}
+
+// The Tarantool fiber patterns (luajit/fiber_code.h), x86-64 only. cord_ptr's offset is the one
+// cord_is_main found, else Debian 2.6's.
+void exercise_fiber_matchers(const Code& code) {
+  int64_t tls = -0x33a0;
+  if (auto m = match_cord_is_main(code); m.ok()) {
+    require(m->tls_offset < 0 && m->address > 0);
+    tls = m->tls_offset;
+  }
+  (void)match_fiber_self(code, tls);
+  (void)match_fiber_name(code);
+  if (auto f = match_fiber_fid(code, tls); f.ok()) {
+    require(f->size == 1 || f->size == 2 || f->size == 4 || f->size == 8);
+  }
 }
 
 }  // namespace
@@ -88,5 +104,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto g = match_gettop(code); g.ok()) {
     require(g->base_offset > 0 && g->base_offset < g->top_offset && g->top_offset < 256);
   }
+  if (x86) exercise_fiber_matchers(code);
   return 0;
 }

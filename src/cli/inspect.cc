@@ -140,9 +140,10 @@ void add_proc_info(Json& j, const luajit::RuntimeInfo& rt, const std::string& pa
 // other runtimes.
 Json fiber_layout_json(const elf::ElfFile& file, luajit::Runtime runtime) {
   if (runtime != luajit::Runtime::Tarantool) return nullptr;
-  auto layout = luajit::read_fiber_layout(file);
+  auto layout = luajit::read_fiber_label_layout(file);
   if (!layout.ok()) return {{"error", layout.message()}};
   Json j = Json::object();
+  j["source"] = layout->source == luajit::FiberLayoutSource::Dwarf ? "DWARF" : "machine code";
   for (const auto& [name, value] : luajit::fiber_layout_rows(*layout)) {
     j[name] = name == "main_cord" || name == "cord_ptr" ? Json(hex(value)) : Json(value);
   }
@@ -155,8 +156,16 @@ void print_fiber_layout(const Json& layout) {
     fmt::print("fibers:     {}\n", layout["error"].get<std::string>());
     return;
   }
-  fmt::print("fibers:     the main cord's fibers (tarantool src/lib/core/fiber.h, from DWARF)\n");
+  if (layout["source"] == "DWARF") {
+    fmt::print("fibers:     the main cord's fibers (tarantool src/lib/core/fiber.h, from DWARF)\n");
+  } else {
+    fmt::print(
+        "fibers:     the fiber of each sample (tarantool src/lib/core/fiber.h, from the machine "
+        "code of cord_is_main, fiber_self, fiber_set_name and fiber_new_ex); without DWARF no "
+        "fiber lists\n");
+  }
   for (const auto& [name, value] : layout.items()) {
+    if (name == "source") continue;
     fmt::print(
         "  {:<26} {:>12}\n", name,
         value.is_string() ? value.get<std::string>() : std::to_string(value.get<uint64_t>()));

@@ -128,6 +128,14 @@ Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf, const std::string
   return layout_of(*debug);
 }
 
+Result<FiberLayout> read_fiber_label_layout(const elf::ElfFile& elf, const std::string& debug_dir) {
+  auto full = read_fiber_layout(elf, debug_dir);
+  if (full.ok()) return full;
+  auto from_code = fiber_label_layout_from_code(elf);
+  if (from_code.ok()) return from_code;
+  return make_error("{}; {}", full.message(), from_code.message());
+}
+
 std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& l, elf::Arch arch) {
   if (!l.has_cord_ptr) return std::nullopt;
   const auto round_up = [&](uint64_t v) { return (v + l.tls_align - 1) & ~(l.tls_align - 1); };
@@ -139,6 +147,14 @@ std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& l, elf::Arch arch) {
 }
 
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& l) {
+  if (l.source == FiberLayoutSource::MachineCode) {
+    return {{"main_cord", l.main_cord},
+            {"cord.fiber", l.cord_fiber},
+            {"fiber.fid", l.fiber_fid},
+            {"sizeof(fiber.fid)", l.fid_size},
+            {"fiber.name", l.fiber_name},
+            {"tp - &cord_ptr", static_cast<uint64_t>(-l.cord_ptr_tp_offset)}};
+  }
   std::vector<std::pair<std::string, uint64_t>> rows = {
       {"main_cord", l.main_cord},
       {"cord.fiber", l.cord_fiber},

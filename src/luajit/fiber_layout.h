@@ -14,7 +14,12 @@
 
 namespace ljprof::luajit {
 
+// Where a layout was proven: DWARF gives every field; machine code (x86-64 builds without debug
+// information) gives only what labels a CPU sample with its fiber.
+enum class FiberLayoutSource : uint8_t { Dwarf, MachineCode };
+
 struct FiberLayout {
+  FiberLayoutSource source = FiberLayoutSource::Dwarf;
   // Link-time address of `static struct cord main_cord` (src/lib/core/fiber.c), a LOCAL OBJECT
   // of .symtab: the cord of the tx thread, where Lua runs.
   uint64_t main_cord = 0;
@@ -45,6 +50,9 @@ struct FiberLayout {
   uint64_t cord_ptr = 0;
   uint64_t tls_size = 0;
   uint64_t tls_align = 0;
+  // MachineCode: cord_ptr's offset from the thread pointer as the code reads it (fs:[offset]);
+  // the fields set are main_cord, cord_fiber, fiber_fid, fid_size, fiber_name and this one.
+  int64_t cord_ptr_tp_offset = 0;
 };
 
 // Where cord_ptr is from a thread's thread pointer (x86-64 fs_base, AArch64 TPIDR_EL0): the
@@ -61,11 +69,24 @@ std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& layout, elf::Arch arc
 Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf,
                                       const std::string& debug_dir = elf::kDebugDir);
 
+// The fields that label a CPU sample with the fiber the main thread runs (main_cord, cord.fiber,
+// fiber.fid and its size, fiber.name) from the machine code of functions every Tarantool
+// exports (cord_is_main, fiber_self, fiber_set_name, fiber_new_ex; fiber_code.cc): for an
+// x86-64 executable shipped without any debug information. Fails closed, naming the function and
+// the pattern that did not match.
+Result<FiberLayout> fiber_label_layout_from_code(const elf::ElfFile& elf);
+
+// What `record` labels samples with: read_fiber_layout's layout, else the one from machine code.
+// The error gives both reasons.
+Result<FiberLayout> read_fiber_label_layout(const elf::ElfFile& elf,
+                                            const std::string& debug_dir = elf::kDebugDir);
+
 // The layout as (name, value) rows in declaration order, for `ljprof inspect`:
 // "main_cord", "cord.fiber", "cord.alive", "cord.ready", "cord.name", "rlist.next", "fiber.link",
 // "fiber.fid", "sizeof(fiber.fid)", "fiber.name", "fiber.state", "fiber.csw", "fiber.flags",
 // "FIBER_IS_DEAD", "fiber.storage.lua.stack", "fiber.ctx.sp", then with cord_ptr "cord_ptr",
-// "PT_TLS.memsz", "PT_TLS.align".
+// "PT_TLS.memsz", "PT_TLS.align". From machine code: "main_cord", "cord.fiber", "fiber.fid",
+// "sizeof(fiber.fid)", "fiber.name", "tp - &cord_ptr".
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& layout);
 
 }  // namespace ljprof::luajit

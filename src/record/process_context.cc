@@ -19,7 +19,7 @@ namespace {
 // The fiber layout of a Tarantool executable, or why there is none (said once per file, in
 // `record --stats`' warnings through fiber_error).
 void read_fibers(MappedObject& obj) {
-  auto layout = luajit::read_fiber_layout(*obj.elf);
+  auto layout = luajit::read_fiber_label_layout(*obj.elf);
   if (layout.ok()) {
     obj.fibers = *layout;
   } else {

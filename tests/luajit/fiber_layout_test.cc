@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "luajit/fiber_layout.h"
+#include "support/tarantool_copies.h"
 #include "support/test_support.h"
 
 namespace ljprof {
@@ -174,7 +175,7 @@ TEST(FiberLayout, FailsClosedWithoutMainCordOrDwarf) {
   EXPECT_NE(none.message().find("main_cord"), std::string::npos) << none.message();
 
   // Tarantool with its .symtab but without DWARF: the error names the file and the missing
-  // DWARF, and inspect still succeeds, showing why.
+  // DWARF, and inspect shows the label fields its machine code proves instead.
   test::TempDir dir;
   const std::string stripped = dir.file("tarantool");
   test::CommandResult strip = test::run({"objcopy", "--strip-debug", kTarantool, stripped});
@@ -188,7 +189,68 @@ TEST(FiberLayout, FailsClosedWithoutMainCordOrDwarf) {
   test::CommandResult r = test::run({test::ljprof_bin(), "inspect", "--json", stripped});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out)["fiber_layout"];
-  EXPECT_EQ(j.value("error", ""), layout.message()) << j.dump();
+  EXPECT_EQ(j.value("source", ""), "machine code") << j.dump();
+  EXPECT_EQ(j.value("fiber.fid", uint64_t{0}), tarantool_layout().fiber_fid) << j.dump();
+}
+
+// Without any debug information (strip --strip-all, no debug file), the fields that label a
+// sample come from the machine code of four exported functions: each equals what the DWARF of
+// the unstripped binary says (itself checked against gdb and pahole above), and the thread
+// pointer offset the code reads cord_ptr at equals the one computed from the DWARF layout's
+// cord_ptr symbol and PT_TLS.
+TEST(FiberLayout, MachineCodeOfAStrippedTarantoolGivesWhatItsDwarfGives) {
+  test::TempDir dir;
+  const std::string stripped = test::stripped_tarantool(dir.file("tarantool"));
+  ASSERT_FALSE(stripped.empty());
+  auto elf = elf::ElfFile::open(stripped);
+  ASSERT_TRUE(elf.ok()) << elf.message();
+  ASSERT_FALSE(luajit::read_fiber_layout(**elf, dir.file("no-debug")).ok());
+
+  auto code = luajit::read_fiber_label_layout(**elf, dir.file("no-debug"));
+  ASSERT_TRUE(code.ok()) << code.message();
+  const luajit::FiberLayout dwarf = tarantool_layout();
+  EXPECT_EQ(code->source, luajit::FiberLayoutSource::MachineCode);
+  EXPECT_EQ(code->main_cord, dwarf.main_cord);
+  EXPECT_EQ(code->cord_fiber, dwarf.cord_fiber);
+  EXPECT_EQ(code->fiber_fid, dwarf.fiber_fid);
+  EXPECT_EQ(code->fid_size, dwarf.fid_size);
+  EXPECT_EQ(code->fiber_name, dwarf.fiber_name);
+  EXPECT_EQ(code->cord_ptr_tp_offset, luajit::cord_ptr_from_tp(dwarf, elf::Arch::X86_64));
+
+  // The unstripped binary's own DWARF still wins.
+  auto original = elf::ElfFile::open(kTarantool);
+  ASSERT_TRUE(original.ok()) << original.message();
+  auto preferred = luajit::read_fiber_label_layout(**original);
+  ASSERT_TRUE(preferred.ok()) << preferred.message();
+  EXPECT_EQ(preferred->source, luajit::FiberLayoutSource::Dwarf);
+}
+
+// Code that does not show a pattern fails closed, naming the function and what was expected: a
+// Tarantool whose fiber_new_ex compares with another constant than FIBER_ID_MAX_RESERVED, a
+// luajit (no fiber functions), an AArch64 executable.
+TEST(FiberLayout, MachineCodeThatDoesNotMatchFailsClosed) {
+  test::TempDir dir;
+  const std::string patched = test::tarantool_without_fid_pattern(dir.file("tarantool"));
+  ASSERT_FALSE(patched.empty());
+  auto elf = elf::ElfFile::open(patched);
+  ASSERT_TRUE(elf.ok()) << elf.message();
+  auto layout = luajit::fiber_label_layout_from_code(**elf);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_NE(layout.message().find("fiber_new_ex"), std::string::npos) << layout.message();
+  EXPECT_NE(layout.message().find("FIBER_ID_MAX_RESERVED"), std::string::npos) << layout.message();
+
+  auto luajit_elf = elf::ElfFile::open("/usr/bin/luajit");
+  ASSERT_TRUE(luajit_elf.ok()) << luajit_elf.message();
+  auto none = luajit::fiber_label_layout_from_code(**luajit_elf);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.message().find("exports no function cord_is_main"), std::string::npos)
+      << none.message();
+
+  auto arm64 = elf::ElfFile::open(test::fixture("arm64/usr/bin/luajit"));
+  ASSERT_TRUE(arm64.ok()) << arm64.message();
+  auto other_arch = luajit::fiber_label_layout_from_code(**arm64);
+  ASSERT_FALSE(other_arch.ok());
+  EXPECT_NE(other_arch.message().find("not x86-64"), std::string::npos) << other_arch.message();
 }
 
 // A stripped Tarantool (strip --strip-all: neither .symtab nor DWARF) whose debug file is where
