@@ -4,8 +4,11 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,6 +129,44 @@ Status BpfSession::open(const RecordOptions& o, uint64_t capture_young_ns, OnRec
   return Ok{};
 }
 
+namespace {
+
+std::string kernel_release() {
+  utsname u{};
+  return ::uname(&u) == 0 ? std::string(u.release) : std::string("unknown release");
+}
+
+}  // namespace
+
+std::vector<std::string> missing_bpf_features() {
+  // The helpers the kernel program calls (bpf/record*.h, bpf/walker) that came late, with the
+  // release that added each (include/uapi/linux/bpf.h history); all are allowed in perf_event
+  // programs, the type the sampler is.
+  struct Helper {
+    bpf_func_id id;
+    const char* name;
+    const char* since;
+  };
+  static constexpr Helper kHelpers[] = {
+      {BPF_FUNC_probe_read_user, "bpf_probe_read_user", "5.5"},
+      {BPF_FUNC_ringbuf_output, "bpf_ringbuf_output", "5.8"},
+      {BPF_FUNC_get_current_task_btf, "bpf_get_current_task_btf", "5.11"},
+      {BPF_FUNC_task_pt_regs, "bpf_task_pt_regs", "5.15"},
+      {BPF_FUNC_loop, "bpf_loop", "5.17"},
+      {BPF_FUNC_find_vma, "bpf_find_vma", "5.17"},
+  };
+  std::vector<std::string> missing;
+  if (libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 0) {
+    missing.push_back("BPF ring buffers (Linux 5.8)");
+  }
+  for (const Helper& h : kHelpers) {
+    if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_PERF_EVENT, h.id, nullptr) == 0) {
+      missing.push_back(fmt::format("{} (Linux {})", h.name, h.since));
+    }
+  }
+  return missing;
+}
+
 Status BpfSession::load(const RecordOptions& o, uint64_t capture_young_ns) {
   g_load_log.clear();
   libbpf_set_print(keep_load_warning);
@@ -159,6 +200,15 @@ Status BpfSession::load(const RecordOptions& o, uint64_t capture_young_ns) {
           "loading the BPF program failed ({}): run as root (CAP_BPF + CAP_PERFMON) on a kernel "
           "with BTF (/sys/kernel/btf/vmlinux){}",
           std::strerror(-load_err), log.empty() ? "" : "; libbpf said:" + log);
+    }
+    const std::vector<std::string> missing = missing_bpf_features();
+    if (!missing.empty()) {
+      return make_error(
+          "the kernel refused the BPF program ({}): this kernel ({}) lacks {}; ljprof record "
+          "needs Linux 5.17 or later, or a kernel that backports these (core files, heap and "
+          "inspect need none of it); libbpf's last messages:{}",
+          std::strerror(-load_err), kernel_release(), fmt::join(missing, ", "),
+          log.empty() ? " none" : log);
     }
     return make_error("the kernel refused the BPF program ({}); libbpf's last messages:{}",
                       std::strerror(-load_err), log.empty() ? " none" : log);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -16,6 +17,11 @@ struct ring_buffer;
 struct bpf_link;
 
 namespace ljprof::record {
+
+// What the kernel program needs that this kernel lacks, each as "bpf_loop (Linux 5.17)", probed
+// with libbpf (a tiny program per helper, so only worth it once loading failed); empty when
+// everything is there or the probes themselves cannot run (no privilege).
+std::vector<std::string> missing_bpf_features();
 
 class BpfSession {
  public:
