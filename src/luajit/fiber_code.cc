@@ -98,8 +98,8 @@ struct RegFacts {
     }
     if (auto load = tls_load(i)) {
       cord[load->dst] = load->disp;
-    } else if (i.kind == InsnKind::Lea && i.ops[0].kind == Kind::Reg &&
-               i.ops[1].base == kX86Rip && i.ops[1].index == kNoReg) {
+    } else if (i.kind == InsnKind::Lea && i.ops[0].kind == Kind::Reg && i.ops[1].base == kX86Rip &&
+               i.ops[1].index == kNoReg) {
       constant[i.ops[0].reg] = static_cast<int64_t>(i.end()) + i.ops[1].disp;
     } else if (i.kind == InsnKind::Mov && i.ops[0].kind == Kind::Reg &&
                i.ops[1].kind == Kind::Imm) {
@@ -209,10 +209,10 @@ Result<FidStore> match_fiber_fid(const Code& c, int64_t tls_offset) {
   for (size_t n = 0; n < c.insns.size(); ++n) {
     const Insn& i = c.insns[n];
     if (i.kind == InsnKind::Gap) break;
-    const bool reserved_compare = i.kind == InsnKind::Compare && i.op_count == 2 &&
-                                  i.ops[0].kind == Kind::Reg && i.ops[1].kind == Kind::Imm &&
-                                  (i.ops[1].imm == kReservedFidCompare[0] ||
-                                   i.ops[1].imm == kReservedFidCompare[1]);
+    const bool reserved_compare =
+        i.kind == InsnKind::Compare && i.op_count == 2 && i.ops[0].kind == Kind::Reg &&
+        i.ops[1].kind == Kind::Imm &&
+        (i.ops[1].imm == kReservedFidCompare[0] || i.ops[1].imm == kReservedFidCompare[1]);
     if (reserved_compare) {
       const int id = i.ops[0].reg;
       RegFacts after = facts;
@@ -222,7 +222,8 @@ Result<FidStore> match_fiber_fid(const Code& c, int64_t tls_offset) {
         const Insn& s = c.insns[k];
         auto store = as_store(c, s);
         if (store && !store->is_imm && store->src == id) {
-          const bool cord = after.cord.count(store->base) && after.cord.at(store->base) == tls_offset;
+          const bool cord =
+              after.cord.count(store->base) && after.cord.at(store->base) == tls_offset;
           if (cord) {
             into_cord = true;
           } else {
@@ -289,9 +290,8 @@ Result<FiberLayout> fiber_label_layout_from_code(const elf::ElfFile& elf) {
   if (fid->size != 4 && fid->size != 8) {
     return fail(fmt::format("fiber_new_ex stores a {}-byte fiber id", fid->size));
   }
-  for (auto [what, offset] : {std::pair{"cord.fiber", *cord_fiber},
-                              {"fiber.name", *name},
-                              {"fiber.fid", fid->offset}}) {
+  for (auto [what, offset] :
+       {std::pair{"cord.fiber", *cord_fiber}, {"fiber.name", *name}, {"fiber.fid", fid->offset}}) {
     if (Status s = check_offset(elf, what, offset); !s.ok()) return fail(s.message());
   }
   if (!writable_data(elf, main_cord->address)) {
