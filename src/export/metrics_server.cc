@@ -190,7 +190,10 @@ Response respond(const Request& request, const std::function<std::string()>& ren
     return response;
   }
   try {
-    return text_response(request, http::status::ok, render(), kMetricsContentType);
+    Response response = text_response(request, http::status::ok, render(), kMetricsContentType);
+    // HEAD: the headers GET would send, Content-Length included, and no body (RFC 9110 9.3.2).
+    if (request.method() == http::verb::head) response.body().clear();
+    return response;
   } catch (const std::exception& e) {
     return text_response(request, http::status::internal_server_error,
                          fmt::format("rendering the metrics failed: {}\n", e.what()));

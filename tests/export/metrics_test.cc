@@ -322,6 +322,24 @@ TEST(MetricsServer, IdleClientsNeitherAddThreadsNorDelayScrapes) {
   for (const auto& connection : idle) EXPECT_TRUE(connection->closed_within(3.0));
 }
 
+// HEAD gets GET's headers, its Content-Length included, and no body: the next request on the
+// same connection is read as a response of its own.
+TEST(MetricsServer, HeadHasTheHeadersOfGetWithoutTheBody) {
+  auto server = start_or_fail("127.0.0.1:0", [] { return std::string("x 1\n"); });
+  ASSERT_TRUE(server);
+  httplib::Client client("127.0.0.1", server->port());
+  client.set_keep_alive(true);
+  client.set_read_timeout(2);
+  auto head = client.Head("/metrics");
+  ASSERT_TRUE(head) << httplib::to_string(head.error());
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->get_header_value("Content-Length"), "4");
+  EXPECT_EQ(head->body, "");
+  auto get = client.Get("/metrics");
+  ASSERT_TRUE(get) << httplib::to_string(get.error());
+  EXPECT_EQ(get->body, "x 1\n");
+}
+
 // A body on GET /metrics is refused, not read on; other methods are told what is allowed.
 TEST(MetricsServer, RequestBodiesAndOtherMethodsAreRefused) {
   auto server = start_or_fail("127.0.0.1:0", [] { return std::string("x 1\n"); });
