@@ -59,12 +59,13 @@ int print_snapshot(const FibersFlags& f, const core::CoreWalker& walker) {
   r.pid = f.pid;
   auto cords = walker.other_cords();
   if (!cords.ok()) r.cords_error = cords.message();
-  for (uint64_t cord : cords.ok() ? *cords : std::vector<uint64_t>{}) {
-    auto snapshot = core::FiberSnapshotter(walker, cord).take();
+  for (const core::CoreWalker::OtherCord& cord :
+       cords.ok() ? *cords : std::vector<core::CoreWalker::OtherCord>{}) {
+    auto snapshot = core::FiberSnapshotter(walker, cord.cord).take();
     if (snapshot.ok()) {
       snapshots.push_back(std::move(*snapshot));
     } else if (r.cords_error.empty()) {
-      r.cords_error = fmt::format("cord at {:#x}: {}", cord, snapshot.message());
+      r.cords_error = fmt::format("cord at {:#x}: {}", cord.cord, snapshot.message());
     }
   }
   r.cords = snapshots;
@@ -98,14 +99,24 @@ int record_wall(const FibersFlags& f, const core::CoreWalker& walker) {
   const bool tty = ::isatty(2);
   const double seconds = f.duration;
   record::FiberWallOptions options{
-      .pid = f.pid, .hz = f.sample_hz, .seconds = f.duration, .keep_going = [&](uint64_t ticks) {
-        if (tty) {
-          std::cerr << fmt::format("\r{} snapshots, {:.0f} of {:.0f} s\033[K", ticks,
-                                   static_cast<double>(ticks) / f.sample_hz, seconds)
-                    << std::flush;
-        }
-        return !g_interrupted;
-      }};
+      .pid = f.pid,
+      .hz = f.sample_hz,
+      .seconds = f.duration,
+      .keep_going =
+          [&](uint64_t ticks) {
+            if (tty) {
+              std::cerr << fmt::format("\r{} snapshots, {:.0f} of {:.0f} s\033[K", ticks,
+                                       static_cast<double>(ticks) / f.sample_hz, seconds)
+                        << std::flush;
+            }
+            return !g_interrupted;
+          },
+      .main_cord_only =
+          [](const std::string& why) {
+            std::cerr << fmt::format(
+                "ljprof fibers: only the main cord's fibers were sampled: {}\n",
+                printable_text(why));
+          }};
   auto profile = record::record_fiber_wall(walker, options);
   if (tty) std::cerr << "\r\033[K";
   ::sigaction(SIGINT, &old_int, nullptr);

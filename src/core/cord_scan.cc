@@ -4,35 +4,37 @@
 // thread pointers are found in memory instead (core/thread_pointers.h).
 #include <fmt/format.h>
 
-#include <set>
+#include <map>
 
 #include "core/core_walk.h"
 #include "core/thread_pointers.h"
 
 namespace ljprof::core {
 
-Result<std::vector<uint64_t>> CoreWalker::other_cords() const {
+Result<std::vector<CoreWalker::OtherCord>> CoreWalker::other_cords() const {
   LJ_ASSIGN_OR_RETURN(const int64_t from_tp, cord_ptr_offset());
   if (core_.arch() != elf::Arch::X86_64) {
     return make_error("{}: a thread's cord is known only on x86-64", luajit_file_);
   }
-  std::set<uint64_t> cords;
-  auto add = [&](uint64_t cord) {
-    if (cord != 0 && cord != main_cord()) cords.insert(cord);
+  std::map<uint64_t, uint32_t> cords;  // cord -> the first thread seen running it
+  auto add = [&](uint64_t cord, uint32_t tid) {
+    if (cord != 0 && cord != main_cord()) cords.emplace(cord, tid);
   };
   if (core_.live_pid()) {
     LJ_ASSIGN_OR_RETURN(std::vector<LiveThread> threads, live_threads(core_));
     for (const LiveThread& t : threads) {
       auto cord = core_.read_u64(t.thread_pointer + static_cast<uint64_t>(from_tp));
-      if (cord.ok()) add(*cord);
+      if (cord.ok()) add(*cord, t.tid);
     }
   } else {
     for (const Thread& thread : core_.threads()) {
       auto cord = thread_cord(thread);
-      if (cord.ok()) add(*cord);
+      if (cord.ok()) add(*cord, thread.tid);
     }
   }
-  return std::vector<uint64_t>(cords.begin(), cords.end());
+  std::vector<OtherCord> out;
+  for (const auto& [cord, tid] : cords) out.push_back({cord, tid});
+  return out;
 }
 
 }  // namespace ljprof::core

@@ -80,10 +80,15 @@ class CoreWalker {
   // The fiber list of the cord at `cord`, main_cord's when 0 (walk_fibers).
   Result<FiberList> walk_cord_fibers(uint64_t cord) const;
   // The cords other than main_cord that the process's threads run, each once, in address
-  // order: a core's threads' cord_ptr (thread_cord); a live process's, whose thread pointers
-  // are found by glibc's thread control block at the top of each thread's stack mapping
-  // (cord_scan.cc). An error when the layout has no cord_ptr or the architecture is not x86-64.
-  Result<std::vector<uint64_t>> other_cords() const;
+  // order, with the thread that runs it: a core's threads' cord_ptr (thread_cord); a live
+  // process's, whose thread pointers are found by glibc's thread control block at the top of
+  // each thread's stack mapping (cord_scan.cc). An error when the layout has no cord_ptr or the
+  // architecture is not x86-64.
+  struct OtherCord {
+    uint64_t cord = 0;  // struct cord address
+    uint32_t tid = 0;   // the thread whose cord_ptr holds it
+  };
+  Result<std::vector<OtherCord>> other_cords() const;
   // The full stack (native and Lua frames) of a switched-out fiber of that list, walked from the
   // registers its coro_transfer saved at fiber.ctx.sp (x86-64 only). An error, one line naming
   // the fiber and the rule, when the core is not x86-64, the saved words are unreadable or the

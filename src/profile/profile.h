@@ -67,6 +67,9 @@ struct Sample {
   // ready, suspended, dead), or why an off-CPU sample's thread was off (blocked, preempted);
   // "" in a CPU sample.
   std::string state;
+  // The label `cord`: the Tarantool cord (one per thread: "main", "iproto", "wal", ...) of a
+  // wall-clock fiber sample, its cord.name; "" otherwise. Fiber ids are per cord.
+  std::string cord;
 };
 
 // An event-loop stall (record --loop-stalls): thread `tid` of `pid` spent `duration_ns` between

@@ -324,7 +324,7 @@ FlameNode flame_tree(const profile::Profile& profile, GroupBy group_by) {
     if (s.frames.empty() || s.count <= 0) continue;
     root.total += s.count;
     BuildNode* node = &root;
-    if (group_by == GroupBy::Fiber) node = group_node(root, fiber_group_label(s.fiber), s.count);
+    if (group_by == GroupBy::Fiber) node = group_node(root, fiber_group_label(s), s.count);
     size_t depth = 0;
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it, ++depth) {
       std::pair<std::string, profile::FrameKind> key{frame_label(*it), it->kind};

@@ -33,7 +33,7 @@ std::string folded_text(const profile::Profile& profile, GroupBy group_by) {
   for (const profile::Sample& s : profile.samples) {
     if (s.frames.empty() || s.count <= 0) continue;
     std::string line;
-    if (group_by == GroupBy::Fiber) line = folded_escape(fiber_group_label(s.fiber));
+    if (group_by == GroupBy::Fiber) line = folded_escape(fiber_group_label(s));
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {  // leaf first -> root first
       if (!line.empty()) line += ';';
       line += folded_frame(*it);

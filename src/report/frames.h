@@ -37,9 +37,10 @@ enum class GroupBy {
 // The frame GroupBy::Fiber puts at the root end of a sample's stack (after the last of its
 // leaf-first frames, so it shows first in a folded line and right above "all" in a flame
 // graph): "fiber:NAME", NAME printable text (common/printable.h); "fiber:#ID" for a fiber
-// without a name; "" for a sample without a fiber (id 0), which gets no extra frame. Fibers
-// that share a name share the frame: their samples merge as one group.
-std::string fiber_group_label(const profile::SampleFiber& fiber);
+// without a name; "" for a sample without a fiber (id 0), which gets no extra frame. A fiber of
+// another thread's cord than the main one (a wall profile's) adds the cord: "fiber:main (wal)".
+// Fibers that share a name (and cord) share the frame: their samples merge as one group.
+std::string fiber_group_label(const profile::Sample& s);
 
 // A sample's identical twins (same frames, pid, tid and fiber) merged into one with the summed
 // count; samples with count <= 0 are dropped. Sorted, so equal profiles compare equal.

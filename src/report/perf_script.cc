@@ -86,7 +86,7 @@ Result<std::string> perf_script_text(const profile::Profile& profile) {
   for (const profile::Timeline::Point* p : points) {
     const profile::Sample& s = t.stacks[p->stack];
     const std::string thread =
-        s.fiber.present() ? fiber_group_label(s.fiber) : fmt::format("pid {}", s.pid);
+        s.fiber.present() ? fiber_group_label(s) : fmt::format("pid {}", s.pid);
     if (p->off_cpu_ns <= 0) {
       out += sample_block(thread, s.pid, p->tid, p->time_ns, period, "cpu-clock", lines[p->stack]);
       continue;

@@ -323,10 +323,11 @@ class Writer {
     add_label(ps, "pid", s.pid);
     add_label(ps, "tid", s.tid);
     write_fiber(ps, s.fiber);
-    if (!s.state.empty()) {
-      pp::Label* state = ps->add_label();
-      state->set_key(strings_.index("state"));
-      state->set_str(strings_.index(s.state));
+    for (const auto& [key, value] : {std::pair{"state", &s.state}, {"cord", &s.cord}}) {
+      if (value->empty()) continue;
+      pp::Label* label = ps->add_label();
+      label->set_key(strings_.index(key));
+      label->set_str(strings_.index(*value));
     }
     // One "trace" label per JIT-compiled frame, leaf first: which trace ran it.
     for (const profile::Frame& f : s.frames) {
@@ -570,6 +571,7 @@ class Reader {
         if (key == "fiber") sample.fiber.name = std::move(value);
         if (key == "fiber_id") sample.fiber.id = static_cast<uint64_t>(l.num());
         if (key == "state") sample.state = std::move(value);
+        if (key == "cord") sample.cord = std::move(value);
         if (l.num() >= 0 && l.num() <= UINT32_MAX) {
           if (key == "pid") sample.pid = static_cast<uint32_t>(l.num());
           if (key == "tid") sample.tid = static_cast<uint32_t>(l.num());

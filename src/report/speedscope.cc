@@ -58,7 +58,7 @@ class FrameTable {
 };
 
 std::string track_fiber(const profile::Sample& s) {
-  const std::string group = fiber_group_label(s.fiber);
+  const std::string group = fiber_group_label(s);
   return group.empty() ? group : group.substr(std::strlen("fiber:"));
 }
 

@@ -68,7 +68,7 @@ void write_top_by_fiber(const profile::Profile& profile, std::ostream& out, size
   int64_t total = 0;
   for (const profile::Sample& s : profile.samples) {
     if (s.frames.empty() || s.count <= 0) continue;
-    const std::string label = fiber_group_label(s.fiber);
+    const std::string label = fiber_group_label(s);
     profile::Profile& g = groups[label.empty() ? "(no fiber)" : label];
     g.period_ns = profile.period_ns;
     g.count_unit = profile.count_unit;

@@ -139,6 +139,22 @@ TEST(Fiber, PprofRoundTrip) {
   EXPECT_EQ(total_of(back->samples, UINT64_MAX), 1);
   EXPECT_EQ(total_of(back->samples, 7), 2);
   for (const profile::Sample& s : back->samples) EXPECT_EQ(s.fiber.name, "");
+
+  // The same fiber id and name on two cords (a wall profile's): two samples, each its cord back.
+  profile::Profile cords;
+  cords.samples = {fiber_sample({root_frame()}, 3, 101, "main"),
+                   fiber_sample({root_frame()}, 4, 101, "main")};
+  cords.samples[0].cord = "main";
+  cords.samples[1].cord = "wal";
+  cords.samples[1].tid = 77;
+  ASSERT_TRUE(write_pprof(cords, path).ok());
+  auto cords_back = read_pprof(path);
+  ASSERT_TRUE(cords_back.ok()) << cords_back.message();
+  ASSERT_EQ(cords_back->samples.size(), 2u);
+  for (const profile::Sample& s : cords_back->samples) {
+    EXPECT_EQ(s.count, s.cord == "wal" ? 4 : 3) << s.cord;
+    EXPECT_EQ(s.tid, s.cord == "wal" ? 77u : cords.samples[0].tid) << s.cord;
+  }
 }
 
 // The agent's profiles (FiberLabels::NameOnly) carry fiber names and no ids; read back, each
@@ -264,8 +280,17 @@ TEST(Fiber, FoldedGroupedByFiber) {
   EXPECT_EQ(folded_text(odd, GroupBy::Fiber),
             "fiber:#6;main [root] 2\n"
             "fiber:a:b;main [root] 1\n");
-  EXPECT_EQ(fiber_group_label({}), "");
-  EXPECT_EQ(fiber_group_label({9, "x\ny"}), "fiber:x\\x0ay");
+  profile::Sample none, odd_name, other_cord, main_cord;
+  odd_name.fiber = {9, "x\ny"};
+  other_cord.fiber = {101, "main"};
+  other_cord.cord = "wal";
+  main_cord.fiber = {101, "main"};
+  main_cord.cord = "main";
+  EXPECT_EQ(fiber_group_label(none), "");
+  EXPECT_EQ(fiber_group_label(odd_name), "fiber:x\\x0ay");
+  // Another thread's cord is named: its "main" fiber is not the tx thread's.
+  EXPECT_EQ(fiber_group_label(other_cord), "fiber:main (wal)");
+  EXPECT_EQ(fiber_group_label(main_cord), "fiber:main");
 }
 
 // The top table grouped by fiber: one section per fiber label, most samples first, each a top

@@ -416,7 +416,7 @@ TEST(HostileNames, FiberNameThroughEveryWriter) {
   EXPECT_EQ(back.samples[0].fiber, (profile::SampleFiber{77, kShown}));
 
   std::string shown = "fiber:" + kShown;
-  EXPECT_EQ(fiber_group_label(p.samples[0].fiber), shown);
+  EXPECT_EQ(fiber_group_label(p.samples[0]), shown);
   std::replace(shown.begin(), shown.end(), ';', ':');  // the folded format's own escape
   const std::string folded = folded_text(p, GroupBy::Fiber);
   EXPECT_EQ(unclean(folded, true), "") << folded;

@@ -3,15 +3,18 @@
 //  - live_fibers.lua: each fiber's own id, name and debug.traceback() printed right before it
 //    suspends; its status() as the main fiber reads it; fiber.info()'s fiber names and C
 //    backtraces (ENABLE_BACKTRACE);
-//  - wall_fiber.lua: the time one fiber spends in each of two waits, by the monotonic clock.
+//  - wall_fiber.lua: the time one fiber spends in each of two waits, by the monotonic clock;
+//  - cord_fibers.lua: a configured box's threads; gdb names each thread's cord and fibers.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -251,6 +254,56 @@ TEST(LiveFibers, EveryCordsFibers) {
   EXPECT_TRUE(cords.count("main") && cords.count("wal") && cords.count("iproto"));
   EXPECT_EQ(j["cords"].size(), cords.size()) << j["cords"].dump();
   EXPECT_GE(fibers, 3u);
+}
+
+// The wall profile samples every cord's fibers, each sample labelled with its cord and, for a
+// cord other than the main one, the thread that runs it. Oracle: gdb attached after the
+// recording (cord_oracle.py: each thread's cord by its own TLS and DWARF reading, the cord's name
+// and fibers); the configured box is idle, so the fibers are the same. Read back through
+// `go tool pprof -raw`.
+TEST(LiveFibers, WallProfileSamplesEveryCordsFibers) {
+  ASSERT_TRUE(test::file_exists(kTarantool));
+  LiveWorkload w("cord_fibers.lua", {"LJPROF_CORDS_WAIT=1"});
+  ASSERT_TRUE(w.ready()) << w.out();
+  const std::string wall = w.dir.file("wall.pb.gz");
+  test::CommandResult r = test::run(
+      {test::ljprof_bin(), "fibers", "-p", w.pid(), "--sample", "20", "-d", "1", "-o", wall});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("only the main cord"), std::string::npos) << r.err;
+  test::CommandResult raw = test::go_tool_pprof(w.dir.path(), {"-raw", wall});
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  // Each sample's labels, as -raw prints them on the lines under the sample's "COUNT VALUE:
+  // LOCATIONS" line: "key:[value]" pairs, string and numeric labels on lines of their own.
+  std::set<std::string> seen;  // "cord tid id name"
+  std::map<std::string, std::string> labels;
+  auto flush = [&] {
+    if (labels.count("cord")) {
+      seen.insert(fmt::format("{} {} {} {}", labels["cord"], labels["tid"], labels["fiber_id"],
+                              labels["fiber"]));
+    }
+    labels.clear();
+  };
+  std::istringstream in(raw.out);
+  static const std::regex sample(R"(^\s+\d+\s+\d+:)"), pair(R"((\w+):\[([^\]]*)\])");
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_search(line, sample)) flush();
+    for (std::sregex_iterator it(line.begin(), line.end(), pair), end; it != end; ++it) {
+      labels[(*it)[1]] = (*it)[2];
+    }
+  }
+  flush();
+  size_t others = 0;
+  for (const auto& [tid, cord] : test::gdb_cords({"-p", w.pid()})) {
+    const std::string tid_label = cord.name == "main" ? "" : std::to_string(tid);
+    others += cord.name == "main" ? 0 : 1;
+    for (const test::GdbFiber& want : cord.fibers) {
+      EXPECT_TRUE(seen.count(fmt::format("{} {} {} {}", cord.name, tid_label, want.id, want.name)))
+          << "cord " << cord.name << " (thread " << tid << "), fiber " << want.id << " "
+          << want.name << "\n"
+          << raw.out.substr(0, 4000);
+    }
+  }
+  EXPECT_GE(others, 2u) << "the workload's wal and iproto threads";
 }
 
 }  // namespace
