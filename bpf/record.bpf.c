@@ -536,17 +536,35 @@ LJ_INLINE uint32_t fill_sample_header(struct lj_rec_sample* sample,
   return n;
 }
 
-/* The fiber the main thread of a Tarantool process runs now (lj_rec_fiber_layout): main_cord.fiber,
- * its fid and the first bytes of its name. Other threads run other cords: no fiber read. Any
- * failed read leaves fiber_id 0 (no fiber named, never a wrong one). */
+/* The cord the current thread runs (lj_rec_fiber_layout): its __thread cord_ptr, read at the
+ * thread pointer, on x86-64; elsewhere, or without cord_tp_offset, main_cord for the main thread.
+ * 0: none (a thread that runs no cord, or a failed read). */
+LJ_INLINE uint64_t current_cord(const struct lj_rec_fiber_layout* f, uint32_t tgid, uint32_t tid) {
+#if defined(__TARGET_ARCH_x86)
+  if (f->cord_tp_offset != 0) {
+    struct task_struct* task = bpf_get_current_task_btf();
+    uint64_t fsbase = BPF_CORE_READ(task, thread.fsbase), cord = 0;
+    if (fsbase == 0 || bpf_probe_read_user(&cord, 8, (void*)(fsbase + f->cord_tp_offset)) != 0)
+      return 0;
+    return cord;
+  }
+#endif
+  return tid == tgid ? f->main_cord : 0;
+}
+
+/* The fiber the sampled thread runs now (lj_rec_fiber_layout): its cord's fiber, that fiber's fid
+ * and the first bytes of its name. Any failed read leaves fiber_id 0 (no fiber named, never a
+ * wrong one). */
 LJ_INLINE void read_fiber(struct lj_rec_sample* sample, const struct lj_rec_fiber_layout* f,
                           uint32_t tgid, uint32_t tid) {
-  uint64_t fiber = 0, fid = 0, name = 0;
+  uint64_t cord = 0, fiber = 0, fid = 0, name = 0;
   sample->fiber_id = 0;
+  sample->fiber_cord = 0;
   sample->fiber_name[0] = 0;
-  if (f->main_cord == 0 || tid != tgid) return;
-  if (bpf_probe_read_user(&fiber, 8, (void*)(f->main_cord + f->cord_fiber)) != 0 || fiber == 0)
-    return;
+  if (f->main_cord == 0) return;
+  cord = current_cord(f, tgid, tid);
+  if (cord == 0) return;
+  if (bpf_probe_read_user(&fiber, 8, (void*)(cord + f->cord_fiber)) != 0 || fiber == 0) return;
   if (bpf_probe_read_user(&fid, f->fid_size == 4 ? 4 : 8, (void*)(fiber + f->fiber_fid)) != 0)
     return;
   if (bpf_probe_read_user(&name, 8, (void*)(fiber + f->fiber_name)) == 0 && name != 0 &&
@@ -554,6 +572,7 @@ LJ_INLINE void read_fiber(struct lj_rec_sample* sample, const struct lj_rec_fibe
     sample->fiber_name[0] = 0;
   }
   sample->fiber_id = fid;
+  sample->fiber_cord = cord;
 }
 
 /* The walk's `n` frames into the sample record (convert_frame). */

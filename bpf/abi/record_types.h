@@ -68,18 +68,21 @@ struct lj_rec_row_cache_entry {
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_row_cache_entry) == 40, "lj_rec_row_cache_entry: 40 bytes");
 
-/* Where a Tarantool process keeps the fiber its tx thread runs (src/luajit/fiber_layout.h, from
- * the executable's DWARF; tarantool src/lib/core/fiber.h struct cord / struct fiber). The main
- * cord runs on the process's main thread, so only samples of that thread read it. */
+/* Where a Tarantool thread keeps the fiber it runs (src/luajit/fiber_layout.h, from the
+ * executable's DWARF or machine code; tarantool src/lib/core/fiber.h struct cord / struct fiber):
+ * its cord is the __thread cord_ptr, cord_tp_offset bytes from its thread pointer (x86-64: the
+ * task's fsbase), so a sample of any thread running a cord (tx, iproto, WAL, relays) reads its
+ * own. Without cord_tp_offset, only the main thread's, through main_cord. */
 #define LJ_REC_FIBER_NAME_MAX 40 /* bytes of fiber.name kept, NUL included (FIBER_NAME_INLINE) */
 struct lj_rec_fiber_layout {
-  uint64_t main_cord;  /* runtime address of main_cord; 0: no fiber layout (not Tarantool) */
-  uint32_t cord_fiber; /* cord.fiber: the running struct fiber * */
-  uint32_t fiber_fid;  /* fiber.fid */
-  uint32_t fid_size;   /* 4 or 8 */
-  uint32_t fiber_name; /* fiber.name (char *) */
+  uint64_t main_cord;     /* runtime address of main_cord; 0: no fiber layout (not Tarantool) */
+  uint32_t cord_fiber;    /* cord.fiber: the running struct fiber * */
+  uint32_t fiber_fid;     /* fiber.fid */
+  uint32_t fid_size;      /* 4 or 8 */
+  uint32_t fiber_name;    /* fiber.name (char *) */
+  int64_t cord_tp_offset; /* cord_ptr's address from the thread pointer; 0: not known */
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_fiber_layout) == 24, "lj_rec_fiber_layout: 24 bytes");
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_fiber_layout) == 32, "lj_rec_fiber_layout: 32 bytes");
 
 /* The unwind context of one process. Modules are sorted by start and do not overlap. */
 struct lj_rec_proc {
@@ -100,7 +103,7 @@ struct lj_rec_proc {
   struct lj_rec_module modules[LJ_REC_MAX_MODULES];
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_rec_proc) ==
-                     sizeof(struct lj_luajit_info) + 64 + 32 * LJ_REC_MAX_MODULES,
+                     sizeof(struct lj_luajit_info) + 72 + 32 * LJ_REC_MAX_MODULES,
                  "lj_rec_proc: layout record, 40 bytes, fiber layout, modules");
 
 /* What the kernel needs to build an executable's context at exec: its modules that the ELF
@@ -229,14 +232,16 @@ struct lj_rec_sample {
    * back); 0 in a CPU sample. */
   uint64_t off_cpu_ns;
   /* The Tarantool fiber the sampled thread ran (lj_rec_fiber_layout): fiber.fid, 0 when the
-   * process has no fiber layout, the thread is not its main thread or a read failed; and the
-   * first bytes of fiber.name, NUL-terminated. */
+   * process has no fiber layout, the thread runs no cord (or is not the main thread, without
+   * cord_tp_offset) or a read failed; the struct cord it belongs to; and the first bytes of
+   * fiber.name, NUL-terminated. */
   uint64_t fiber_id;
+  uint64_t fiber_cord;
   char fiber_name[LJ_REC_FIBER_NAME_MAX];
   struct lj_rec_frame frames[LJ_WALK_MAX_FRAMES];
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 112 + 48 * LJ_WALK_MAX_FRAMES,
-                 "lj_rec_sample: 112-byte header + frames");
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 120 + 48 * LJ_WALK_MAX_FRAMES,
+                 "lj_rec_sample: 120-byte header + frames");
 
 /* A young process's object copied when a sample first met it: the agent names Lua frames after
  * the fact from the process's memory, and a process that lives a few milliseconds is gone by

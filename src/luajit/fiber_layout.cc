@@ -137,6 +137,11 @@ Result<FiberLayout> read_fiber_label_layout(const elf::ElfFile& elf, const std::
 }
 
 std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& l, elf::Arch arch) {
+  // From machine code: the offset the x86-64 code itself reads cord_ptr at.
+  if (l.source == FiberLayoutSource::MachineCode) {
+    if (arch == elf::Arch::X86_64 && l.cord_ptr_tp_offset != 0) return l.cord_ptr_tp_offset;
+    return std::nullopt;
+  }
   if (!l.has_cord_ptr) return std::nullopt;
   const auto round_up = [&](uint64_t v) { return (v + l.tls_align - 1) & ~(l.tls_align - 1); };
   if (arch == elf::Arch::X86_64) {

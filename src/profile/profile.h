@@ -45,8 +45,12 @@ struct Frame {
 // readable). A name without an id: a fiber read back from a profile that carried only its name
 // (the agent's, report/pprof.h FiberLabels::NameOnly).
 struct SampleFiber {
-  uint64_t id = 0;   // fiber.fid: never reused within a process; 0 when unknown
+  uint64_t id = 0;   // fiber.fid: never reused within its cord; 0 when unknown
   std::string name;  // fiber.name at sample time, printable text
+  // The label `cord`: the Tarantool cord the fiber belongs to (one per thread: "main", "iproto",
+  // "wal", ...), its cord.name, printable text; "" when not known. Fiber ids and names repeat
+  // across cords (each starts at 101 and has a "main").
+  std::string cord;
   bool present() const { return id != 0 || !name.empty(); }
   friend bool operator==(const SampleFiber&, const SampleFiber&) = default;
   friend auto operator<=>(const SampleFiber&, const SampleFiber&) = default;
@@ -67,9 +71,6 @@ struct Sample {
   // ready, suspended, dead), or why an off-CPU sample's thread was off (blocked, preempted);
   // "" in a CPU sample.
   std::string state;
-  // The label `cord`: the Tarantool cord (one per thread: "main", "iproto", "wal", ...) of a
-  // wall-clock fiber sample, its cord.name; "" otherwise. Fiber ids are per cord.
-  std::string cord;
 };
 
 // An event-loop stall (record --loop-stalls): thread `tid` of `pid` spent `duration_ns` between

@@ -31,8 +31,7 @@ profile::Sample sample_of(const core::FiberStack& f, uint32_t pid, uint32_t tid,
   profile::Sample s;
   s.pid = pid;
   s.tid = tid;
-  s.cord = cord;
-  s.fiber = {f.fiber.id, f.fiber.name};
+  s.fiber = {f.fiber.id, f.fiber.name, cord};
   s.state = core::fiber_state_name(f.state);
   if (f.scheduler) {
     s.frames.push_back(placeholder("event loop: no fiber running"));
@@ -95,7 +94,7 @@ void FiberWallProfile::add(const core::FiberSnapshot& snapshot, uint32_t tid) {
     if (f.reused && last != last_.end()) {
       profile::Sample& s = profile_.samples[last->second];
       if (s.fiber.id == f.fiber.id && s.fiber.name == f.fiber.name &&
-          s.state == core::fiber_state_name(f.state)) {
+          s.fiber.cord == snapshot.cord && s.state == core::fiber_state_name(f.state)) {
         ++s.count;
         continue;
       }

@@ -193,7 +193,7 @@ void SampleIntake::symbolize_sample(const lj_rec_sample& s, const FollowedProces
   for (const auto& [id, n] : raw.counted) counts_[id] += n;
   if (s.kind == LJ_REC_KIND_OFF_CPU) {
     // Where the thread left the CPU, weighted by how long it was away.
-    const StackTable::Entry& e = stacks_.on_fiber(*raw.stack, fiber_of(s));
+    const StackTable::Entry& e = stacks_.on_fiber(*raw.stack, fiber_of(s, ctx));
     off_cpu_[{&e, s.off_cpu_state}] += static_cast<int64_t>(s.off_cpu_ns);
     keep_time(s, e);
     return;
@@ -203,27 +203,53 @@ void SampleIntake::symbolize_sample(const lj_rec_sample& s, const FollowedProces
     ++before_context_[s.end];
     std::vector<profile::Frame> late = stacks_.frames(*raw.stack);
     late.back().function = fmt::format("[unknown: {}]", counter_text(LJ_REC_CTR_BEFORE_CONTEXT));
-    StackTable::Entry& e = stacks_.on_fiber(stacks_.entry(s.pid, std::move(late)), fiber_of(s));
+    StackTable::Entry& e =
+        stacks_.on_fiber(stacks_.entry(s.pid, std::move(late)), fiber_of(s, ctx));
     e.second += 1;
     keep_time(s, e);
     return;
   }
   if (s.end != LJ_END_ROOT && s.end != LJ_END_RA_ZERO) note_end_site(s, ctx);
-  StackTable::Entry& e = stacks_.on_fiber(*raw.stack, fiber_of(s));
+  StackTable::Entry& e = stacks_.on_fiber(*raw.stack, fiber_of(s, ctx));
   e.second += 1;
   keep_time(s, e);
 }
 
 // The fiber the kernel read for the sample (record_types.h lj_rec_sample.fiber_id), its name
-// made printable text: it is the target's bytes.
-profile::SampleFiber SampleIntake::fiber_of(const lj_rec_sample& s) {
+// made printable text: it is the target's bytes. Its cord by name (cord_name).
+profile::SampleFiber SampleIntake::fiber_of(const lj_rec_sample& s, const ProcessContext& ctx) {
   profile::SampleFiber fiber;
   if (s.fiber_id == 0) return fiber;
   fiber.id = s.fiber_id;
   fiber.name.assign(s.fiber_name, strnlen(s.fiber_name, sizeof(s.fiber_name)));
   make_printable(fiber.name);
+  fiber.cord = cord_name(s, ctx);
   ++counts_[LJ_REC_CTR_FIBER_NAMED];
   return fiber;
+}
+
+// The name of the cord the sample's fiber belongs to: "main" for main_cord (tarantool fiber.c
+// cord_create(&main_cord, "main")); another cord's cord.name from the process when the layout
+// has it (DWARF), kept once read; "cord 0xADDR" while it cannot be read (a new thread names its
+// cord in cord_create after it started, and a layout from machine code knows no cord.name).
+const std::string& SampleIntake::cord_name(const lj_rec_sample& s, const ProcessContext& ctx) {
+  static const std::string kMain = "main", kUnknown;
+  const ModuleView* lj = ctx.luajit;
+  if (lj == nullptr || !lj->object->fibers || s.fiber_cord == 0) return kUnknown;
+  const luajit::FiberLayout& layout = *lj->object->fibers;
+  if (s.fiber_cord == layout.main_cord + lj->bias) return kMain;
+  if (cord_names_.size() >= kMaxCordNames) cord_names_.clear();
+  std::string& known = cord_names_.try_emplace({s.pid, s.fiber_cord}).first->second;
+  const bool readable = layout.source == luajit::FiberLayoutSource::Dwarf && ctx.mem != nullptr;
+  if (!known.empty() && !(readable && known.rfind("cord 0x", 0) == 0)) return known;
+  char name[40] = {};  // fiber.h struct cord: char name[40]
+  std::string read;
+  if (readable && ctx.mem->read(s.fiber_cord + layout.cord_name, name, sizeof name) == 0) {
+    read.assign(name, strnlen(name, sizeof name));
+    make_printable(read);
+  }
+  known = read.empty() ? fmt::format("cord {:#x}", s.fiber_cord) : std::move(read);
+  return known;
 }
 
 void SampleIntake::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {

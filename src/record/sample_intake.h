@@ -85,7 +85,8 @@ class SampleIntake {
   bool walked_before_its_rows(const lj_rec_sample& s, const FollowedProcess& p,
                               const ProcessContext& ctx) const;
   void note_end_site(const lj_rec_sample& s, const ProcessContext& ctx);
-  profile::SampleFiber fiber_of(const lj_rec_sample& s);
+  profile::SampleFiber fiber_of(const lj_rec_sample& s, const ProcessContext& ctx);
+  const std::string& cord_name(const lj_rec_sample& s, const ProcessContext& ctx);
 
   ProcessFollower& follower_;
   KernelContexts& kernel_;
@@ -114,6 +115,9 @@ class SampleIntake {
   uint64_t dropped_times_ = 0;
   std::map<uint32_t, std::deque<SampleTime>> times_;
   std::vector<lj_rec_stall> stall_records_;
+  // cord.name by (pid, struct cord address), read once (a cord is named when its thread starts).
+  std::map<std::pair<uint32_t, uint64_t>, std::string> cord_names_;
+  static constexpr size_t kMaxCordNames = 4096;
   static constexpr size_t kMaxStalls = 1u << 20;
   // Adds the off-CPU samples so far to `f` (count 0, off_cpu_ns and state set).
   void for_each_off_cpu(const std::function<void(profile::Sample)>& f) const;

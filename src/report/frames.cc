@@ -71,17 +71,19 @@ std::string fiber_group_label(const profile::Sample& s) {
   std::string label = s.fiber.name.empty() ? fmt::format("fiber:#{}", s.fiber.id)
                                            : "fiber:" + printable_text(s.fiber.name);
   // Another thread's cord: its fibers' names and ids repeat the main cord's ("main", 101...).
-  if (!s.cord.empty() && s.cord != "main") label += " (" + printable_text(s.cord) + ")";
+  if (!s.fiber.cord.empty() && s.fiber.cord != "main") {
+    label += " (" + printable_text(s.fiber.cord) + ")";
+  }
   return label;
 }
 
 std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample>& samples) {
-  // The key points into `samples`: (pid, tid, cord, fiber, state, frames), in that order.
+  // The key points into `samples`: (pid, tid, fiber, state, frames), compared in that order.
   struct Key {
     const profile::Sample* s;
     bool operator<(const Key& o) const {
-      return std::tie(s->pid, s->tid, s->cord, s->fiber, s->state, s->frames) <
-             std::tie(o.s->pid, o.s->tid, o.s->cord, o.s->fiber, o.s->state, o.s->frames);
+      return std::tie(s->pid, s->tid, s->fiber, s->state, s->frames) <
+             std::tie(o.s->pid, o.s->tid, o.s->fiber, o.s->state, o.s->frames);
     }
   };
   // count, off-CPU ns, bytes. A heap sample (bytes != 0) sums signed values: a diff against a
@@ -111,7 +113,6 @@ std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample
     s.tid = key.s->tid;
     s.fiber = key.s->fiber;
     s.state = key.s->state;
-    s.cord = key.s->cord;
     s.count = values.count;
     s.off_cpu_ns = values.off_cpu_ns;
     s.bytes = values.bytes;
@@ -122,8 +123,7 @@ std::vector<profile::Sample> aggregate_samples(const std::vector<profile::Sample
 
 bool same_sample(const profile::Sample& a, const profile::Sample& b) {
   return a.frames == b.frames && a.count == b.count && a.pid == b.pid && a.tid == b.tid &&
-         a.fiber == b.fiber && a.state == b.state && a.cord == b.cord &&
-         a.off_cpu_ns == b.off_cpu_ns;
+         a.fiber == b.fiber && a.state == b.state && a.off_cpu_ns == b.off_cpu_ns;
 }
 
 }  // namespace ljprof::report

@@ -323,7 +323,7 @@ class Writer {
     add_label(ps, "pid", s.pid);
     add_label(ps, "tid", s.tid);
     write_fiber(ps, s.fiber);
-    for (const auto& [key, value] : {std::pair{"state", &s.state}, {"cord", &s.cord}}) {
+    for (const auto& [key, value] : {std::pair{"state", &s.state}, {"cord", &s.fiber.cord}}) {
       if (value->empty()) continue;
       pp::Label* label = ps->add_label();
       label->set_key(strings_.index(key));
@@ -571,7 +571,7 @@ class Reader {
         if (key == "fiber") sample.fiber.name = std::move(value);
         if (key == "fiber_id") sample.fiber.id = static_cast<uint64_t>(l.num());
         if (key == "state") sample.state = std::move(value);
-        if (key == "cord") sample.cord = std::move(value);
+        if (key == "cord") sample.fiber.cord = std::move(value);
         if (l.num() >= 0 && l.num() <= UINT32_MAX) {
           if (key == "pid") sample.pid = static_cast<uint32_t>(l.num());
           if (key == "tid") sample.tid = static_cast<uint32_t>(l.num());

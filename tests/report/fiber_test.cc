@@ -62,7 +62,7 @@ profile::Sample fiber_sample(std::vector<profile::Frame> root_first, int64_t cou
   s.count = count;
   s.pid = 42;
   s.tid = 42;
-  s.fiber = {id, name};
+  s.fiber = {id, name, ""};
   return s;
 }
 
@@ -144,16 +144,16 @@ TEST(Fiber, PprofRoundTrip) {
   profile::Profile cords;
   cords.samples = {fiber_sample({root_frame()}, 3, 101, "main"),
                    fiber_sample({root_frame()}, 4, 101, "main")};
-  cords.samples[0].cord = "main";
-  cords.samples[1].cord = "wal";
+  cords.samples[0].fiber.cord = "main";
+  cords.samples[1].fiber.cord = "wal";
   cords.samples[1].tid = 77;
   ASSERT_TRUE(write_pprof(cords, path).ok());
   auto cords_back = read_pprof(path);
   ASSERT_TRUE(cords_back.ok()) << cords_back.message();
   ASSERT_EQ(cords_back->samples.size(), 2u);
   for (const profile::Sample& s : cords_back->samples) {
-    EXPECT_EQ(s.count, s.cord == "wal" ? 4 : 3) << s.cord;
-    EXPECT_EQ(s.tid, s.cord == "wal" ? 77u : cords.samples[0].tid) << s.cord;
+    EXPECT_EQ(s.count, s.fiber.cord == "wal" ? 4 : 3) << s.fiber.cord;
+    EXPECT_EQ(s.tid, s.fiber.cord == "wal" ? 77u : cords.samples[0].tid) << s.fiber.cord;
   }
 }
 
@@ -281,11 +281,9 @@ TEST(Fiber, FoldedGroupedByFiber) {
             "fiber:#6;main [root] 2\n"
             "fiber:a:b;main [root] 1\n");
   profile::Sample none, odd_name, other_cord, main_cord;
-  odd_name.fiber = {9, "x\ny"};
-  other_cord.fiber = {101, "main"};
-  other_cord.cord = "wal";
-  main_cord.fiber = {101, "main"};
-  main_cord.cord = "main";
+  odd_name.fiber = {9, "x\ny", ""};
+  other_cord.fiber = {101, "main", "wal"};
+  main_cord.fiber = {101, "main", "main"};
   EXPECT_EQ(fiber_group_label(none), "");
   EXPECT_EQ(fiber_group_label(odd_name), "fiber:x\\x0ay");
   // Another thread's cord is named: its "main" fiber is not the tx thread's.

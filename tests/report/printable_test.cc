@@ -410,10 +410,10 @@ TEST(HostileNames, FiberNameThroughEveryWriter) {
   root.function = "main";
   root.address = 0x1000;
   profile::Profile p = profile_of({root});
-  p.samples[0].fiber = {77, kHostile};
+  p.samples[0].fiber = {77, kHostile, ""};
   const profile::Profile back = expect_every_writer_clean(p);
   ASSERT_EQ(back.samples.size(), 1u);
-  EXPECT_EQ(back.samples[0].fiber, (profile::SampleFiber{77, kShown}));
+  EXPECT_EQ(back.samples[0].fiber, (profile::SampleFiber{77, kShown, ""}));
 
   std::string shown = "fiber:" + kShown;
   EXPECT_EQ(fiber_group_label(p.samples[0]), shown);

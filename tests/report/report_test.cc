@@ -272,7 +272,7 @@ TEST(Speedscope, EventsNestAndFollowTheTimelineRules) {
   profile::Profile p;
   p.period_ns = 10;
   p.timeline.stacks = {sample({main, lua("a", 5, 4)}, 1), sample({main, lua("b", 9, 8)}, 1)};
-  p.timeline.stacks[1].fiber = {7, "worker"};
+  p.timeline.stacks[1].fiber = {7, "worker", ""};
   using Point = profile::Timeline::Point;
   p.timeline.points = {Point{110, 0, 7, 0}, Point{120, 0, 7, 0}, Point{125, 0, 7, 0},
                        Point{200, 0, 7, 0}, Point{150, 40, 7, 1}};
