@@ -58,7 +58,7 @@ TEST(StackTable, FibersKeepTheirSamplesApart) {
   StackTable t;
   const std::vector<profile::Frame> a = {native("leaf", 0x10), native("main", 0x20)};
   StackTable::Entry& stack = t.entry(7, std::vector<profile::Frame>(a));
-  const profile::SampleFiber one{101, "worker"}, two{102, "worker"};
+  const profile::SampleFiber one{101, "worker", ""}, two{102, "worker", ""};
   t.on_fiber(stack, one).second += 3;
   t.on_fiber(stack, two).second += 1;
   t.on_fiber(stack, one).second += 1;
