@@ -181,6 +181,15 @@ void print_record_gauges(std::ostream& out, std::string_view command,
 void print_record_cost(std::ostream& out, std::string_view command, const record::RecordCost& c) {
   out << fmt::format("ljprof {}: agent CPU {:.3f} s in all, max RSS {:.1f} MiB\n", command, c.cpu_s,
                      c.max_rss_kib / 1024.0);
+  const record::ResidentParts& r = c.resident;
+  if (r.total() > 0) {
+    out << fmt::format(
+        "ljprof {}: resident at the end {:.1f} MiB: heap {:.1f} (tables, caches, thread stacks), "
+        "BPF maps {:.1f} (ring buffers, unwind rows), ljprof {:.1f}, libraries {:.1f}, mapped "
+        "files {:.1f} (the targets' executables and debug files), other {:.1f}\n",
+        command, r.total() / 1024.0, r.heap_kib / 1024.0, r.bpf_kib / 1024.0, r.ljprof_kib / 1024.0,
+        r.libraries_kib / 1024.0, r.files_kib / 1024.0, r.other_kib / 1024.0);
+  }
   if (c.steady_s > 0 && c.steady_samples > 0) {
     out << fmt::format(
         "ljprof {}: agent CPU in steady state (the last {:.1f} s): {:.3f} s for {} delivered "

@@ -4,7 +4,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 namespace ljprof::record {
 
@@ -38,6 +44,43 @@ uint64_t max_rss_kib() {
   rusage u{};
   if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
   return static_cast<uint64_t>(std::max<long>(0, u.ru_maxrss));
+}
+
+ResidentParts resident_parts() {
+  ResidentParts parts;
+  std::ifstream smaps("/proc/self/smaps");
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  uint64_t* part = &parts.other_kib;
+  for (std::string line; std::getline(smaps, line);) {
+    // A mapping's first line: "START-END PERMS OFFSET DEV INODE [PATH]"; its fields follow as
+    // "Name:   N kB".
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('-') < line.find(' ')) {
+      std::istringstream fields(line);
+      std::string range, perms, offset, dev, inode, path;
+      fields >> range >> perms >> offset >> dev >> inode;
+      std::getline(fields >> std::ws, path);
+      if (path.empty() || path == "[heap]") {
+        part = &parts.heap_kib;
+      } else if (path.find("bpf") != std::string::npos && path.rfind("anon_inode:", 0) == 0) {
+        part = &parts.bpf_kib;
+      } else if (path == self) {
+        part = &parts.ljprof_kib;
+      } else if (path.front() == '/' && path.find(".so") != std::string::npos) {
+        part = &parts.libraries_kib;
+      } else if (path.front() == '/') {
+        part = &parts.files_kib;
+      } else {
+        part = &parts.other_kib;
+      }
+      continue;
+    }
+    if (line.rfind("Rss:", 0) == 0) {
+      *part += std::strtoull(line.c_str() + 4, nullptr, 10);
+    }
+  }
+  return parts;
 }
 
 void WalkTimes::add(uint32_t walk_ns, uint32_t frames) {

@@ -16,6 +16,23 @@ double process_cpu_seconds();
 double thread_cpu_seconds();
 // The agent's peak resident set (getrusage ru_maxrss), in KiB.
 uint64_t max_rss_kib();
+
+// The agent's resident memory now, by who holds it, from the kernel's per-mapping accounting
+// (/proc/self/smaps Rss): what `record --stats` prints after the peak, so a reader sees where
+// the memory goes. The parts add up to the whole resident set.
+struct ResidentParts {
+  uint64_t heap_kib = 0;       // malloc: [heap] and anonymous mappings (tables, caches, stacks)
+  uint64_t bpf_kib = 0;        // BPF maps mapped into the agent (ring buffers, unwind rows)
+  uint64_t ljprof_kib = 0;     // the ljprof executable itself
+  uint64_t libraries_kib = 0;  // shared libraries (.so)
+  uint64_t files_kib = 0;      // other files mapped: the targets' executables and debug files
+  uint64_t other_kib = 0;      // thread stacks, vDSO, anything else
+  uint64_t total() const {
+    return heap_kib + bpf_kib + ljprof_kib + libraries_kib + files_kib + other_kib;
+  }
+};
+// Zero parts when /proc/self/smaps cannot be read.
+ResidentParts resident_parts();
 // CLOCK_MONOTONIC in nanoseconds: bpf_ktime_get_ns's clock, to compare sample times with
 // publication times.
 uint64_t monotonic_ns();

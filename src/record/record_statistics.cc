@@ -97,6 +97,7 @@ RecordCost RecordStatistics::cost(double elapsed) const {
     c.steady_samples = counts_[LJ_REC_CTR_DELIVERED] - steady_delivered0_;
   }
   c.max_rss_kib = max_rss_kib();
+  c.resident = resident_parts();
   const WalkTimes& walks = intake_.walk_times();
   c.walk_samples = walks.count();
   c.walk_ns_median = walks.quantile_ns(0.5);

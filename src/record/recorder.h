@@ -10,6 +10,7 @@
 
 #include "common/result.h"
 #include "profile/profile.h"
+#include "record/cost.h"
 
 namespace ljprof::record {
 
@@ -134,6 +135,7 @@ struct RecordCost {
   double steady_cpu_s = 0;
   uint64_t steady_samples = 0;
   uint64_t max_rss_kib = 0;
+  ResidentParts resident;  // at the end, by owner (cost.h)
   // lj_rec_sample.walk_ns over every delivered sample.
   uint64_t walk_samples = 0;
   uint64_t walk_ns_median = 0;
