@@ -89,6 +89,12 @@ std::string heap_text(const heap::Census& c, const heap::Retainers& r, const Hea
     s += fmt::format("\n{} objects ({}) are reached from no root: garbage not yet collected\n",
                      r.unreached_count, human(r.unreached_bytes));
   }
+  // Most of a live heap unreached is a read that raced a root (the collector or the program
+  // rewriting it while it was read), not garbage: say so rather than let the paths look complete.
+  if (o.live && r.unreached_count * 2 > c.objects.size()) {
+    s += "warning: most objects were reached from no root: the read raced the program on a root; "
+         "run it again, or with --stop for an exact snapshot\n";
+  }
   if (r.dropped_edges > 0) {
     s += fmt::format("warning: {} references over what the objects' bytes can hold were dropped\n",
                      r.dropped_edges);
