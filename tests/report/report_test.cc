@@ -20,6 +20,7 @@
 #include "report/flamegraph.h"
 #include "report/folded.h"
 #include "report/frames.h"
+#include "report/heap_report.h"
 #include "report/outputs.h"
 #include "report/perf_script.h"
 #include "report/pprof.h"
@@ -117,6 +118,22 @@ profile::Profile make_profile() {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+// The heap text report warns when most of a live heap was reached from no root (a read that
+// raced a root), and only then: not for a core, not for a heap whose garbage is a minority.
+TEST(HeapText, WarnsWhenALiveReadReachedMostObjectsFromNoRoot) {
+  heap::Census census;
+  census.objects.resize(10);
+  heap::Retainers most, some;
+  most.unreached_count = 8;
+  some.unreached_count = 2;
+  const std::string kWarning = "most objects were reached from no root";
+  HeapReportOptions live, core;
+  live.live = true;
+  EXPECT_NE(heap_text(census, most, live).find(kWarning), std::string::npos);
+  EXPECT_EQ(heap_text(census, most, core).find(kWarning), std::string::npos);
+  EXPECT_EQ(heap_text(census, some, live).find(kWarning), std::string::npos);
+}
 
 TEST(Folded, ExactOutput) {
   EXPECT_EQ(folded_text(make_profile()),
