@@ -15,7 +15,6 @@
 #include <elf.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <array>
 #include <map>
 #include <optional>
@@ -31,25 +30,17 @@ using namespace matchers_internal;
 
 namespace {
 
-constexpr uint64_t kMaxFunctionBytes = 4096;
 constexpr int64_t kMaxMemberOffset = 1 << 16;
 // FIBER_ID_MAX_RESERVED (fiber.h): the compare that keeps new fids above the reserved ones.
 constexpr std::array<int64_t, 2> kReservedFidCompare = {99, 100};
 
-struct DecodedCode {
-  std::string name;
-  std::vector<Insn> insns;
-  Code code() const { return Code{elf::Arch::X86_64, name, insns}; }
-};
-
-Result<DecodedCode> decode_export(const elf::ElfFile& elf, const char* name) {
+// decode_symbol (matchers.h), saying which Tarantool export is missing when it is.
+Result<DecodedFunction> decode_export(const elf::ElfFile& elf, const char* name) {
   const elf::Symbol* sym = elf.find_symbol(name);
   if (sym == nullptr || !sym->defined()) {
     return make_error("{} exports no function {}", elf.path(), name);
   }
-  const uint64_t len = std::min<uint64_t>(sym->size ? sym->size : 256, kMaxFunctionBytes);
-  LJ_ASSIGN_OR_RETURN(std::vector<Insn> insns, disasm::disassemble_range(elf, sym->value, len));
-  return DecodedCode{name, std::move(insns)};
+  return decode_symbol(elf, name);
 }
 
 // An %fs-relative access: the x86 segment-override prefix 0x64 among the legacy prefixes (the
@@ -64,12 +55,16 @@ bool fs_relative(const Insn& i) {
   return false;
 }
 
-// `reg = fs:[disp]`: a load of a __thread variable of the executable (initial-exec TLS), an
-// absolute memory operand (no base, no index) under the %fs segment.
+// `op` of `i` is a __thread variable of the executable (initial-exec TLS): an absolute memory
+// operand (no base, no index) under the %fs segment.
+bool tls_operand(const Insn& i, const Operand& op) {
+  return op.kind == Kind::Mem && op.base == kNoReg && op.index == kNoReg && fs_relative(i);
+}
+
+// `reg = fs:[disp]`: a load of a __thread variable.
 std::optional<LoadView> tls_load(const Insn& i) {
   if (i.kind != InsnKind::Mov || i.op_count != 2 || i.ops[0].kind != Kind::Reg ||
-      i.ops[0].size != 8 || i.ops[1].kind != Kind::Mem || i.ops[1].base != kNoReg ||
-      i.ops[1].index != kNoReg || !fs_relative(i)) {
+      i.ops[0].size != 8 || !tls_operand(i, i.ops[1])) {
     return std::nullopt;
   }
   return LoadView{i.ops[0].reg, kNoReg, i.ops[1].disp, 8};
@@ -77,6 +72,12 @@ std::optional<LoadView> tls_load(const Insn& i) {
 
 bool caller_saved(int reg) {
   return reg == 0 || reg == 1 || reg == 2 || reg == 6 || reg == 7 || (reg >= 8 && reg <= 11);
+}
+
+// Whether `reg` may hold something else after `i`: written by it, or caller-saved across a call.
+bool clobbered(const Code& c, const Insn& i, int reg) {
+  const bool call = i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect;
+  return (call && caller_saved(reg)) || writes_reg(c, i, reg);
 }
 
 // What a register is known to hold while a function's straight-line code is followed.
@@ -88,14 +89,11 @@ struct RegFacts {
     constant.erase(reg);
   }
   void after(const Code& c, const Insn& i) {
-    if (i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect) {
-      std::erase_if(cord, [](const auto& e) { return caller_saved(e.first); });
-      std::erase_if(constant, [](const auto& e) { return caller_saved(e.first); });
-      return;
-    }
+    const bool call = i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect;
     for (int reg = 0; reg <= 15; ++reg) {
-      if (writes_reg(c, i, reg)) forget(reg);
+      if (clobbered(c, i, reg)) forget(reg);
     }
+    if (call) return;
     if (auto load = tls_load(i)) {
       cord[load->dst] = load->disp;
     } else if (i.kind == InsnKind::Lea && i.ops[0].kind == Kind::Reg && i.ops[1].base == kX86Rip &&
@@ -119,7 +117,7 @@ Result<MainCord> match_cord_is_main(const Code& c) {
     if (i.kind == InsnKind::Compare && i.op_count == 2) {
       std::optional<int64_t> tls, address;
       for (const Operand& op : {i.ops[0], i.ops[1]}) {
-        if (op.kind == Kind::Mem && op.base == kNoReg && op.index == kNoReg && fs_relative(i)) {
+        if (tls_operand(i, op)) {
           tls = op.disp;
         } else if (op.kind == Kind::Reg && facts.cord.count(op.reg)) {
           tls = facts.cord.at(op.reg);
@@ -173,7 +171,6 @@ Result<int64_t> match_fiber_name(const Code& c) {
         }
       }
     }
-    const bool call = i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect;
     std::optional<std::pair<int, int64_t>> new_load, new_lea;
     std::optional<int> new_copy;
     if (auto load = as_load(c, i); load && load->size == 8 && fiber_regs.count(load->base)) {
@@ -186,7 +183,7 @@ Result<int64_t> match_fiber_name(const Code& c) {
       new_copy = i.ops[0].reg;
     }
     for (int reg = 0; reg <= 15; ++reg) {
-      if ((call && caller_saved(reg)) || writes_reg(c, i, reg)) {
+      if (clobbered(c, i, reg)) {
         fiber_regs.erase(reg);
         loaded.erase(reg);
         computed.erase(reg);

@@ -52,6 +52,18 @@ struct Code {
 
 Evidence evidence_of(const Code& code, const Insn& insn, std::string role);
 
+// The decoded code of the function symbol `name` of `file`: its symbol's size, or
+// kUnsizedFunctionBytes for an unsized one (fewer near the end of its segment). Fails on a
+// missing symbol, one over DisasmLimits::kMaxFunctionBytes, or unreadable code.
+struct DecodedFunction {
+  std::vector<Insn> insns;
+  Code code() const { return Code{arch, name, insns}; }
+  elf::Arch arch = elf::Arch::X86_64;
+  std::string name;
+};
+inline constexpr uint64_t kUnsizedFunctionBytes = 1024;
+Result<DecodedFunction> decode_symbol(const elf::ElfFile& file, const char* name);
+
 // lua_close (lj_api.c): `g = G(L)` loads L->glref, then the first zero store through g is
 // `setgcrefnull(g->cur_L)`. The glref load width is the MRef width: 8 bytes means GC64.
 struct LuaCloseMatch {

@@ -10,37 +10,6 @@ namespace ljprof::luajit {
 
 namespace {
 
-constexpr uint64_t kUnsizedFunctionBytes = 1024;
-
-struct DecodedFunction {
-  std::vector<Insn> insns;
-  Code code() const { return Code{arch, name, insns}; }
-  elf::Arch arch = elf::Arch::X86_64;
-  std::string name;
-};
-
-Result<DecodedFunction> decode_symbol(const elf::ElfFile& file, const char* name) {
-  const elf::Symbol* sym = file.find_symbol(name);
-  if (sym == nullptr) return make_error("{}: no symbol {}", file.path(), name);
-  uint64_t len = sym->size ? sym->size : kUnsizedFunctionBytes;
-  if (len > disasm::DisasmLimits::kMaxFunctionBytes) {
-    return make_error("{}: {} is {} bytes, above the cap of {} (DisasmLimits::kMaxFunctionBytes)",
-                      file.path(), name, len, disasm::DisasmLimits::kMaxFunctionBytes);
-  }
-  auto insns = disasm::disassemble_range(file, sym->value, len);
-  if (!insns.ok()) {
-    // An unsized symbol near the end of its segment: retry with what the segment holds.
-    if (sym->size == 0) insns = disasm::disassemble_range(file, sym->value, 64);
-    if (!insns.ok())
-      return make_error("{}: cannot read {}: {}", file.path(), name, insns.message());
-  }
-  DecodedFunction f;
-  f.arch = file.arch();
-  f.name = name;
-  f.insns = std::move(*insns);
-  return f;
-}
-
 std::string vm_label(const VmInterval& vm) {
   return fmt::format("VM interval [{:#x}, {:#x})", vm.begin, vm.end);
 }
