@@ -232,24 +232,22 @@ profile::SampleFiber SampleIntake::fiber_of(const lj_rec_sample& s, const Proces
 // cord_create(&main_cord, "main")); another cord's cord.name from the process when the layout
 // has it (DWARF), kept once read; "cord 0xADDR" while it cannot be read (a new thread names its
 // cord in cord_create after it started, and a layout from machine code knows no cord.name).
-const std::string& SampleIntake::cord_name(const lj_rec_sample& s, const ProcessContext& ctx) {
-  static const std::string kMain = "main", kUnknown;
+std::string SampleIntake::cord_name(const lj_rec_sample& s, const ProcessContext& ctx) {
   const ModuleView* lj = ctx.luajit;
-  if (lj == nullptr || !lj->object->fibers || s.fiber_cord == 0) return kUnknown;
+  if (lj == nullptr || !lj->object->fibers || s.fiber_cord == 0) return "";
   const luajit::FiberLayout& layout = *lj->object->fibers;
-  if (s.fiber_cord == layout.main_cord + lj->bias) return kMain;
-  if (cord_names_.size() >= kMaxCordNames) cord_names_.clear();
-  std::string& known = cord_names_.try_emplace({s.pid, s.fiber_cord}).first->second;
-  const bool readable = layout.source == luajit::FiberLayoutSource::Dwarf && ctx.mem != nullptr;
-  if (!known.empty() && !(readable && known.rfind("cord 0x", 0) == 0)) return known;
+  if (s.fiber_cord == layout.main_cord + lj->bias) return "main";
+  const std::pair<uint32_t, uint64_t> key{s.pid, s.fiber_cord};
+  if (auto known = cord_names_.find(key); known != cord_names_.end()) return known->second;
   char name[40] = {};  // fiber.h struct cord: char name[40]
-  std::string read;
-  if (readable && ctx.mem->read(s.fiber_cord + layout.cord_name, name, sizeof name) == 0) {
-    read.assign(name, strnlen(name, sizeof name));
+  if (layout.source == luajit::FiberLayoutSource::Dwarf && ctx.mem != nullptr &&
+      ctx.mem->read(s.fiber_cord + layout.cord_name, name, sizeof name) == 0 && name[0] != 0) {
+    std::string read(name, strnlen(name, sizeof name));
     make_printable(read);
+    if (cord_names_.size() >= kMaxCordNames) cord_names_.clear();
+    return cord_names_.emplace(key, std::move(read)).first->second;
   }
-  known = read.empty() ? fmt::format("cord {:#x}", s.fiber_cord) : std::move(read);
-  return known;
+  return fmt::format("cord {:#x}", s.fiber_cord);
 }
 
 void SampleIntake::note_end_site(const lj_rec_sample& s, const ProcessContext& ctx) {

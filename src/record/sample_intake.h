@@ -86,7 +86,7 @@ class SampleIntake {
                               const ProcessContext& ctx) const;
   void note_end_site(const lj_rec_sample& s, const ProcessContext& ctx);
   profile::SampleFiber fiber_of(const lj_rec_sample& s, const ProcessContext& ctx);
-  const std::string& cord_name(const lj_rec_sample& s, const ProcessContext& ctx);
+  std::string cord_name(const lj_rec_sample& s, const ProcessContext& ctx);
 
   ProcessFollower& follower_;
   KernelContexts& kernel_;
@@ -115,7 +115,8 @@ class SampleIntake {
   uint64_t dropped_times_ = 0;
   std::map<uint32_t, std::deque<SampleTime>> times_;
   std::vector<lj_rec_stall> stall_records_;
-  // cord.name by (pid, struct cord address), read once (a cord is named when its thread starts).
+  // cord.name by (pid, struct cord address), kept once read (a cord is named when its thread
+  // starts; until then it is not kept and is read again).
   std::map<std::pair<uint32_t, uint64_t>, std::string> cord_names_;
   static constexpr size_t kMaxCordNames = 4096;
   static constexpr size_t kMaxStalls = 1u << 20;
