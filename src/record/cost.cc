@@ -9,8 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
+
+#include "proc/proc_maps.h"
 
 namespace ljprof::record {
 
@@ -53,15 +54,14 @@ ResidentParts resident_parts() {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   uint64_t* part = &parts.other_kib;
   for (std::string line; std::getline(smaps, line);) {
-    // A mapping's first line: "START-END PERMS OFFSET DEV INODE [PATH]"; its fields follow as
-    // "Name:   N kB".
+    // A mapping's first line is a proc(5) maps line; its fields follow as "Name:   N kB".
     if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
         line.find('-') < line.find(' ')) {
-      std::istringstream fields(line);
-      std::string range, perms, offset, dev, inode, path;
-      fields >> range >> perms >> offset >> dev >> inode;
-      std::getline(fields >> std::ws, path);
-      if (path.empty() || path == "[heap]") {
+      auto mapping = proc::parse_proc_maps(line, "/proc/self/smaps");
+      const std::string path = mapping.ok() && !mapping->empty() ? mapping->front().path : "";
+      if (!mapping.ok()) {
+        part = &parts.other_kib;
+      } else if (path.empty() || path == "[heap]") {
         part = &parts.heap_kib;
       } else if (path.find("bpf") != std::string::npos && path.rfind("anon_inode:", 0) == 0) {
         part = &parts.bpf_kib;
