@@ -97,8 +97,7 @@ long rss_kib(pid_t pid, const std::string& field = "VmRSS") {
   return 0;
 }
 
-// Samples per pid label of the profiles in `files`, merged and printed by `go tool pprof -raw`
-// ("   COUNT   VALUE: LOCATIONS" then "   pid:[N] ...").
+// Samples per pid label of the profiles in `files`, merged and printed by `go tool pprof -raw`.
 std::map<uint32_t, int64_t> samples_by_pid(const std::string& dir,
                                            const std::vector<std::string>& files) {
   std::vector<std::string> args = {"-raw"};
@@ -106,18 +105,9 @@ std::map<uint32_t, int64_t> samples_by_pid(const std::string& dir,
   test::CommandResult raw = test::go_tool_pprof(dir, args);
   EXPECT_EQ(raw.exit_code, 0) << raw.err;
   std::map<uint32_t, int64_t> out;
-  static const std::regex kSample(R"(^\s+(\d+)\s+\d+:)"), kPid(R"(pid:\[(\d+)\])");
-  std::istringstream in(raw.out);
-  std::string line;
-  int64_t pending = -1;
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, kSample)) {
-      pending = std::stoll(m[1]);
-    } else if (pending >= 0 && std::regex_search(line, m, kPid)) {
-      out[static_cast<uint32_t>(std::stoul(m[1]))] += pending;
-      pending = -1;
-    }
+  for (const test::PprofRawSample& s : test::parse_pprof_raw_samples(raw.out)) {
+    auto pid = s.labels.find("pid");
+    if (pid != s.labels.end()) out[static_cast<uint32_t>(std::stoul(pid->second))] += s.count;
   }
   return out;
 }

@@ -1,6 +1,5 @@
 #include "support/tarantool_copies.h"
 
-#include <elf.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -30,12 +29,8 @@ uint64_t end_of_instruction(const std::string& bin, const std::string& function,
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
     if (!std::regex_match(line, m, row) || m[3].str().find(text) == std::string::npos) continue;
-    const uint64_t vaddr = std::stoull(m[1], nullptr, 16);
-    for (const elf::Segment& seg : (*elf)->segments()) {
-      if (seg.type == PT_LOAD && vaddr >= seg.vaddr && vaddr - seg.vaddr < seg.filesz) {
-        return vaddr - seg.vaddr + seg.offset + m[2].str().size() / 3;
-      }
-    }
+    auto offset = (*elf)->file_offset(std::stoull(m[1], nullptr, 16));
+    if (offset.ok()) return *offset + m[2].str().size() / 3;
   }
   return 0;
 }

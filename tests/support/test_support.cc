@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -341,6 +342,25 @@ std::map<std::string, PprofTopRow> parse_pprof_top(const std::string& out) {
     rows[name] = {flat, cum};
   }
   return rows;
+}
+
+std::vector<PprofRawSample> parse_pprof_raw_samples(const std::string& out) {
+  std::vector<PprofRawSample> samples;
+  static const std::regex sample(R"(^\s+(\d+)(?:\s+\d+)+:)"), label(R"((\w+):\[([^\]]*)\])");
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Locations", 0) == 0) break;  // the samples' section is over
+    std::smatch m;
+    if (std::regex_search(line, m, sample)) {
+      samples.push_back({std::stoll(m[1]), {}});
+      continue;
+    }
+    if (samples.empty()) continue;
+    for (std::sregex_iterator it(line.begin(), line.end(), label), end; it != end; ++it) {
+      samples.back().labels[(*it)[1]] = (*it)[2];
+    }
+  }
+  return samples;
 }
 
 }  // namespace ljprof::test

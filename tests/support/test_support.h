@@ -144,4 +144,13 @@ struct PprofTopRow {
 };
 std::map<std::string, PprofTopRow> parse_pprof_top(const std::string& out);
 
+// The samples of `go tool pprof -raw` output: each one's first value (COUNT of its
+// "COUNT VALUE...: LOCATIONS" line) and its labels, the "key:[value]" pairs on the lines under
+// it (string and numeric labels print on lines of their own).
+struct PprofRawSample {
+  int64_t count = 0;
+  std::map<std::string, std::string> labels;
+};
+std::vector<PprofRawSample> parse_pprof_raw_samples(const std::string& out);
+
 }  // namespace ljprof::test

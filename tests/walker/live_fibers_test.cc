@@ -272,26 +272,12 @@ TEST(LiveFibers, WallProfileSamplesEveryCordsFibers) {
   EXPECT_EQ(r.err.find("only the main cord"), std::string::npos) << r.err;
   test::CommandResult raw = test::go_tool_pprof(w.dir.path(), {"-raw", wall});
   ASSERT_EQ(raw.exit_code, 0) << raw.err;
-  // Each sample's labels, as -raw prints them on the lines under the sample's "COUNT VALUE:
-  // LOCATIONS" line: "key:[value]" pairs, string and numeric labels on lines of their own.
   std::set<std::string> seen;  // "cord tid id name"
-  std::map<std::string, std::string> labels;
-  auto flush = [&] {
-    if (labels.count("cord")) {
-      seen.insert(fmt::format("{} {} {} {}", labels["cord"], labels["tid"], labels["fiber_id"],
-                              labels["fiber"]));
-    }
-    labels.clear();
-  };
-  std::istringstream in(raw.out);
-  static const std::regex sample(R"(^\s+\d+\s+\d+:)"), pair(R"((\w+):\[([^\]]*)\])");
-  for (std::string line; std::getline(in, line);) {
-    if (std::regex_search(line, sample)) flush();
-    for (std::sregex_iterator it(line.begin(), line.end(), pair), end; it != end; ++it) {
-      labels[(*it)[1]] = (*it)[2];
-    }
+  for (test::PprofRawSample& s : test::parse_pprof_raw_samples(raw.out)) {
+    if (!s.labels.count("cord")) continue;
+    seen.insert(fmt::format("{} {} {} {}", s.labels["cord"], s.labels["tid"], s.labels["fiber_id"],
+                            s.labels["fiber"]));
   }
-  flush();
   size_t others = 0;
   for (const auto& [tid, cord] : test::gdb_cords({"-p", w.pid()})) {
     const std::string tid_label = cord.name == "main" ? "" : std::to_string(tid);
