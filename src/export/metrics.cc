@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <cassert>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
