@@ -54,21 +54,20 @@ int fail(const std::string& what) {
 int print_snapshot(const FibersFlags& f, const core::CoreWalker& walker) {
   auto main = core::FiberSnapshotter(walker).take();
   if (!main.ok()) return fail(main.message());
-  std::vector<core::FiberSnapshot> snapshots = {std::move(*main)};
   report::FiberReport r;
   r.pid = f.pid;
+  r.cords.push_back({f.pid, std::move(*main)});  // the main cord runs on the main thread
   auto cords = walker.other_cords();
   if (!cords.ok()) r.cords_error = cords.message();
   for (const core::CoreWalker::OtherCord& cord :
        cords.ok() ? *cords : std::vector<core::CoreWalker::OtherCord>{}) {
     auto snapshot = core::FiberSnapshotter(walker, cord.cord).take();
     if (snapshot.ok()) {
-      snapshots.push_back(std::move(*snapshot));
+      r.cords.push_back({cord.tid, std::move(*snapshot)});
     } else if (r.cords_error.empty()) {
       r.cords_error = fmt::format("cord at {:#x}: {}", cord.cord, snapshot.message());
     }
   }
-  r.cords = snapshots;
   if (f.json) {
     std::cout << report::json_text(report::fiber_report_json(r)) << "\n";
   } else {

@@ -12,7 +12,7 @@ using Json = nlohmann::ordered_json;
 Json fiber_report_json(const FiberReport& report) {
   Json fibers = Json::array(), cords = Json::array();
   uint64_t rereads = 0, unsettled = 0;
-  for (const core::FiberSnapshot& snapshot : report.cords) {
+  for (const auto& [tid, snapshot] : report.cords) {
     cords.push_back(snapshot.cord);
     rereads += snapshot.rereads;
     unsettled += snapshot.unsettled;
@@ -25,6 +25,7 @@ Json fiber_report_json(const FiberReport& report) {
                 {"name", f.fiber.name},
                 {"state", core::fiber_state_name(f.state)},
                 {"cord", snapshot.cord},
+                {"tid", tid},
                 {"frames", std::move(frames)},
                 {"reached_root", f.stack->reached_root}};
       if (!f.stack->end.empty()) j["end"] = f.stack->end;
@@ -33,7 +34,8 @@ Json fiber_report_json(const FiberReport& report) {
     }
   }
   Json out = {{"pid", report.pid},
-              {"cord", report.cords.empty() ? Json(nullptr) : Json(report.cords.front().cord)},
+              {"cord",
+               report.cords.empty() ? Json(nullptr) : Json(report.cords.front().snapshot.cord)},
               {"cords", std::move(cords)},
               {"fibers", std::move(fibers)},
               {"rereads", rereads},
@@ -44,9 +46,10 @@ Json fiber_report_json(const FiberReport& report) {
 
 namespace {
 
-std::string snapshot_text(const core::FiberSnapshot& snapshot, uint32_t pid) {
-  std::string text = fmt::format("Process {}, cord \"{}\": {} fibers\n\n", pid, snapshot.cord,
-                                 snapshot.fibers.size());
+std::string snapshot_text(const CordFibers& cord, uint32_t pid) {
+  const core::FiberSnapshot& snapshot = cord.snapshot;
+  std::string text = fmt::format("Process {}, cord \"{}\" (thread {}): {} fibers\n\n", pid,
+                                 snapshot.cord, cord.tid, snapshot.fibers.size());
   for (const core::FiberStack& f : snapshot.fibers) {
     text += fmt::format("Fiber {} \"{}\" ({})", f.fiber.id, f.fiber.name,
                         core::fiber_state_name(f.state));
@@ -72,9 +75,7 @@ std::string snapshot_text(const core::FiberSnapshot& snapshot, uint32_t pid) {
 
 std::string fiber_report_text(const FiberReport& report) {
   std::string text;
-  for (const core::FiberSnapshot& snapshot : report.cords) {
-    text += snapshot_text(snapshot, report.pid);
-  }
+  for (const CordFibers& cord : report.cords) text += snapshot_text(cord, report.pid);
   if (!report.cords_error.empty()) {
     text +=
         fmt::format("Other cords' fibers: not listed: {}\n", printable_text(report.cords_error));

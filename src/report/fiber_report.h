@@ -1,13 +1,13 @@
 // report/fiber_report.h: what `ljprof fibers -p PID` prints — every fiber of every cord (the
 // main one first) with its state and stack — as text (frames worded like `ljprof core`'s) and as
-// the JSON document {"pid", "cord", "cords", "fibers": [{"id", "name", "state", "cord", "frames",
-// ...}], ...}.
+// the JSON document {"pid", "cord", "cords", "fibers": [{"id", "name", "state", "cord", "tid",
+// "frames", ...}], ...}.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <span>
 #include <string>
+#include <vector>
 
 #include "core/fiber_snapshot.h"
 
@@ -15,9 +15,13 @@ namespace ljprof::report {
 
 // What was read: the main cord's snapshot first, then the other cords'; `cords_error`: why the
 // other cords are not listed ("" when they are, or there are none).
+struct CordFibers {
+  uint32_t tid = 0;  // the thread that runs the cord: cords' names repeat ("coio" per worker)
+  core::FiberSnapshot snapshot;
+};
 struct FiberReport {
   uint32_t pid = 0;
-  std::span<const core::FiberSnapshot> cords;
+  std::vector<CordFibers> cords;
   std::string cords_error;
 };
 
