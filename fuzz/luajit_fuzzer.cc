@@ -23,7 +23,7 @@ bool aligned_in(int64_t v, int64_t lo, int64_t hi, int64_t align) {
 }
 
 // The Tarantool fiber patterns (luajit/fiber_code.h), x86-64 only. cord_ptr's offset is the one
-// cord_is_main found, else Debian 2.6's.
+// cord_is_main found, else Debian 2.6's; rlist.next the one fiber_stat's pattern found, else 8.
 void exercise_fiber_matchers(const Code& code) {
   int64_t tls = -0x33a0;
   if (auto m = match_cord_is_main(code); m.ok()) {
@@ -34,6 +34,22 @@ void exercise_fiber_matchers(const Code& code) {
   (void)match_fiber_name(code);
   if (auto f = match_fiber_fid(code, tls); f.ok()) {
     require(f->size == 1 || f->size == 2 || f->size == 4 || f->size == 8);
+  }
+  int64_t next = 8;
+  if (auto alive = match_alive_list(code, tls); alive.ok()) {
+    require(alive->rlist_next == 0 || alive->rlist_next == 8);
+    next = alive->rlist_next;
+  }
+  (void)match_ready_list(code, tls, next);
+  if (auto dead = match_dead_flag(code); dead.ok()) {
+    require(dead->flag_dead > 0 && (dead->flag_dead & (dead->flag_dead - 1)) == 0);
+  }
+  // Targets as the seeds' calls land when their code is placed at 0x400000: any address will
+  // do, the matchers only compare them.
+  (void)match_switch(code, tls, 0, 0x400100);
+  (void)match_lua_stack(code, 0x400100, 0x600000);
+  if (auto name = match_cord_name(code, tls); name.ok()) {
+    require(name->offset > 0 && name->size > 0 && name->size <= 256);
   }
 }
 

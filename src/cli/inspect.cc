@@ -144,6 +144,7 @@ Json fiber_layout_json(const elf::ElfFile& file, luajit::Runtime runtime) {
   if (!layout.ok()) return {{"error", layout.message()}};
   Json j = Json::object();
   j["source"] = layout->source == luajit::FiberLayoutSource::Dwarf ? "DWARF" : "machine code";
+  if (!layout->has_lists) j["lists_error"] = layout->lists_error;
   for (const auto& [name, value] : luajit::fiber_layout_rows(*layout)) {
     j[name] = name == "main_cord" || name == "cord_ptr" ? Json(hex(value)) : Json(value);
   }
@@ -157,15 +158,20 @@ void print_fiber_layout(const Json& layout) {
     return;
   }
   if (layout["source"] == "DWARF") {
-    fmt::print("fibers:     the main cord's fibers (tarantool src/lib/core/fiber.h, from DWARF)\n");
+    fmt::print("fibers:     every cord's fibers (tarantool src/lib/core/fiber.h, from DWARF)\n");
+  } else if (!layout.contains("lists_error")) {
+    fmt::print(
+        "fibers:     every cord's fibers (tarantool src/lib/core/fiber.h, from the machine code of "
+        "cord_is_main, fiber_self, fiber_set_name, fiber_new_ex, fiber_stat, fiber_wakeup, "
+        "fiber_join, fiber_call, cord_set_name and tarantool_lua_run_script)\n");
   } else {
     fmt::print(
         "fibers:     the fiber of each sample (tarantool src/lib/core/fiber.h, from the machine "
-        "code of cord_is_main, fiber_self, fiber_set_name and fiber_new_ex); without DWARF no "
-        "fiber lists\n");
+        "code of cord_is_main, fiber_self, fiber_set_name and fiber_new_ex); no fiber lists: {}\n",
+        layout["lists_error"].get<std::string>());
   }
   for (const auto& [name, value] : layout.items()) {
-    if (name == "source") continue;
+    if (name == "source" || name == "lists_error") continue;
     fmt::print(
         "  {:<26} {:>12}\n", name,
         value.is_string() ? value.get<std::string>() : std::to_string(value.get<uint64_t>()));
@@ -304,7 +310,11 @@ int verify_dwarf(const std::string& binary, bool json) {
   }
   bool all = true;
   Json rows = Json::array();
-  for (const luajit::DwarfCheck& c : luajit::verify_against_dwarf(*info, *dwarf)) {
+  std::vector<luajit::DwarfCheck> checks = luajit::verify_against_dwarf(*info, *dwarf);
+  for (luajit::DwarfCheck& c : luajit::verify_fiber_layout_against_dwarf(**file)) {
+    checks.push_back(std::move(c));
+  }
+  for (const luajit::DwarfCheck& c : checks) {
     const char* verdict = !c.dwarf ? "N/A" : c.pass ? "PASS" : "FAIL";
     if (c.dwarf && !c.pass) all = false;
     if (json) {

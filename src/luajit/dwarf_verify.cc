@@ -10,8 +10,11 @@
 #include <charconv>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 #include <string_view>
+
+#include "luajit/fiber_layout.h"
 
 namespace ljprof::luajit {
 
@@ -308,6 +311,38 @@ std::vector<DwarfCheck> verify_against_dwarf(const LuaJITProcInfo& info, const D
     out.push_back(std::move(c));
   }
   return out;
+}
+
+std::vector<DwarfCheck> verify_fiber_layout_against_dwarf(const elf::ElfFile& elf) {
+  auto dwarf = read_fiber_layout_dwarf(elf);
+  if (!dwarf.ok()) return {};
+  auto unproven = [](std::string field, const std::string& why) {
+    DwarfCheck c;
+    c.field = std::move(field);
+    c.dwarf_rule = "not from machine code: " + why;
+    return c;
+  };
+  auto code = fiber_layout_from_code(elf);
+  if (!code.ok()) return {unproven("fiber layout", code.message())};
+  std::map<std::string, uint64_t> want;
+  for (const auto& [name, value] : fiber_layout_rows(*dwarf)) want[name] = value;
+  if (auto tp = cord_ptr_from_tp(*dwarf, elf.arch())) {
+    want["tp - &cord_ptr"] = static_cast<uint64_t>(-*tp);
+  }
+  std::vector<DwarfCheck> checks;
+  for (const auto& [name, value] : fiber_layout_rows(*code)) {
+    DwarfCheck c;
+    c.field = name;
+    c.extracted = static_cast<int64_t>(value);
+    c.dwarf_rule = name == "tp - &cord_ptr" ? "cord_ptr and PT_TLS" : name;
+    if (auto w = want.find(name); w != want.end()) {
+      c.dwarf = static_cast<int64_t>(w->second);
+      c.pass = w->second == value;
+    }
+    checks.push_back(std::move(c));
+  }
+  if (!code->has_lists) checks.push_back(unproven("fiber lists", code->lists_error));
+  return checks;
 }
 
 }  // namespace ljprof::luajit

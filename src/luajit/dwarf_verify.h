@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "elf/elf_file.h"
 #include "luajit/proc_info.h"
 
 namespace ljprof::luajit {
@@ -50,5 +51,12 @@ struct DwarfCheck {
 
 // One row per extracted field, each computed by its luajit_info.h DWARF expression.
 std::vector<DwarfCheck> verify_against_dwarf(const LuaJITProcInfo& info, const DwarfLayout& dwarf);
+
+// The fiber layout of a Tarantool executable from its machine code (fiber_layout_from_code)
+// against the one from its DWARF (read_fiber_layout_dwarf), one row per field ("fiber.link",
+// "tp - &cord_ptr" against cord_ptr_from_tp). Empty when the executable has no DWARF fiber
+// layout (not a Tarantool); one row without a DWARF value, saying why, when the machine code
+// proves no layout (nothing was extracted, so nothing is wrong).
+std::vector<DwarfCheck> verify_fiber_layout_against_dwarf(const elf::ElfFile& elf);
 
 }  // namespace ljprof::luajit

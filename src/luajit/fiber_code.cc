@@ -1,4 +1,4 @@
-// What a CPU sample's fiber label needs (fiber_layout.h fiber_label_layout_from_code), read from
+// What a CPU sample's fiber label needs (fiber_layout.h fiber_layout_from_code), read from
 // the machine code of four functions every Tarantool exports in .dynsym, which strip keeps:
 // Tarantool packages outside Debian ship the executable stripped, its DWARF in a separate
 // package that is rarely installed. x86-64 only: the patterns were derived from, and are proven
@@ -21,20 +21,17 @@
 #include <set>
 
 #include "luajit/fiber_code.h"
+#include "luajit/fiber_code_internal.h"
 #include "luajit/fiber_layout.h"
 #include "luajit/matchers_internal.h"
 
 namespace ljprof::luajit {
 
 using namespace matchers_internal;
+using namespace fiber_code_internal;
 
-namespace {
+namespace fiber_code_internal {
 
-constexpr int64_t kMaxMemberOffset = 1 << 16;
-// FIBER_ID_MAX_RESERVED (fiber.h): the compare that keeps new fids above the reserved ones.
-constexpr std::array<int64_t, 2> kReservedFidCompare = {99, 100};
-
-// decode_symbol (matchers.h), saying which Tarantool export is missing when it is.
 Result<DecodedFunction> decode_export(const elf::ElfFile& elf, const char* name) {
   const elf::Symbol* sym = elf.find_symbol(name);
   if (sym == nullptr || !sym->defined()) {
@@ -43,8 +40,8 @@ Result<DecodedFunction> decode_export(const elf::ElfFile& elf, const char* name)
   return decode_symbol(elf, name);
 }
 
-// An %fs-relative access: the x86 segment-override prefix 0x64 among the legacy prefixes (the
-// disassembler's operands keep no segment).
+// The x86 segment-override prefix 0x64 among the legacy prefixes (the disassembler's operands
+// keep no segment).
 bool fs_relative(const Insn& i) {
   for (uint8_t b : i.byte_span()) {
     if (b == 0x64) return true;
@@ -55,13 +52,10 @@ bool fs_relative(const Insn& i) {
   return false;
 }
 
-// `op` of `i` is a __thread variable of the executable (initial-exec TLS): an absolute memory
-// operand (no base, no index) under the %fs segment.
 bool tls_operand(const Insn& i, const Operand& op) {
   return op.kind == Kind::Mem && op.base == kNoReg && op.index == kNoReg && fs_relative(i);
 }
 
-// `reg = fs:[disp]`: a load of a __thread variable.
 std::optional<LoadView> tls_load(const Insn& i) {
   if (i.kind != InsnKind::Mov || i.op_count != 2 || i.ops[0].kind != Kind::Reg ||
       i.ops[0].size != 8 || !tls_operand(i, i.ops[1])) {
@@ -70,15 +64,35 @@ std::optional<LoadView> tls_load(const Insn& i) {
   return LoadView{i.ops[0].reg, kNoReg, i.ops[1].disp, 8};
 }
 
+namespace {
+
 bool caller_saved(int reg) {
   return reg == 0 || reg == 1 || reg == 2 || reg == 6 || reg == 7 || (reg >= 8 && reg <= 11);
 }
 
-// Whether `reg` may hold something else after `i`: written by it, or caller-saved across a call.
-bool clobbered(const Code& c, const Insn& i, int reg) {
-  const bool call = i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect;
-  return (call && caller_saved(reg)) || writes_reg(c, i, reg);
+}  // namespace
+
+bool is_call(const Insn& i) {
+  return i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect;
 }
+
+bool clobbered(const Code& c, const Insn& i, int reg) {
+  return (is_call(i) && caller_saved(reg)) || writes_reg(c, i, reg);
+}
+
+Status check_offset(const elf::ElfFile& elf, const char* what, int64_t offset) {
+  if (offset < 0 || offset >= kMaxMemberOffset) {
+    return make_error("{}: {} at {} is not a member offset (0..64 KiB)", elf.path(), what, offset);
+  }
+  return Ok{};
+}
+
+}  // namespace fiber_code_internal
+
+namespace {
+
+// FIBER_ID_MAX_RESERVED (fiber.h): the compare that keeps new fids above the reserved ones.
+constexpr std::array<int64_t, 2> kReservedFidCompare = {99, 100};
 
 // What a register is known to hold while a function's straight-line code is followed.
 struct RegFacts {
@@ -89,11 +103,10 @@ struct RegFacts {
     constant.erase(reg);
   }
   void after(const Code& c, const Insn& i) {
-    const bool call = i.kind == InsnKind::CallDirect || i.kind == InsnKind::CallIndirect;
     for (int reg = 0; reg <= 15; ++reg) {
       if (clobbered(c, i, reg)) forget(reg);
     }
-    if (call) return;
+    if (is_call(i)) return;
     if (auto load = tls_load(i)) {
       cord[load->dst] = load->disp;
     } else if (i.kind == InsnKind::Lea && i.ops[0].kind == Kind::Reg && i.ops[1].base == kX86Rip &&
@@ -227,7 +240,7 @@ Result<FidStore> match_fiber_fid(const Code& c, int64_t tls_offset) {
             into_other.push_back({store->disp, store->size});
           }
         }
-        if (s.kind == InsnKind::CallDirect || s.kind == InsnKind::CallIndirect) break;
+        if (is_call(s)) break;
         after.after(c, s);
       }
       if (into_cord && into_other.size() == 1) return into_other.front();
@@ -253,16 +266,9 @@ bool writable_data(const elf::ElfFile& elf, uint64_t address) {
   return false;
 }
 
-Status check_offset(const elf::ElfFile& elf, const char* what, int64_t offset) {
-  if (offset < 0 || offset >= kMaxMemberOffset) {
-    return make_error("{}: {} at {} is not a member offset (0..64 KiB)", elf.path(), what, offset);
-  }
-  return Ok{};
-}
-
 }  // namespace
 
-Result<FiberLayout> fiber_label_layout_from_code(const elf::ElfFile& elf) {
+Result<FiberLayout> fiber_layout_from_code(const elf::ElfFile& elf) {
   if (elf.arch() != elf::Arch::X86_64) {
     return make_error("no fiber layout from machine code: {} is not x86-64", elf.path());
   }
@@ -303,6 +309,10 @@ Result<FiberLayout> fiber_label_layout_from_code(const elf::ElfFile& elf) {
   out.fiber_fid = static_cast<uint32_t>(fid->offset);
   out.fid_size = fid->size;
   out.cord_ptr_tp_offset = main_cord->tls_offset;
+  out.has_lists = false;
+  if (Status lists = fiber_list_fields_from_code(elf, out); !lists.ok()) {
+    out.lists_error = lists.message();
+  }
   return out;
 }
 

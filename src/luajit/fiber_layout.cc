@@ -110,7 +110,7 @@ Result<FiberLayout> layout_of(const elf::ElfFile& elf) {
 
 }  // namespace
 
-Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf, const std::string& debug_dir) {
+Result<FiberLayout> read_fiber_layout_dwarf(const elf::ElfFile& elf, const std::string& debug_dir) {
   auto own = layout_of(elf);
   if (own.ok()) return own;
   // A stripped executable: its separate debug file (Debian's -dbgsym package, tarantool-dbg)
@@ -128,12 +128,24 @@ Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf, const std::string
   return layout_of(*debug);
 }
 
+Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf, const std::string& debug_dir) {
+  auto dwarf = read_fiber_layout_dwarf(elf, debug_dir);
+  if (dwarf.ok()) return dwarf;
+  auto from_code = fiber_layout_from_code(elf);
+  if (!from_code.ok()) return make_error("{}; {}", dwarf.message(), from_code.message());
+  if (!from_code->has_lists) {
+    return make_error("{}; no fiber lists from machine code: {}", dwarf.message(),
+                      from_code->lists_error);
+  }
+  return from_code;
+}
+
 Result<FiberLayout> read_fiber_label_layout(const elf::ElfFile& elf, const std::string& debug_dir) {
-  auto full = read_fiber_layout(elf, debug_dir);
-  if (full.ok()) return full;
-  auto from_code = fiber_label_layout_from_code(elf);
+  auto dwarf = read_fiber_layout_dwarf(elf, debug_dir);
+  if (dwarf.ok()) return dwarf;
+  auto from_code = fiber_layout_from_code(elf);
   if (from_code.ok()) return from_code;
-  return make_error("{}; {}", full.message(), from_code.message());
+  return make_error("{}; {}", dwarf.message(), from_code.message());
 }
 
 std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& l, elf::Arch arch) {
@@ -152,7 +164,7 @@ std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& l, elf::Arch arch) {
 }
 
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& l) {
-  if (l.source == FiberLayoutSource::MachineCode) {
+  if (l.source == FiberLayoutSource::MachineCode && !l.has_lists) {
     return {{"main_cord", l.main_cord},
             {"cord.fiber", l.cord_fiber},
             {"fiber.fid", l.fiber_fid},
@@ -177,7 +189,9 @@ std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayou
       {"FIBER_IS_DEAD", l.flag_dead},
       {"fiber.storage.lua.stack", l.fiber_lua_state},
       {"fiber.ctx.sp", l.fiber_ctx_sp}};
-  if (l.has_cord_ptr) {
+  if (l.source == FiberLayoutSource::MachineCode) {
+    rows.emplace_back("tp - &cord_ptr", static_cast<uint64_t>(-l.cord_ptr_tp_offset));
+  } else if (l.has_cord_ptr) {
     rows.insert(
         rows.end(),
         {{"cord_ptr", l.cord_ptr}, {"PT_TLS.memsz", l.tls_size}, {"PT_TLS.align", l.tls_align}});

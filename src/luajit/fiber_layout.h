@@ -15,11 +15,17 @@
 namespace ljprof::luajit {
 
 // Where a layout was proven: DWARF gives every field; machine code (x86-64 builds without debug
-// information) gives only what labels a CPU sample with its fiber.
+// information) gives what labels a CPU sample with its fiber and, when those patterns match too,
+// what walks the fiber lists.
 enum class FiberLayoutSource : uint8_t { Dwarf, MachineCode };
 
 struct FiberLayout {
   FiberLayoutSource source = FiberLayoutSource::Dwarf;
+  // Whether the fields that walk the cords' fiber lists (cord.alive ... fiber.ctx.sp) are set:
+  // always from DWARF; from machine code when their patterns matched, else `lists_error` says
+  // which did not (such a layout labels CPU samples but lists no fibers).
+  bool has_lists = true;
+  std::string lists_error;
   // Link-time address of `static struct cord main_cord` (src/lib/core/fiber.c), a LOCAL OBJECT
   // of .symtab: the cord of the tx thread, where Lua runs.
   uint64_t main_cord = 0;
@@ -50,8 +56,9 @@ struct FiberLayout {
   uint64_t cord_ptr = 0;
   uint64_t tls_size = 0;
   uint64_t tls_align = 0;
-  // MachineCode: cord_ptr's offset from the thread pointer as the code reads it (fs:[offset]);
-  // the fields set are main_cord, cord_fiber, fiber_fid, fid_size, fiber_name and this one.
+  // MachineCode: cord_ptr's offset from the thread pointer as the code reads it (fs:[offset]),
+  // set with main_cord, cord_fiber, fiber_fid, fid_size and fiber_name (and the list fields when
+  // has_lists).
   int64_t cord_ptr_tp_offset = 0;
 };
 
@@ -61,23 +68,29 @@ struct FiberLayout {
 // 16-byte TCB on AArch64 (TLS_DTV_AT_TP: roundup(16, align)). nullopt without cord_ptr.
 std::optional<int64_t> cord_ptr_from_tp(const FiberLayout& layout, elf::Arch arch);
 
-// The layout of `elf` (a Tarantool executable), from its .symtab and DWARF, or from those of its
+// The layout of `elf` (a Tarantool executable) from its .symtab and DWARF, or from those of its
 // separate debug file under `debug_dir` (elf/elf_file.h separate_debug_file) when it is
 // stripped. Fails closed, naming what is missing: no main_cord symbol, no DWARF, or a
 // struct/member absent or of an unexpected size ("no fiber layout: DWARF of /usr/bin/x has no
 // struct fiber member fid"), and the debug file looked for.
+Result<FiberLayout> read_fiber_layout_dwarf(const elf::ElfFile& elf,
+                                            const std::string& debug_dir = elf::kDebugDir);
+
+// The layout from the machine code of functions every Tarantool exports, for an x86-64
+// executable shipped without any debug information: the fields that label a CPU sample with its
+// fiber (main_cord, cord.fiber, fiber.fid and its size, fiber.name, cord_ptr; cord_is_main,
+// fiber_self, fiber_set_name, fiber_new_ex: fiber_code.cc) and, with has_lists, those that walk
+// the fiber lists (fiber_list_code.cc). Fails closed, naming the function and the pattern that
+// did not match.
+Result<FiberLayout> fiber_layout_from_code(const elf::ElfFile& elf);
+
+// What lists fibers (`ljprof fibers`, `core --all-fibers`): the DWARF layout, else one from
+// machine code with has_lists. The error gives both reasons.
 Result<FiberLayout> read_fiber_layout(const elf::ElfFile& elf,
                                       const std::string& debug_dir = elf::kDebugDir);
 
-// The fields that label a CPU sample with the fiber the main thread runs (main_cord, cord.fiber,
-// fiber.fid and its size, fiber.name) from the machine code of functions every Tarantool
-// exports (cord_is_main, fiber_self, fiber_set_name, fiber_new_ex; fiber_code.cc): for an
-// x86-64 executable shipped without any debug information. Fails closed, naming the function and
-// the pattern that did not match.
-Result<FiberLayout> fiber_label_layout_from_code(const elf::ElfFile& elf);
-
-// What `record` labels samples with: read_fiber_layout's layout, else the one from machine code.
-// The error gives both reasons.
+// What `record` labels samples with: the DWARF layout, else the one from machine code (with or
+// without the lists). The error gives both reasons.
 Result<FiberLayout> read_fiber_label_layout(const elf::ElfFile& elf,
                                             const std::string& debug_dir = elf::kDebugDir);
 
@@ -85,7 +98,8 @@ Result<FiberLayout> read_fiber_label_layout(const elf::ElfFile& elf,
 // "main_cord", "cord.fiber", "cord.alive", "cord.ready", "cord.name", "rlist.next", "fiber.link",
 // "fiber.fid", "sizeof(fiber.fid)", "fiber.name", "fiber.state", "fiber.csw", "fiber.flags",
 // "FIBER_IS_DEAD", "fiber.storage.lua.stack", "fiber.ctx.sp", then with cord_ptr "cord_ptr",
-// "PT_TLS.memsz", "PT_TLS.align". From machine code: "main_cord", "cord.fiber", "fiber.fid",
+// "PT_TLS.memsz", "PT_TLS.align". From machine code the same without cord_ptr's three but with
+// "tp - &cord_ptr"; without the lists only "main_cord", "cord.fiber", "fiber.fid",
 // "sizeof(fiber.fid)", "fiber.name", "tp - &cord_ptr".
 std::vector<std::pair<std::string, uint64_t>> fiber_layout_rows(const FiberLayout& layout);
 

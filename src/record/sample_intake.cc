@@ -230,8 +230,8 @@ profile::SampleFiber SampleIntake::fiber_of(const lj_rec_sample& s, const Proces
 
 // The name of the cord the sample's fiber belongs to: "main" for main_cord (tarantool fiber.c
 // cord_create(&main_cord, "main")); another cord's cord.name from the process when the layout
-// has it (DWARF), kept once read; "cord 0xADDR" while it cannot be read (a new thread names its
-// cord in cord_create after it started, and a layout from machine code knows no cord.name).
+// has it (DWARF, or machine code whose list patterns matched), kept once read; "cord 0xADDR"
+// while it cannot be read (a new thread names its cord in cord_create after it started).
 std::string SampleIntake::cord_name(const lj_rec_sample& s, const ProcessContext& ctx) {
   const ModuleView* lj = ctx.luajit;
   if (lj == nullptr || !lj->object->fibers || s.fiber_cord == 0) return "";
@@ -240,7 +240,7 @@ std::string SampleIntake::cord_name(const lj_rec_sample& s, const ProcessContext
   const std::pair<uint32_t, uint64_t> key{s.pid, s.fiber_cord};
   if (auto known = cord_names_.find(key); known != cord_names_.end()) return known->second;
   char name[40] = {};  // fiber.h struct cord: char name[40]
-  if (layout.source == luajit::FiberLayoutSource::Dwarf && ctx.mem != nullptr &&
+  if (layout.has_lists && ctx.mem != nullptr &&
       ctx.mem->read(s.fiber_cord + layout.cord_name, name, sizeof name) == 0 && name[0] != 0) {
     std::string read(name, strnlen(name, sizeof name));
     make_printable(read);

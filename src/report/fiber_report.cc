@@ -33,13 +33,13 @@ Json fiber_report_json(const FiberReport& report) {
       fibers.push_back(std::move(j));
     }
   }
-  Json out = {{"pid", report.pid},
-              {"cord",
-               report.cords.empty() ? Json(nullptr) : Json(report.cords.front().snapshot.cord)},
-              {"cords", std::move(cords)},
-              {"fibers", std::move(fibers)},
-              {"rereads", rereads},
-              {"unsettled", unsettled}};
+  Json out = {
+      {"pid", report.pid},
+      {"cord", report.cords.empty() ? Json(nullptr) : Json(report.cords.front().snapshot.cord)},
+      {"cords", std::move(cords)},
+      {"fibers", std::move(fibers)},
+      {"rereads", rereads},
+      {"unsettled", unsettled}};
   if (!report.cords_error.empty()) out["cords_error"] = printable_text(report.cords_error);
   return out;
 }

@@ -174,15 +174,15 @@ TEST(FiberLayout, FailsClosedWithoutMainCordOrDwarf) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.message().find("main_cord"), std::string::npos) << none.message();
 
-  // Tarantool with its .symtab but without DWARF: the error names the file and the missing
-  // DWARF, and inspect shows the label fields its machine code proves instead.
+  // Tarantool with its .symtab but without DWARF: the DWARF reader's error names the file and
+  // the missing DWARF, and inspect shows the layout its machine code proves instead.
   test::TempDir dir;
   const std::string stripped = dir.file("tarantool");
   test::CommandResult strip = test::run({"objcopy", "--strip-debug", kTarantool, stripped});
   ASSERT_EQ(strip.exit_code, 0) << strip.err;
   auto elf = elf::ElfFile::open(stripped);
   ASSERT_TRUE(elf.ok()) << elf.message();
-  auto layout = luajit::read_fiber_layout(**elf);
+  auto layout = luajit::read_fiber_layout_dwarf(**elf);
   ASSERT_FALSE(layout.ok());
   EXPECT_NE(layout.message().find("no fiber layout"), std::string::npos) << layout.message();
   EXPECT_NE(layout.message().find(stripped), std::string::npos) << layout.message();
@@ -190,31 +190,44 @@ TEST(FiberLayout, FailsClosedWithoutMainCordOrDwarf) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out)["fiber_layout"];
   EXPECT_EQ(j.value("source", ""), "machine code") << j.dump();
+  EXPECT_FALSE(j.contains("lists_error")) << j.dump();
   EXPECT_EQ(j.value("fiber.fid", uint64_t{0}), tarantool_layout().fiber_fid) << j.dump();
+  EXPECT_EQ(j.value("fiber.storage.lua.stack", uint64_t{0}), tarantool_layout().fiber_lua_state)
+      << j.dump();
 }
 
-// Without any debug information (strip --strip-all, no debug file), the fields that label a
-// sample come from the machine code of four exported functions: each equals what the DWARF of
-// the unstripped binary says (itself checked against gdb and pahole above), and the thread
-// pointer offset the code reads cord_ptr at equals the one computed from the DWARF layout's
-// cord_ptr symbol and PT_TLS.
+// The rows a layout from machine code has: the DWARF layout's, with the thread pointer's offset
+// of cord_ptr in place of the cord_ptr symbol and PT_TLS it is computed from.
+std::vector<std::pair<std::string, uint64_t>> machine_code_rows(const luajit::FiberLayout& dwarf) {
+  std::vector<std::pair<std::string, uint64_t>> rows;
+  for (const auto& row : luajit::fiber_layout_rows(dwarf)) {
+    if (row.first != "cord_ptr" && !row.first.starts_with("PT_TLS")) rows.push_back(row);
+  }
+  const auto tp = luajit::cord_ptr_from_tp(dwarf, elf::Arch::X86_64);
+  EXPECT_TRUE(tp.has_value());
+  rows.emplace_back("tp - &cord_ptr", static_cast<uint64_t>(-tp.value_or(0)));
+  return rows;
+}
+
+// Without any debug information (strip --strip-all, no debug file), the layout comes from the
+// machine code of ten exported functions: every field equals what the DWARF of the unstripped
+// binary says (itself checked against gdb and pahole above), and the thread pointer offset the
+// code reads cord_ptr at equals the one computed from the DWARF layout's cord_ptr symbol and
+// PT_TLS.
 TEST(FiberLayout, MachineCodeOfAStrippedTarantoolGivesWhatItsDwarfGives) {
   test::TempDir dir;
   const std::string stripped = test::stripped_tarantool(dir.file("tarantool"));
   ASSERT_FALSE(stripped.empty());
   auto elf = elf::ElfFile::open(stripped);
   ASSERT_TRUE(elf.ok()) << elf.message();
-  ASSERT_FALSE(luajit::read_fiber_layout(**elf, dir.file("no-debug")).ok());
+  ASSERT_FALSE(luajit::read_fiber_layout_dwarf(**elf, dir.file("no-debug")).ok());
 
-  auto code = luajit::read_fiber_label_layout(**elf, dir.file("no-debug"));
+  auto code = luajit::read_fiber_layout(**elf, dir.file("no-debug"));
   ASSERT_TRUE(code.ok()) << code.message();
   const luajit::FiberLayout dwarf = tarantool_layout();
   EXPECT_EQ(code->source, luajit::FiberLayoutSource::MachineCode);
-  EXPECT_EQ(code->main_cord, dwarf.main_cord);
-  EXPECT_EQ(code->cord_fiber, dwarf.cord_fiber);
-  EXPECT_EQ(code->fiber_fid, dwarf.fiber_fid);
-  EXPECT_EQ(code->fid_size, dwarf.fid_size);
-  EXPECT_EQ(code->fiber_name, dwarf.fiber_name);
+  EXPECT_TRUE(code->has_lists) << code->lists_error;
+  EXPECT_EQ(luajit::fiber_layout_rows(*code), machine_code_rows(dwarf));
   EXPECT_EQ(code->cord_ptr_tp_offset, luajit::cord_ptr_from_tp(dwarf, elf::Arch::X86_64));
 
   // The unstripped binary's own DWARF still wins.
@@ -223,6 +236,26 @@ TEST(FiberLayout, MachineCodeOfAStrippedTarantoolGivesWhatItsDwarfGives) {
   auto preferred = luajit::read_fiber_label_layout(**original);
   ASSERT_TRUE(preferred.ok()) << preferred.message();
   EXPECT_EQ(preferred->source, luajit::FiberLayoutSource::Dwarf);
+}
+
+// A fiber-list pattern that does not match (fiber_join testing another bit after its yield than
+// before) leaves the label fields, says which function, and lists no fibers.
+TEST(FiberLayout, AListPatternThatDoesNotMatchKeepsTheLabelsOnly) {
+  test::TempDir dir;
+  const std::string patched = test::tarantool_without_dead_flag_pattern(dir.file("tarantool"));
+  ASSERT_FALSE(patched.empty());
+  auto elf = elf::ElfFile::open(patched);
+  ASSERT_TRUE(elf.ok()) << elf.message();
+  auto labels = luajit::read_fiber_label_layout(**elf, dir.file("no-debug"));
+  ASSERT_TRUE(labels.ok()) << labels.message();
+  EXPECT_FALSE(labels->has_lists);
+  EXPECT_NE(labels->lists_error.find("fiber_join"), std::string::npos) << labels->lists_error;
+  EXPECT_EQ(labels->fiber_fid, tarantool_layout().fiber_fid);
+  auto lists = luajit::read_fiber_layout(**elf, dir.file("no-debug"));
+  ASSERT_FALSE(lists.ok());
+  EXPECT_NE(lists.message().find("no fiber lists from machine code"), std::string::npos)
+      << lists.message();
+  EXPECT_NE(lists.message().find("fiber_is_dead"), std::string::npos) << lists.message();
 }
 
 // Code that does not show a pattern fails closed, naming the function and what was expected: a
@@ -234,21 +267,21 @@ TEST(FiberLayout, MachineCodeThatDoesNotMatchFailsClosed) {
   ASSERT_FALSE(patched.empty());
   auto elf = elf::ElfFile::open(patched);
   ASSERT_TRUE(elf.ok()) << elf.message();
-  auto layout = luajit::fiber_label_layout_from_code(**elf);
+  auto layout = luajit::fiber_layout_from_code(**elf);
   ASSERT_FALSE(layout.ok());
   EXPECT_NE(layout.message().find("fiber_new_ex"), std::string::npos) << layout.message();
   EXPECT_NE(layout.message().find("FIBER_ID_MAX_RESERVED"), std::string::npos) << layout.message();
 
   auto luajit_elf = elf::ElfFile::open("/usr/bin/luajit");
   ASSERT_TRUE(luajit_elf.ok()) << luajit_elf.message();
-  auto none = luajit::fiber_label_layout_from_code(**luajit_elf);
+  auto none = luajit::fiber_layout_from_code(**luajit_elf);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.message().find("exports no function cord_is_main"), std::string::npos)
       << none.message();
 
   auto arm64 = elf::ElfFile::open(test::fixture("arm64/usr/bin/luajit"));
   ASSERT_TRUE(arm64.ok()) << arm64.message();
-  auto other_arch = luajit::fiber_label_layout_from_code(**arm64);
+  auto other_arch = luajit::fiber_layout_from_code(**arm64);
   ASSERT_FALSE(other_arch.ok());
   EXPECT_NE(other_arch.message().find("not x86-64"), std::string::npos) << other_arch.message();
 }
@@ -281,7 +314,7 @@ TEST(FiberLayout, StrippedTarantoolTakesItFromItsSeparateDebugFile) {
   ASSERT_TRUE(layout.ok()) << layout.message();
   EXPECT_EQ(luajit::fiber_layout_rows(*layout), luajit::fiber_layout_rows(tarantool_layout()));
 
-  auto none = luajit::read_fiber_layout(**elf, dir.file("no-debug"));
+  auto none = luajit::read_fiber_layout_dwarf(**elf, dir.file("no-debug"));
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.message().find(dir.file("no-debug") + "/.build-id/"), std::string::npos)
       << none.message();

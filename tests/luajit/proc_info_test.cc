@@ -285,6 +285,14 @@ TEST(ProcInfoTarantool, VerifyDwarfCommandPrintsAllPass) {
     ++passes;
   }
   EXPECT_GE(passes, 30u) << r.out;
+  // The fiber layout its machine code gives, field by field against its DWARF.
+  for (const char* field :
+       {"cord.alive", "fiber.link", "fiber.storage.lua.stack", "fiber.ctx.sp", "tp - &cord_ptr"}) {
+    EXPECT_TRUE(
+        std::regex_search(r.out, std::regex(fmt::format(R"((^|\n)PASS  {} +extracted)", field))))
+        << field << "\n"
+        << r.out;
+  }
   // A stripped binary has no DWARF: a clear error, exit 2.
   test::CommandResult stripped =
       test::run({test::ljprof_bin(), "inspect", "--verify-dwarf", "/usr/bin/luajit"});

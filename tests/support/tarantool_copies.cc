@@ -43,14 +43,29 @@ std::string stripped_tarantool(const std::string& path) {
   return r.exit_code == 0 ? path : "";
 }
 
-std::string tarantool_without_fid_pattern(const std::string& path) {
-  const uint64_t end = end_of_instruction(kDebianTarantool, "fiber_new_ex", "cmp    $0x63,");
-  EXPECT_NE(end, 0u) << "no compare with 0x63 in " << kDebianTarantool << "'s fiber_new_ex";
+namespace {
+
+// The stripped copy at `path` with the last byte of the first instruction of `function` whose
+// disassembly contains `text` set to `byte`.
+std::string patched_stripped_tarantool(const std::string& path, const std::string& function,
+                                       const std::string& text, uint8_t byte) {
+  const uint64_t end = end_of_instruction(kDebianTarantool, function, text);
+  EXPECT_NE(end, 0u) << "no \"" << text << "\" in " << kDebianTarantool << "'s " << function;
   if (end == 0 || stripped_tarantool(path).empty()) return "";
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(end - 1));
-  f.put(static_cast<char>(0x50));
+  f.put(static_cast<char>(byte));
   return f.good() ? path : "";
+}
+
+}  // namespace
+
+std::string tarantool_without_fid_pattern(const std::string& path) {
+  return patched_stripped_tarantool(path, "fiber_new_ex", "cmp    $0x63,", 0x50);
+}
+
+std::string tarantool_without_dead_flag_pattern(const std::string& path) {
+  return patched_stripped_tarantool(path, "fiber_join", "testb  $0x10,0x68(%rbx)", 0x20);
 }
 
 }  // namespace ljprof::test

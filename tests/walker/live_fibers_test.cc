@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "support/tarantool_copies.h"
 #include "support/test_support.h"
 #include "traceback_oracle.h"
 #include "workload_core.h"
@@ -33,8 +34,9 @@ const char* const kTarantool = "/usr/bin/tarantool";
 struct LiveWorkload {
   test::TempDir dir;
   std::unique_ptr<test::Background> process;
-  // `env`: NAME=VALUE settings for the workload.
-  explicit LiveWorkload(const std::string& workload, const std::vector<std::string>& env = {}) {
+  // `env`: NAME=VALUE settings for the workload; `exe`: the tarantool that runs it.
+  explicit LiveWorkload(const std::string& workload, const std::vector<std::string>& env = {},
+                        const std::string& exe = kTarantool) {
     const std::filesystem::path workloads =
         std::filesystem::path(test::source_dir()) / "tests/walker/workloads";
     for (const std::string& file : {workload, std::string("common.lua")}) {
@@ -42,7 +44,7 @@ struct LiveWorkload {
     }
     std::vector<std::string> argv = {"env", "-C", dir.path()};
     argv.insert(argv.end(), env.begin(), env.end());
-    argv.insert(argv.end(), {kTarantool, workload});
+    argv.insert(argv.end(), {exe, workload});
     process = std::make_unique<test::Background>(argv, dir.file("out"));
   }
   bool ready() { return test::wait_for_text(dir.file("out"), "ljprof-ready", 60); }
@@ -120,6 +122,85 @@ TEST(LiveFibers, EveryFiberWithItsStateAndFullStack) {
                                         statuses[fibers[i].id])),
               std::string::npos)
         << text.out;
+  }
+}
+
+// The function addr2line names at each of `pcs` in `exe` (from its DWARF), by pc.
+std::map<uint64_t, std::string> addr2line_functions(const std::string& exe,
+                                                    const std::set<uint64_t>& pcs) {
+  std::vector<std::string> argv = {"addr2line", "-f", "-e", exe};
+  for (uint64_t pc : pcs) argv.push_back(fmt::format("{:#x}", pc));
+  test::CommandResult r = test::run(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = test::lines_of(r.out);
+  std::map<uint64_t, std::string> out;
+  size_t at = 0;
+  for (uint64_t pc : pcs) {
+    if (at < lines.size()) out[pc] = lines[at];
+    at += 2;  // the function, then file:line
+  }
+  return out;
+}
+
+// A Tarantool installed without any debug information (strip --strip-all, no debug file): its
+// fiber layout comes from its machine code (luajit/fiber_list_code.cc) and `ljprof fibers`
+// lists its fibers all the same. Oracles: the workload's own ids, names, statuses and
+// tracebacks, and the pcs of its fiber.info() C backtraces (its stripped names are nearest
+// exports, often another function's), the VM's own frames among them told apart by addr2line on
+// the unstripped binary, which has the same code at the same addresses.
+TEST(LiveFibers, AStrippedTarantoolsFibersComeFromItsMachineCode) {
+  test::TempDir bin;
+  const std::string exe = test::stripped_tarantool(bin.file("tarantool"));
+  ASSERT_FALSE(exe.empty());
+  LiveWorkload w("live_fibers.lua", {}, exe);
+  ASSERT_TRUE(w.ready()) << w.out();
+  test::CommandResult r = test::run({test::ljprof_bin(), "fibers", "-p", w.pid(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const std::string out = w.out();
+  auto blocks = test::parse_tracebacks(out);
+  std::vector<test::PrintedFiber> fibers = test::printed_fibers(out, "ljprof-fiber");
+  auto backtraces = test::fiber_info_frames(out);
+  auto statuses = printed_statuses(out);
+  ASSERT_EQ(blocks.size(), 3u) << out;
+  ASSERT_EQ(fibers.size(), 3u) << out;
+  std::set<uint64_t> pcs;
+  for (const auto& [id, frames] : backtraces) {
+    EXPECT_NE(fiber_by_id(j, id), nullptr) << "fiber " << id << " of fiber.info() is missing";
+    for (const test::FiberInfoFrame& f : frames) pcs.insert(f.pc);
+  }
+  const std::map<uint64_t, std::string> names = addr2line_functions(kTarantool, pcs);
+  for (size_t i = 0; i < fibers.size(); ++i) {
+    SCOPED_TRACE(fmt::format("fiber {} {}", fibers[i].id, fibers[i].name));
+    const Json* f = fiber_by_id(j, fibers[i].id);
+    ASSERT_NE(f, nullptr) << j.dump(1);
+    EXPECT_EQ((*f)["name"], fibers[i].name);
+    EXPECT_EQ((*f)["state"], statuses[fibers[i].id]);
+    const Json& frames = (*f)["frames"];
+    EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
+    ASSERT_FALSE(frames.empty());
+    EXPECT_EQ(frames.back()["kind"], "root") << test::describe(frames);
+    test::expect_lua_frames_match(frames, {blocks[i]}, 0, true);
+    std::vector<uint64_t> ours;
+    for (const Json& frame : frames) {
+      if (frame["kind"] != "lua")
+        ours.push_back(std::stoull(frame["pc"].get<std::string>(), 0, 16));
+    }
+    size_t at = 0, checked = 0;
+    for (const test::FiberInfoFrame& want : backtraces[fibers[i].id]) {
+      auto name = names.find(want.pc);
+      if (name == names.end() || name->second == "??" || test::vm_frame_name(name->second))
+        continue;
+      while (at < ours.size() && ours[at] != want.pc) ++at;
+      EXPECT_LT(at, ours.size()) << fmt::format(
+                                        "{:#x} ({}) of fiber.info() is missing or out of "
+                                        "order in ours:\n",
+                                        want.pc, name->second)
+                                 << test::describe(frames);
+      if (at < ours.size()) ++at;
+      ++checked;
+    }
+    EXPECT_GE(checked, 4u) << "fiber.info() printed no C backtrace for it\n" << out;
   }
 }
 

@@ -157,16 +157,14 @@ std::string bare_name(const std::string& name) {
   return name.substr(0, name.find('('));
 }
 
-// Per fiber id, the C function names of its fiber.info() backtrace, outermost last. Frames
-// shown as "??" or without a name are left out, and so are the LuaJIT VM's own (lj_BC_*,
-// lj_vm_*): the walker shows the VM's C frame as the Lua frames it runs. Frame #0 is left out
-// too: for a switched-out fiber it is no call site (measured on Debian's 2.6: "0x1 in +63", or
-// the entry address of the Lua C function it blocks in, named as the end of the function before
-// it, e.g. lbox_fiber_sleep's entry as "lbox_fiber_testcancel+80").
-std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::string& out) {
+// Per fiber id, the frames of its fiber.info() backtrace after frame #0, outermost last. Frame
+// #0 is left out: for a switched-out fiber it is no call site (measured on Debian's 2.6: "0x1 in
+// +63", or the entry address of the Lua C function it blocks in, named as the end of the
+// function before it, e.g. lbox_fiber_sleep's entry as "lbox_fiber_testcancel+80").
+std::map<uint64_t, std::vector<FiberInfoFrame>> fiber_info_frames(const std::string& out) {
   static const std::regex fid_re(R"(^(\d+):$)");
-  static const std::regex c_re(R"re(^\s+- C: ['"]#(\d+)\s+0x[0-9a-f]+ in (.*)\+\d+['"]$)re");
-  std::map<uint64_t, std::vector<std::string>> by_fid;
+  static const std::regex c_re(R"re(^\s+- C: ['"]#(\d+)\s+(0x[0-9a-f]+) in (.*)\+\d+['"]$)re");
+  std::map<uint64_t, std::vector<FiberInfoFrame>> by_fid;
   bool inside = false;
   uint64_t fid = 0;
   for (const std::string& line : test::lines_of(out)) {
@@ -180,12 +178,26 @@ std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::st
       fid = std::stoull(m[1]);
       by_fid[fid];
     } else if (fid != 0 && std::regex_match(line, m, c_re) && m[1] != "0") {
-      const std::string name = bare_name(m[2]);
-      if (name.empty() || name == "??" || name.rfind("lj_BC_", 0) == 0 ||
-          name.rfind("lj_vm_", 0) == 0) {
-        continue;
-      }
-      by_fid[fid].push_back(name);
+      by_fid[fid].push_back({std::stoull(m[2], nullptr, 16), bare_name(m[3])});
+    }
+  }
+  return by_fid;
+}
+
+// The LuaJIT VM's own frames (lj_BC_*, lj_vm_*): the walker shows the VM's C frame as the Lua
+// frames it runs.
+bool vm_frame_name(const std::string& name) {
+  return name.rfind("lj_BC_", 0) == 0 || name.rfind("lj_vm_", 0) == 0;
+}
+
+// Per fiber id, the C function names of its fiber.info() backtrace, outermost last; frames shown
+// as "??" or without a name left out, and so are the VM's own.
+std::map<uint64_t, std::vector<std::string>> fiber_info_backtraces(const std::string& out) {
+  std::map<uint64_t, std::vector<std::string>> by_fid;
+  for (const auto& [fid, frames] : fiber_info_frames(out)) {
+    std::vector<std::string>& names = by_fid[fid];
+    for (const FiberInfoFrame& f : frames) {
+      if (!f.name.empty() && f.name != "??" && !vm_frame_name(f.name)) names.push_back(f.name);
     }
   }
   return by_fid;

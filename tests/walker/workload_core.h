@@ -61,6 +61,18 @@ const nlohmann::json* coroutine_of_fiber(const nlohmann::json& j, uint64_t id);
 // A C function name as fiber.info() and our frames both show it, without a C++ signature.
 std::string bare_name(const std::string& name);
 
+// One frame of a fiber.info() backtrace: its pc and the name the process gave it (from .dynsym
+// alone in a stripped executable: often another function's).
+struct FiberInfoFrame {
+  uint64_t pc = 0;
+  std::string name;
+};
+// Per fiber id, the frames of the fiber.info() backtrace a workload printed between
+// "ljprof-fiber-info-begin" and "ljprof-fiber-info-end", outermost last, frame #0 (no call site
+// for a switched-out fiber) left out.
+std::map<uint64_t, std::vector<FiberInfoFrame>> fiber_info_frames(const std::string& out);
+bool vm_frame_name(const std::string& name);  // lj_BC_*, lj_vm_*
+
 // Per fiber id, the C function names of the fiber.info() backtrace a workload printed between
 // "ljprof-fiber-info-begin" and "ljprof-fiber-info-end", outermost last; unnamed frames, the
 // LuaJIT VM's own (lj_BC_*, lj_vm_*: shown as the Lua frames they run) and frame #0 (no call
