@@ -16,7 +16,7 @@ namespace ljprof::cfi {
 
 namespace {
 
-constexpr char kMagic[8] = {'L', 'J', 'P', 'C', 'F', 'I', 0, 1};
+constexpr char kMagic[8] = {'L', 'J', 'P', 'C', 'F', 'I', 0, 2};
 
 // This program's GNU build-id, from its own PT_NOTE in memory (the first object
 // dl_iterate_phdr reports is the main program), as lowercase hex; "" when it has none.
@@ -51,15 +51,41 @@ std::string program_build_id() {
   return hex;
 }
 
+// What, besides its build-id, tells two files apart whose tables differ: `strip` and `objcopy
+// --strip-debug` keep the build-id but drop .symtab, from which the LuaJIT VM's interval and its
+// unwind overlays are found (a stripped tarantool's table has other rows than the original's). A
+// 64-bit FNV-1a of every section's name, type, flags, address and size, as 16 hex digits.
+std::string file_shape(const elf::ElfFile& file) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](const void* data, size_t len) {
+    for (size_t i = 0; i < len; ++i) {
+      h ^= static_cast<const uint8_t*>(data)[i];
+      h *= 0x100000001b3ULL;
+    }
+  };
+  for (const elf::Section& sec : file.sections()) {
+    mix(sec.name.data(), sec.name.size());
+    for (uint64_t v : {uint64_t{sec.type}, uint64_t{sec.flags}, sec.addr, sec.size}) {
+      mix(&v, sizeof v);
+    }
+  }
+  return fmt::format("{:016x}", h);
+}
+
 struct Header {
   std::string program;
   std::string file;
   uint8_t arch = 0;
+  std::string shape;  // file_shape
 };
+
+Header header_of(const std::string& program, const elf::ElfFile& file) {
+  return {program, *file.build_id(), static_cast<uint8_t>(file.arch()), file_shape(file)};
+}
 
 std::vector<uint8_t> header_bytes(const Header& h) {
   std::vector<uint8_t> out(kMagic, kMagic + sizeof(kMagic));
-  for (const std::string* s : {&h.program, &h.file}) {
+  for (const std::string* s : {&h.program, &h.file, &h.shape}) {
     out.push_back(static_cast<uint8_t>(s->size()));
     out.insert(out.end(), s->begin(), s->end());
   }
@@ -118,7 +144,7 @@ TableCache::TableCache(std::string dir)
 std::string TableCache::path_of(const elf::ElfFile& file) const {
   const std::optional<std::string>& id = file.build_id();
   if (!enabled() || !id || id->empty() || id->size() > 128) return "";
-  return fmt::format("{}/{}-{}-{}.cfi", dir_, *id, elf::arch_name(file.arch()),
+  return fmt::format("{}/{}-{}-{}-{}.cfi", dir_, *id, elf::arch_name(file.arch()), file_shape(file),
                      program_build_id_.substr(0, 16));
 }
 
@@ -139,8 +165,7 @@ std::optional<UnwindTable> TableCache::load(const elf::ElfFile& file, std::strin
     return std::nullopt;
   };
   if (!bytes.ok()) return reject(bytes.message());
-  const std::vector<uint8_t> want =
-      header_bytes({program_build_id_, *file.build_id(), static_cast<uint8_t>(file.arch())});
+  const std::vector<uint8_t> want = header_bytes(header_of(program_build_id_, file));
   if (bytes->size() < want.size() || !std::equal(want.begin(), want.end(), bytes->begin())) {
     return reject(path + ": header is not this program's for this file");
   }
@@ -187,8 +212,7 @@ Status TableCache::store(const elf::ElfFile& file, const UnwindTable& table) {
     if (ec) return store_failed(fmt::format("{}: cannot create: {}", dir_, ec.message()));
     ::chmod(dir_.c_str(), 0700);
   }
-  std::vector<uint8_t> bytes =
-      header_bytes({program_build_id_, *file.build_id(), static_cast<uint8_t>(file.arch())});
+  std::vector<uint8_t> bytes = header_bytes(header_of(program_build_id_, file));
   const std::vector<uint8_t> body = table.to_bytes();
   bytes.insert(bytes.end(), body.begin(), body.end());
   const std::string tmp = fmt::format("{}.tmp.{}.{:x}", path, ::getpid(), std::random_device{}());

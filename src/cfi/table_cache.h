@@ -20,7 +20,8 @@ std::string default_table_cache_dir();
 class TableCache {
  public:
   // Tables under `dir`, created (mode 0700) at the first store. The key is the file's GNU
-  // build-id and architecture and this program's own build-id (another ljprof build may build
+  // build-id, architecture and section headers (a stripped copy keeps the build-id, but without
+  // .symtab its table differs) and this program's own build-id (another ljprof build may build
   // other rows from the same file): a file or a program without a build-id is never cached. An
   // empty `dir` gives a cache that neither finds nor stores anything.
   explicit TableCache(std::string dir);

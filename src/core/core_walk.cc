@@ -166,7 +166,8 @@ void CoreWalker::symbolize_native(symbolize::Frame& frame, bool exact_pc) const 
   // call at the end of a function is not attributed to the next one.
   const uint64_t back = exact_pc ? 0 : 1;
   symbolize::NativeSymbol sym =
-      symbolize::native_symbol(*mod->elf, mod->debug, frame.module_offset - back);
+      symbolize::code_symbol(*mod->elf, mod->debug, mod->table ? &*mod->table : nullptr, mod->path,
+                             frame.module_offset - back);
   frame.symbol = sym.name;
   frame.symbol_offset = sym.name.empty() ? 0 : sym.offset + back;
   if (mod->lines) frame.source = mod->lines->at(frame.module_offset - back);

@@ -38,13 +38,13 @@ constexpr int kX86Rdi = 7;
 // What a register holds, as far as the list patterns need to know.
 struct Held {
   enum class What : uint8_t {
-    Cord,       // the cord (cord_ptr) + offset
-    Fiber,      // a fiber + offset; `fiber` says which
-    Node,       // a pointer loaded from the cord (at `offset`) or from an Entry (`offset` past it)
-    Entry,      // a Node minus `offset` (container_of)
-    Word,       // a 4-byte member of a fiber, at `offset`
-    Global,     // the value of the global variable at address `offset`
-    Constant,   // the immediate `offset`
+    Cord,      // the cord (cord_ptr) + offset
+    Fiber,     // a fiber + offset; `fiber` says which
+    Node,      // a pointer loaded from the cord (at `offset`) or from an Entry (`offset` past it)
+    Entry,     // a Node minus `offset` (container_of)
+    Word,      // a 4-byte member of a fiber, at `offset`
+    Global,    // the value of the global variable at address `offset`
+    Constant,  // the immediate `offset`
   };
   What what = What::Constant;
   int64_t offset = 0;
@@ -63,8 +63,8 @@ class Tracker {
  public:
   struct Setup {
     int64_t tls_offset = 0;
-    int64_t cord_fiber = -1;      // cord.fiber when known: a load from it is the running fiber
-    uint64_t new_fiber_fn = 0;    // a direct call to it returns a new fiber
+    int64_t cord_fiber = -1;    // cord.fiber when known: a load from it is the running fiber
+    uint64_t new_fiber_fn = 0;  // a direct call to it returns a new fiber
   };
   Tracker(const Code& c, Setup setup) : c_(c), setup_(setup) {}
 
@@ -103,7 +103,8 @@ class Tracker {
         if (auto h = at(src.reg)) return std::pair{i.ops[0].reg, *h};
         return std::nullopt;
       }
-      if (src.kind == Operand::Kind::Imm) return std::pair{i.ops[0].reg, Held{W::Constant, src.imm}};
+      if (src.kind == Operand::Kind::Imm)
+        return std::pair{i.ops[0].reg, Held{W::Constant, src.imm}};
       if (src.kind == Operand::Kind::Mem && src.base == kX86Rip && src.index == kNoReg &&
           i.ops[0].size == 8) {
         return std::pair{i.ops[0].reg, Held{W::Global, static_cast<int64_t>(i.end()) + src.disp}};
@@ -153,12 +154,18 @@ class Tracker {
   std::map<int, Held> regs_;
 };
 
-bool stops(const Insn& i) { return i.kind == InsnKind::Gap || i.kind == InsnKind::Ret; }
+bool stops(const Insn& i) {
+  return i.kind == InsnKind::Gap || i.kind == InsnKind::Ret;
+}
 
 // A rlist is {prev, next} (src/lib/salad/rlist.h): next is at 0 or 8, prev at the other.
-bool rlist_member(int64_t v) { return v == 0 || v == 8; }
+bool rlist_member(int64_t v) {
+  return v == 0 || v == 8;
+}
 
-bool single_bit(int64_t v) { return v > 0 && std::has_single_bit(static_cast<uint64_t>(v)); }
+bool single_bit(int64_t v) {
+  return v > 0 && std::has_single_bit(static_cast<uint64_t>(v));
+}
 
 }  // namespace
 
@@ -208,17 +215,16 @@ Result<ReadyList> match_ready_list(const Code& c, int64_t tls_offset, int64_t rl
         i.ops[1].kind == Operand::Kind::Imm) {
       const Operand& tested = i.ops[0];
       auto reg = tested.kind == Operand::Kind::Reg ? t.at(tested.reg) : std::nullopt;
-      auto base = tested.kind == Operand::Kind::Mem && tested.index == kNoReg
-                      ? t.at(tested.base)
-                      : std::nullopt;
+      auto base = tested.kind == Operand::Kind::Mem && tested.index == kNoReg ? t.at(tested.base)
+                                                                              : std::nullopt;
       if (reg && reg->what == W::Word && reg->fiber == kArgFiber) {
         flags = {reg->offset, i.ops[1].imm};
       } else if (base && base->what == W::Fiber && base->fiber == kArgFiber && base->offset == 0) {
         flags = {tested.disp, i.ops[1].imm};
       }
     }
-    if (auto store = as_store(c, i); store && flags && !store->is_imm && store->size == 8 &&
-                                     store->disp == rlist_next) {
+    if (auto store = as_store(c, i);
+        store && flags && !store->is_imm && store->size == 8 && store->disp == rlist_next) {
       auto item = t.at(store->src);
       auto tail = t.at(store->base);
       if (item && item->what == W::Fiber && item->fiber == kArgFiber && tail &&
@@ -269,9 +275,9 @@ Result<SwitchFields> match_switch(const Code& c, int64_t tls_offset, int64_t cor
   std::optional<int64_t> csw;
   for (const Insn& i : c.insns) {
     if (i.kind == InsnKind::Gap) break;
-    if (!csw && i.kind == InsnKind::Add && i.op_count == 2 &&
-        i.ops[0].kind == Operand::Kind::Mem && i.ops[0].index == kNoReg &&
-        i.ops[0].size == 4 && i.ops[1].kind == Operand::Kind::Imm && i.ops[1].imm == 1) {
+    if (!csw && i.kind == InsnKind::Add && i.op_count == 2 && i.ops[0].kind == Operand::Kind::Mem &&
+        i.ops[0].index == kNoReg && i.ops[0].size == 4 && i.ops[1].kind == Operand::Kind::Imm &&
+        i.ops[1].imm == 1) {
       auto base = t.at(i.ops[0].base);
       if (base && base->what == W::Fiber && base->offset == 0 && base->fiber != kNewFiber) {
         csw = i.ops[0].disp;
@@ -305,8 +311,9 @@ Result<int64_t> match_lua_stack(const Code& c, uint64_t fiber_new, uint64_t tara
     if (auto store = as_store(c, i); store && !store->is_imm && store->size == 8) {
       auto value = t.at(store->src);
       auto fiber = t.at(store->base);
-      if (value && value->what == W::Global && static_cast<uint64_t>(value->offset) == tarantool_l &&
-          fiber && fiber->what == W::Fiber && fiber->fiber == kNewFiber && fiber->offset == 0) {
+      if (value && value->what == W::Global &&
+          static_cast<uint64_t>(value->offset) == tarantool_l && fiber && fiber->what == W::Fiber &&
+          fiber->fiber == kNewFiber && fiber->offset == 0) {
         return store->disp;
       }
     }
@@ -326,8 +333,8 @@ Result<CordName> match_cord_name(const Code& c, int64_t tls_offset) {
     if (is_call(i)) {
       auto name = t.at(arg0_reg(c));
       auto size = t.at(kX86Rsi);
-      if (name && name->what == W::Cord && name->offset > 0 && size &&
-          size->what == W::Constant && size->offset > 0 && size->offset <= 256) {
+      if (name && name->what == W::Cord && name->offset > 0 && size && size->what == W::Constant &&
+          size->offset > 0 && size->offset <= 256) {
         return CordName{name->offset, size->offset};
       }
       break;

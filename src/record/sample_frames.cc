@@ -182,19 +182,12 @@ class SampleFrameSource final : public symbolize::FrameSource {
     f.build_id = m->object->elf->build_id().value_or("");
     f.module_offset = pc - m->bias;
     const uint64_t back = exact ? 0 : 1;
-    symbolize::NativeSymbol sym =
-        symbolize::native_symbol(*m->object->elf, m->object->debug, f.module_offset - back);
+    symbolize::NativeSymbol sym = symbolize::code_symbol(
+        *m->object->elf, m->object->debug, m->object->table ? &*m->object->table : nullptr,
+        f.module, f.module_offset - back);
     if (!sym.name.empty()) {
       f.symbol = sym.name;
       f.symbol_offset = sym.offset + back;
-    } else if (auto fde = m->object->table
-                              ? m->object->table->function_start(f.module_offset - back)
-                              : std::nullopt) {
-      // Stripped code (libm's __sin_fma, LuaJIT's static lib functions): the FDE that covers
-      // the pc is the function it belongs to, so samples anywhere in it aggregate under one
-      // name.
-      f.symbol = fmt::format("{}:sub_{:x}", basename_of(f.module), *fde);
-      f.symbol_offset = f.module_offset - *fde;
     }
     return e;
   }

@@ -1,12 +1,14 @@
 #include "symbolize/symbolize.h"
 
 #include <cxxabi.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <vector>
 
+#include "common/path.h"
 #include "symbolize/read_field.h"
 
 extern "C" {
@@ -154,6 +156,7 @@ NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address) {
   if (const elf::Symbol* sym = file.symbol_at(link_address)) {
     out.name = demangle(sym->name);
     out.offset = link_address - sym->value;
+    out.sized = sym->size != 0;
   }
   return out;
 }
@@ -164,6 +167,19 @@ NativeSymbol native_symbol(const elf::ElfFile& file, elf::LazyDebugFile& debug,
   if (!out.name.empty() || file.has_symbol_table(elf::SymbolTable::Symtab)) return out;
   const elf::ElfFile* symbols = debug.get(file);
   return symbols != nullptr ? native_symbol(*symbols, link_address) : out;
+}
+
+NativeSymbol code_symbol(const elf::ElfFile& file, elf::LazyDebugFile& debug,
+                         const cfi::UnwindTable* table, const std::string& module,
+                         uint64_t link_address) {
+  NativeSymbol sym = native_symbol(file, debug, link_address);
+  const std::optional<uint64_t> fde =
+      table != nullptr ? table->function_start(link_address) : std::nullopt;
+  const bool fde_after_symbol =
+      fde && !sym.name.empty() && !sym.sized && *fde > link_address - sym.offset;
+  if (!sym.name.empty() && !fde_after_symbol) return sym;
+  if (!fde) return {};
+  return {fmt::format("{}:sub_{:x}", basename_of(module), *fde), link_address - *fde, true};
 }
 
 }  // namespace ljprof::symbolize

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "abi/read_mem.h"
+#include "cfi/cfi.h"
 #include "common/result.h"
 #include "elf/elf_file.h"
 
@@ -53,6 +54,7 @@ std::string short_source(const std::string& chunk, size_t size = 60);
 struct NativeSymbol {
   std::string name;     // empty when no symbol contains the address
   uint64_t offset = 0;  // pc - symbol start
+  bool sized = true;    // false: an unsized symbol (hand-written assembly) taken to reach here
 };
 // The symbol containing `link_address`, C++ names demangled.
 NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address);
@@ -62,6 +64,15 @@ NativeSymbol native_symbol(const elf::ElfFile& file, uint64_t link_address);
 // addresses (__libc_start_main_alias_1).
 NativeSymbol native_symbol(const elf::ElfFile& file, elf::LazyDebugFile& debug,
                            uint64_t link_address);
+// What names the code at `link_address` of the module `file` (path `module`) in every frame,
+// live or from a core: native_symbol with the debug file; else the FDE of `table` (may be null)
+// that covers it, as "BASENAME:sub_START" (stripped code: libm's __sin_fma, LuaJIT's static
+// functions), so samples anywhere in one function aggregate under one name. An unsized symbol
+// reaches the address only when no FDE starts between the two: in a stripped Tarantool the static
+// coro_init after coro_transfer (size 0) is its own FDE's function, not coro_transfer+0x5f.
+NativeSymbol code_symbol(const elf::ElfFile& file, elf::LazyDebugFile& debug,
+                         const cfi::UnwindTable* table, const std::string& module,
+                         uint64_t link_address);
 // How a walk ended, as people read it (lj_walk_result.end, LJ_END_*): "root", "no CFI", ...
 const char* walk_end_name(uint32_t end);
 // Its stable snake_case name for counters and metrics: "root", "no_cfi", ...
