@@ -33,6 +33,9 @@ namespace {
 
 // The pages of a live heap kept at once (64 MiB).
 constexpr size_t kHeapCachedPages = 16384;
+// How long a live read waits before it reads a half-written object again: the mutator writes an
+// object's header and size fields within microseconds of allocating it.
+constexpr auto kRereadPause = std::chrono::microseconds(200);
 
 // `ljprof heap`'s options as given.
 struct HeapFlags {
@@ -149,6 +152,14 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
     core.release_resident_pages();
     show_progress(c);
   });
+  if (live) {
+    // An object the program was writing as it was read: read it again a moment later.
+    mem.on_reread([&core](uint64_t addr, uint64_t len) {
+      core.forget_cached_pages(addr, len);
+      std::this_thread::sleep_for(kRereadPause);
+      return true;
+    });
+  }
   Snapshot s;
   // A live process: each page is read once, on first use, and later reads of it are served from
   // that copy, so the walk costs a read per page instead of per field. Up to 64 MiB of pages,

@@ -238,6 +238,9 @@ class CoreFile {
   // `max_pages` are kept; then reads go through uncached, or with `start_over` the cache is
   // emptied and fills again (a walk over more memory than the cache holds: the heap).
   void cache_pages(bool on, size_t max_pages = kDefaultCachedPages, bool start_over = false) const;
+  // A live process only: the cached copies of the pages holding [addr, addr + len) are dropped,
+  // so the next read of them sees the process's memory as it is then.
+  void forget_cached_pages(uint64_t addr, uint64_t len) const;
   static constexpr size_t kDefaultCachedPages = 256;  // 1 MiB: a deep stack walk
   // A core file: drops its mapped pages read so far (read again from the kernel's page cache on
   // the next touch). A live process: nothing (its page cache is bounded by cache_pages).

@@ -161,6 +161,16 @@ void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over) const {
   state_->page_cache.pages.clear();
 }
 
+void CoreFile::forget_cached_pages(uint64_t addr, uint64_t len) const {
+  PageCache& cache = state_->page_cache;
+  if (len == 0 || cache.pages.empty()) return;
+  const uint64_t last = (addr + len - 1) & ~(PageCache::kPage - 1);
+  for (uint64_t page = addr & ~(PageCache::kPage - 1); page <= last; page += PageCache::kPage) {
+    cache.pages.erase(page);
+    if (page == last) break;  // the last page of the address space
+  }
+}
+
 void CoreFile::release_resident_pages() const {
   if (!state_->live) state_->elf->release_resident_pages();
 }

@@ -57,7 +57,8 @@ struct Census {
   std::vector<Object> objects;  // sorted by address, each once
   std::array<TypeTotal, kGctCount> types{};
   std::map<std::string, uint64_t> malformed;  // reason -> objects (or list links) refused
-  std::vector<uint64_t> gc_roots;             // g->gcroot[]: metamethod names, base metatables, io
+  uint64_t reread_objects = 0;     // live: objects refused at first, whole when read again
+  std::vector<uint64_t> gc_roots;  // g->gcroot[]: metamethod names, base metatables, io
 
   uint64_t object_bytes() const;
   // The index of the object at `addr` in `objects`, or -1.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "heap/heap_census.h"
@@ -11,6 +12,12 @@
 namespace ljprof::heap {
 
 namespace {
+
+// How often a live read reads an object again before refusing it, and the bytes read again: the
+// header and the fields its size comes from (all within the first 128 bytes of every type), and
+// what a variable-length cdata keeps before it (lj_obj.h GCcdataVar).
+constexpr int kRereads = 3;
+constexpr uint64_t kObjectBefore = 64, kObjectSpan = 320;
 
 // The part of global_State searched for values the layout does not place (registrytv,
 // gcroot[]): global_State is 448..832 bytes in the forks this reads (pahole).
@@ -99,29 +106,46 @@ class Lists {
       : mem_(mem), c_(census), ctypes_(ctypes), cap_(cap) {}
 
   // Adds the object at `addr`, which `list` says is of type `want` (0: any); false when it is
-  // refused (counted) and its list must stop.
+  // refused (counted) and its list must stop. A live read refuses only what is still refused
+  // after kRereads fresh reads: a list cut at a young object being written would lose every
+  // older object behind it, the roots (_G, the registry, the main thread) among them.
   bool add(uint64_t addr, uint8_t want, const char* list) {
-    const lj_luajit_info& in = mem_.info();
     if (c_.objects.size() >= cap_) {
       refuse(fmt::format("more objects than gc.total can hold ({}): list not followed", cap_));
       return false;
     }
-    auto gct = mem_.get<uint8_t>(addr + in.gc_gct);
-    if (!gct) return refuse(fmt::format("unreadable object on {}", list));
-    if (*gct < kMinGct || *gct > kMaxGct || (want != 0 && *gct != want)) {
-      return refuse(fmt::format("type tag not allowed on {}", list));
+    std::optional<Object> o;
+    std::string why = admit(addr, want, list, o);
+    for (int again = 0;
+         !why.empty() && again < kRereads && mem_.reread(addr - kObjectBefore, kObjectSpan);
+         ++again) {
+      why = admit(addr, want, list, o);
+      if (why.empty()) ++c_.reread_objects;
     }
-    auto bytes = object_bytes(mem_, ctypes_, addr, *gct, addr == c_.main_thread);
-    if (!bytes.ok() || *bytes > c_.vm_total || *bytes > UINT32_MAX) {
-      return refuse(fmt::format("{} of impossible size on {}", gct_name(*gct), list));
-    }
-    c_.objects.push_back({addr, static_cast<uint32_t>(*bytes), *gct});
+    if (!why.empty()) return refuse(why);
+    c_.objects.push_back(*o);
     // Pages read long ago need not stay resident while the census grows (build_graph does the
     // same): the lists run in allocation order.
     if ((c_.objects.size() & (Memory::kObjectsPerCheckpoint - 1)) == 0) {
       mem_.checkpoint({HeapPass::Census, c_.objects.size(), 0, false});
     }
     return true;
+  }
+
+  // The object at `addr` as `list` may hold it (`out`), or why not.
+  std::string admit(uint64_t addr, uint8_t want, const char* list, std::optional<Object>& out) {
+    const lj_luajit_info& in = mem_.info();
+    auto gct = mem_.get<uint8_t>(addr + in.gc_gct);
+    if (!gct) return fmt::format("unreadable object on {}", list);
+    if (*gct < kMinGct || *gct > kMaxGct || (want != 0 && *gct != want)) {
+      return fmt::format("type tag not allowed on {}", list);
+    }
+    auto bytes = object_bytes(mem_, ctypes_, addr, *gct, addr == c_.main_thread);
+    if (!bytes.ok() || *bytes > c_.vm_total || *bytes > UINT32_MAX) {
+      return fmt::format("{} of impossible size on {}", gct_name(*gct), list);
+    }
+    out = Object{addr, static_cast<uint32_t>(*bytes), *gct};
+    return "";
   }
 
   // A list linked through GCHeader.nextgc from `first` until 0 (or `stop`). A list that loops

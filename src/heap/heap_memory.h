@@ -83,10 +83,18 @@ class Memory {
   }
   static constexpr size_t kObjectsPerCheckpoint = size_t{1} << 18;
 
+  // A live process's memory changes under the read: an object seen half-written (the mutator
+  // allocating it, the collector sweeping it) may read whole a moment later. `f(addr, len)`
+  // drops any copy the reader keeps of those bytes and waits that moment; true when the next
+  // read may differ. A core never changes: without `f`, reread() is false.
+  void on_reread(std::function<bool(uint64_t, uint64_t)> f) { reread_ = std::move(f); }
+  bool reread(uint64_t addr, uint64_t len) const { return reread_ && reread_(addr, len); }
+
  private:
   ljprof_mem_reader mem_;
   const lj_luajit_info& info_;
   std::function<void(const HeapCheckpoint&)> checkpoint_;
+  std::function<bool(uint64_t, uint64_t)> reread_;
 };
 
 // A TValue's collectable object, if it holds one (lj_obj.h tvisgcv): its address and ~itype.

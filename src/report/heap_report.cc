@@ -56,6 +56,7 @@ Json heap_json(const heap::Census& c, const heap::Retainers& r, const HeapReport
   Json malformed = Json::object();
   for (const auto& [why, n] : c.malformed) malformed[why] = n;
   out["malformed"] = malformed;
+  out["reread_objects"] = c.reread_objects;
   out["global_state"] = fmt::format("{:#x}", c.g);
   return out;
 }
@@ -69,8 +70,11 @@ std::string heap_text(const heap::Census& c, const heap::Retainers& r, const Hea
       "{}; the rest is the VM's own state)\n",
       c.g, human(counted), c.objects.size(), pct, human(c.vm_total));
   if (o.live) {
-    s += fmt::format("live: gc.total was {} before the walk and {} after\n", c.vm_total,
+    s += fmt::format("live: gc.total was {} before the walk and {} after", c.vm_total,
                      o.total_after);
+    s += c.reread_objects == 0
+             ? "\n"
+             : fmt::format("; {} objects read whole only at a second look\n", c.reread_objects);
   }
   s += fmt::format("\n{:<10} {:>10} {:>14}\n", "type", "count", "bytes");
   for (uint8_t t = heap::kMinGct; t <= heap::kMaxGct; ++t) {

@@ -1,0 +1,80 @@
+// A live read races the program: an object on gc.root can be seen half-written (just allocated,
+// or being swept). Simulated on a real core (heap_census.lua under Debian's luajit): a reader
+// that shows one gc.root object's type tag as 0, a tag LuaJIT never writes, at its first read
+// and the core's own byte after that. Oracle: the census of the unaltered core. Without a second
+// look (a core's Memory) the list is cut there and every object behind it, the oldest, the
+// roots among them, is missing; with one (a live read's Memory) nothing is.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/core_file.h"
+#include "core/core_walk.h"
+#include "heap/heap_census.h"
+#include "luajit/proc_info.h"
+#include "support/test_support.h"
+#include "walker/workload_core.h"
+
+namespace ljprof {
+namespace {
+
+// Reads through `inner`, except that the one-byte read of `at` shows 0 while `faults` last.
+struct FlakyMemory {
+  ljprof_mem_reader inner;
+  uint64_t at = 0;
+  int faults = 0;
+};
+
+int flaky_read(void* ctx, uint64_t addr, void* out, uint32_t len) {
+  auto* f = static_cast<FlakyMemory*>(ctx);
+  const int rc = f->inner.read_mem(f->inner.ctx, addr, out, len);
+  if (rc == 0 && len == 1 && addr == f->at && f->faults > 0) {
+    --f->faults;
+    *static_cast<uint8_t*>(out) = 0;
+  }
+  return rc;
+}
+
+TEST(HeapReread, AnObjectHalfWrittenAtTheFirstReadIsReadAgain) {
+  const test::Dump d = test::dump_core({"luajit", "/usr/bin/luajit", false}, "heap_census.lua");
+  test::CommandResult r = test::run({test::ljprof_bin(), "heap", d.core, "--json", "--top", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const uint64_t g = test::hex(nlohmann::json::parse(r.out)["global_state"]);
+  auto core = core::CoreFile::open(d.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  auto walker = core::CoreWalker::create(*core);
+  ASSERT_TRUE(walker.ok()) << walker.message();
+  ASSERT_TRUE((*walker)->luajit().has_value()) << (*walker)->luajit_error();
+  auto info = luajit::to_walker_info(*(*walker)->luajit());
+  ASSERT_TRUE(info.ok()) << info.message();
+
+  const heap::Memory clean(core->mem_reader(), *info);
+  auto want = heap::take_census(clean, g);
+  ASSERT_TRUE(want.ok()) << want.message();
+  ASSERT_TRUE(want->malformed.empty());
+  // The tenth object of gc.root (GCHeader.nextgc is every object's first field): young, with
+  // thousands of older objects behind it.
+  uint64_t victim = clean.ref(g + info->g_gc_root).value_or(0);
+  for (int i = 0; i < 10 && victim != 0; ++i) victim = clean.ref(victim).value_or(0);
+  ASSERT_NE(victim, 0u);
+
+  FlakyMemory flaky{core->mem_reader(), victim + info->gc_gct, 1};
+  heap::Memory racing({flaky_read, &flaky}, *info);
+  auto cut = heap::take_census(racing, g);
+  ASSERT_TRUE(cut.ok()) << cut.message();
+  EXPECT_LT(cut->objects.size() + 1000, want->objects.size());
+  EXPECT_EQ(cut->malformed["type tag not allowed on gc.root"], 1u);
+
+  flaky.faults = 1;
+  int rereads = 0;
+  racing.on_reread([&rereads](uint64_t, uint64_t) { return ++rereads > 0; });
+  auto whole = heap::take_census(racing, g);
+  ASSERT_TRUE(whole.ok()) << whole.message();
+  EXPECT_EQ(whole->objects.size(), want->objects.size());
+  EXPECT_TRUE(whole->malformed.empty());
+  EXPECT_EQ(whole->reread_objects, 1u);
+  EXPECT_EQ(rereads, 1);
+}
+
+}  // namespace
+}  // namespace ljprof
