@@ -109,6 +109,10 @@ Result<std::unique_ptr<ProcessMemory>> ProcessMemory::open(uint32_t pid) {
   return std::unique_ptr<ProcessMemory>(new ProcessMemory(fd, pid));
 }
 
+std::unique_ptr<ProcessMemory> ProcessMemory::gone(uint32_t pid) {
+  return std::unique_ptr<ProcessMemory>(new ProcessMemory(-1, pid));
+}
+
 std::vector<bool> ProcessMemory::read_ranges(std::span<const MemoryRange> ranges,
                                              std::vector<uint8_t>& bytes) const {
   constexpr size_t kIovMax = 1024;  // IOV_MAX: the most remote ranges one call takes
@@ -116,6 +120,7 @@ std::vector<bool> ProcessMemory::read_ranges(std::span<const MemoryRange> ranges
   size_t total = 0;
   for (const MemoryRange& r : ranges) total += r.len;
   bytes.assign(total, 0);
+  if (fd_ < 0) return ok;  // gone(): its pid may be another process's by now
   std::vector<iovec> remote;
   size_t next = 0, offset = 0;
   while (next < ranges.size()) {
@@ -159,6 +164,10 @@ ProcessMemory::~ProcessMemory() {
 
 int ProcessMemory::read(uint64_t addr, void* dst, uint32_t len) const {
   if (captured_ && captured_->read(addr, dst, len) == 0) return 0;
+  if (fd_ < 0) {
+    std::memset(dst, 0, len);
+    return -ESRCH;
+  }
   // /proc/PID/mem takes the address as the file offset; off_t is signed, so user addresses
   // above 2^63 cannot exist and are refused.
   if (addr > static_cast<uint64_t>(INT64_MAX) - len) {

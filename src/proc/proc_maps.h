@@ -55,6 +55,9 @@ struct MemoryRange {
 class ProcessMemory {
  public:
   static Result<std::unique_ptr<ProcessMemory>> open(uint32_t pid);
+  // A process that exited before its memory was opened: every read fails but those of what was
+  // captured of it (use_captured), the kernel's copies from sample time.
+  static std::unique_ptr<ProcessMemory> gone(uint32_t pid);
   ~ProcessMemory();
   ProcessMemory(const ProcessMemory&) = delete;
   ProcessMemory& operator=(const ProcessMemory&) = delete;

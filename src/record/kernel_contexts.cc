@@ -50,7 +50,8 @@ void KernelContexts::publish_lib_templates(const ProcessContext& ctx) {
   }
 }
 
-const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation) {
+const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation,
+                                              std::shared_ptr<const proc::CapturedMemory> copies) {
   if (auto it = contexts_.find(generation); it != contexts_.end()) {
     if (it->second.ctx->pid != pid) return nullptr;
     // The kernel may have added libraries to the slot since it was read (add_library): the
@@ -64,7 +65,7 @@ const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation)
     // Read again, with the memory reader of the first read: the process may be gone by now,
     // and what naming reads of it (or of the kernel's copies) came through that reader.
     const uint32_t slot = it->second.slot;
-    auto again = read_back(pid, generation, rec);
+    auto again = read_back(pid, generation, rec, nullptr);
     again->mem = std::move(it->second.ctx->mem);
     replaced_.push_back(std::move(it->second));
     it->second = Read{Clock::now(), std::move(again), slot, rec.nmodules};
@@ -73,7 +74,7 @@ const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation)
   const ProcessContext* found = nullptr;
   for_each_kernel_slot([&](uint32_t slot, lj_rec_proc& rec) {
     if (found != nullptr || rec.generation != generation || rec.owner_pid != pid) return;
-    auto ctx = read_back(pid, generation, rec);
+    auto ctx = read_back(pid, generation, rec, copies);
     if (contexts_.size() >= LJ_REC_EXEC_SLOTS) contexts_.erase(contexts_.begin());
     found = contexts_.emplace(generation, Read{Clock::now(), std::move(ctx), slot, rec.nmodules})
                 .first->second.ctx.get();
@@ -81,8 +82,9 @@ const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation)
   return found;
 }
 
-std::unique_ptr<ProcessContext> KernelContexts::read_back(uint32_t pid, uint32_t generation,
-                                                          const lj_rec_proc& rec) {
+std::unique_ptr<ProcessContext> KernelContexts::read_back(
+    uint32_t pid, uint32_t generation, const lj_rec_proc& rec,
+    std::shared_ptr<const proc::CapturedMemory> copies) {
   auto ctx = std::make_unique<ProcessContext>();
   ctx->pid = pid;
   // Apart from the recorder's own, and from the same slot read before the kernel added a
@@ -103,7 +105,9 @@ std::unique_ptr<ProcessContext> KernelContexts::read_back(uint32_t pid, uint32_t
   for (const ModuleView& m : ctx->modules) {
     if (rec.lj.version != 0 && m.object->luajit && m.bias == rec.vm_bias) ctx->luajit = &m;
   }
-  if (auto mem = proc::ProcessMemory::open(pid); mem.ok()) ctx->mem = std::move(*mem);
+  auto mem = proc::ProcessMemory::open(pid);
+  ctx->mem = mem.ok() ? std::move(*mem) : proc::ProcessMemory::gone(pid);
+  ctx->mem->use_captured(std::move(copies));
   return ctx;
 }
 

@@ -35,8 +35,11 @@ class KernelContexts {
   // The context of generation `generation` that the kernel built for pid at a fork or exec
   // (record.bpf.c next_kernel_slot), read back from its slot: the modules the walk used, each
   // file known by its rows. Null once the kernel reused the slot (LJ_REC_EXEC_SLOTS forks and
-  // execs later; samples are drained within 100 ms).
-  const ProcessContext* context(uint32_t pid, uint32_t generation);
+  // execs later; samples are drained within 100 ms). Its memory reads what the kernel copied of
+  // the process (`copies`) first, then the process while it lives: a run of a few milliseconds
+  // is often gone when its samples are named.
+  const ProcessContext* context(uint32_t pid, uint32_t generation,
+                                std::shared_ptr<const proc::CapturedMemory> copies);
   // A file's rows are being given back (UnwindRows::on_retire): what names them lets go.
   void forget_rows(uint32_t row_first, uint32_t row_count);
   // Drops the contexts read more than kKeepS ago.
@@ -56,7 +59,8 @@ class KernelContexts {
   };
   // The context built from kernel slot `rec` for pid, its files found by their rows.
   std::unique_ptr<ProcessContext> read_back(uint32_t pid, uint32_t generation,
-                                            const lj_rec_proc& rec);
+                                            const lj_rec_proc& rec,
+                                            std::shared_ptr<const proc::CapturedMemory> copies);
   void for_each_kernel_slot(const std::function<void(uint32_t slot, lj_rec_proc& rec)>& f);
 
   const RecordOptions& opt_;

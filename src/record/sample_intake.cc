@@ -165,7 +165,8 @@ void SampleIntake::handle_sample(const void* data, size_t size) {
     ++counts_[LJ_REC_CTR_NO_PROCESS];
     return;
   }
-  const ProcessContext* ctx = kernel_built ? kernel_.context(s.pid, s.generation) : p->ctx.get();
+  const ProcessContext* ctx =
+      kernel_built ? kernel_.context(s.pid, s.generation, p->copies) : p->ctx.get();
   if (ctx == nullptr) {
     ++counts_[LJ_REC_CTR_NO_PROCESS];
     return;
