@@ -24,6 +24,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "support/tarantool_copies.h"
 #include "support/test_support.h"
 #include "traceback_oracle.h"
 #include "workload_core.h"
@@ -500,8 +501,8 @@ test::CommandResult ljprof_all_fibers(const std::string& core, bool json) {
   return test::run(argv);
 }
 
-TEST(CoreFiberNames, EveryFiberNamedWithItsFrames) {
-  Dump d = dump_core(kTarantoolAmd64, "named_fibers.lua");
+void expect_every_fiber_named_with_its_frames(const Target& target) {
+  Dump d = dump_core(target, "named_fibers.lua");
   ASSERT_TRUE(fs::exists(d.core));
   auto blocks = parse_tracebacks(d.out);
   std::vector<PrintedFiber> fibers = printed_fibers(d.out, "ljprof-fiber");
@@ -536,6 +537,19 @@ TEST(CoreFiberNames, EveryFiberNamedWithItsFrames) {
             std::string::npos)
       << text.out;
   fs::remove_all(d.dir);
+}
+
+TEST(CoreFiberNames, EveryFiberNamedWithItsFrames) {
+  expect_every_fiber_named_with_its_frames(kTarantoolAmd64);
+}
+
+// The same of a Tarantool without any debug information (strip --strip-all): the fiber layout
+// comes from its machine code (luajit/fiber_list_code.cc).
+TEST(CoreFiberNames, AStrippedTarantoolsFibersAreNamedFromItsMachineCode) {
+  test::TempDir bin;
+  const std::string exe = test::stripped_tarantool(bin.file("tarantool"));
+  ASSERT_FALSE(exe.empty());
+  expect_every_fiber_named_with_its_frames({"tarantool_stripped", exe, false});
 }
 
 // The core file offset of virtual address `vaddr` (readelf's PT_LOAD rows of the core).
