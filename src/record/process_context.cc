@@ -80,7 +80,9 @@ uint64_t MappedObject::held_bytes() const {
 }
 
 void ObjectCache::analyse(MappedObject& obj, uint32_t pid, const proc::MapEntry& map) {
+  const uint64_t hits_before = tables_ != nullptr ? tables_->counts().hits : 0;
   analyse_mapped_file(obj, pid, map, tables_);
+  if (obj.table && (tables_ == nullptr || tables_->counts().hits == hits_before)) ++tables_built_;
   if (obj.table && on_table_) on_table_(obj);
   // Analysed: from here on the file is read only for the names of the symbols samples hit. The
   // pages the analysis read (CFI, the VM's code, symbol and string tables) need not stay

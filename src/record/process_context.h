@@ -94,6 +94,9 @@ class ObjectCache {
   // The rows of `obj`'s unwind table again after release_rows (its rows were freed in the kernel
   // and a process maps it again): from the table cache, else built as get() built them.
   Status reload_rows(MappedObject& obj);
+  // How many unwind tables were built (not read from the table cache) so far: the recorder
+  // gives the heap libdw used for them back to the system after an attach.
+  uint64_t tables_built() const { return tables_built_; }
 
   // Drops objects no live context maps and whose rows are not in the kernel ("idle"), least
   // recently used first, while more than `max_idle` of them or more than `max_idle_bytes`
@@ -119,6 +122,7 @@ class ObjectCache {
   std::map<Key, std::unique_ptr<MappedObject>> objects_;
   std::vector<std::unique_ptr<MappedObject>> uncached_;
   uint64_t uses_ = 0;
+  uint64_t tables_built_ = 0;
   // Whether a file links LuaJIT: asked of every executable file any process on the host maps
   // (-a), so it is bounded too: past kMaxLinksLuajit answers it starts over (an answer costs
   // one ELF open to find again).

@@ -104,6 +104,7 @@ class Recorder {
   RecordCost cost_;  // measured as it happens: the program's load, each process's first context
   cfi::TableCache tables_{opt_.table_cache_dir};
   ObjectCache cache_;
+  uint64_t trimmed_at_built_ = 0;  // cache_.tables_built() at the last malloc_trim
   BpfSession session_;
   // The kernel's row map: which file's rows are where, given back once unmapped.
   UnwindRows rows_{cache_, counts_, [this](const std::string& m) { warn(m); }};
@@ -239,11 +240,16 @@ void Recorder::reclaim() {
   std::set<uint32_t> pids;
   follower_.contexts_held(generations, pids);
   intake_.forget_all_but(generations, pids);
-  if (!released && pruned == 0) return;
+  const bool built = cache_.tables_built() != trimmed_at_built_;
+  if (!released && pruned == 0 && !built) return;
   // What was freed goes back to the system: glibc keeps freed heap memory for reuse, and each
   // new binary's analysis leaves it scattered. A churn of new binaries under `agent` measured
   // 8.9 -> 13.6 MiB of anonymous RSS after the second wave without this, 5.4 -> 5.5 with it
-  // (tests/export/agent_test.cc ChurnOfNewBinariesKeepsRowsAndMemoryFlat).
+  // (tests/export/agent_test.cc ChurnOfNewBinariesKeepsRowsAndMemoryFlat). Building unwind
+  // tables runs libdw over each file's CFI: one tarantool's first attach left 13 MiB of freed
+  // heap resident (record --stats, heap 20.6 -> 7.3 MiB trimmed). Once per housekeeping, not
+  // per file: a trim per file doubled that attach's CPU.
+  trimmed_at_built_ = cache_.tables_built();
   ::malloc_trim(0);
 }
 
