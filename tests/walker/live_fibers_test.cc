@@ -77,6 +77,25 @@ std::map<uint64_t, std::string> printed_statuses(const std::string& out) {
   return by_id;
 }
 
+// What live_fibers.lua printed of itself: its output, the tracebacks of its three fibers (then
+// the main one's), their ids and names, and each fiber's status() as the main fiber read it.
+struct LiveFibersPrinted {
+  std::string out;
+  std::vector<std::vector<test::ExpectedFrame>> blocks;
+  std::vector<test::PrintedFiber> fibers;
+  std::map<uint64_t, std::string> statuses;
+};
+LiveFibersPrinted live_fibers_printed(const LiveWorkload& w) {
+  LiveFibersPrinted p;
+  p.out = w.out();
+  p.blocks = test::parse_tracebacks(p.out);
+  p.fibers = test::printed_fibers(p.out, "ljprof-fiber");
+  p.statuses = printed_statuses(p.out);
+  EXPECT_EQ(p.blocks.size(), 3u) << p.out;
+  EXPECT_EQ(p.fibers.size(), 3u) << p.out;
+  return p;
+}
+
 TEST(LiveFibers, EveryFiberWithItsStateAndFullStack) {
   ASSERT_TRUE(test::file_exists(kTarantool));
   LiveWorkload w("live_fibers.lua");
@@ -89,13 +108,10 @@ TEST(LiveFibers, EveryFiberWithItsStateAndFullStack) {
   // Never stopped (T) or traced (t): running or asleep in its event loop, whichever it was then.
   const char state = test::process_state(w.process->pid());
   EXPECT_TRUE(state == 'S' || state == 'R') << "the process must not be stopped: " << state;
-  const std::string out = w.out();
-  auto blocks = test::parse_tracebacks(out);
-  std::vector<test::PrintedFiber> fibers = test::printed_fibers(out, "ljprof-fiber");
+  LiveFibersPrinted printed = live_fibers_printed(w);
+  auto& [out, blocks, fibers, statuses] = printed;
+  ASSERT_TRUE(blocks.size() == 3 && fibers.size() == 3);
   auto backtraces = test::fiber_info_backtraces(out);
-  auto statuses = printed_statuses(out);
-  ASSERT_EQ(blocks.size(), 3u) << out;
-  ASSERT_EQ(fibers.size(), 3u) << out;
   EXPECT_EQ(j["cord"], "main");
   // Every fiber fiber.info() lists is there, by id (fiber.info() names them too, but its YAML
   // keys are the ids; the names are checked on the fibers that printed theirs).
@@ -157,13 +173,10 @@ TEST(LiveFibers, AStrippedTarantoolsFibersComeFromItsMachineCode) {
   test::CommandResult r = test::run({test::ljprof_bin(), "fibers", "-p", w.pid(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
-  const std::string out = w.out();
-  auto blocks = test::parse_tracebacks(out);
-  std::vector<test::PrintedFiber> fibers = test::printed_fibers(out, "ljprof-fiber");
+  LiveFibersPrinted printed = live_fibers_printed(w);
+  auto& [out, blocks, fibers, statuses] = printed;
+  ASSERT_TRUE(blocks.size() == 3 && fibers.size() == 3);
   auto backtraces = test::fiber_info_frames(out);
-  auto statuses = printed_statuses(out);
-  ASSERT_EQ(blocks.size(), 3u) << out;
-  ASSERT_EQ(fibers.size(), 3u) << out;
   std::set<uint64_t> pcs;
   for (const auto& [id, frames] : backtraces) {
     EXPECT_NE(fiber_by_id(j, id), nullptr) << "fiber " << id << " of fiber.info() is missing";
