@@ -96,6 +96,18 @@ LiveFibersPrinted live_fibers_printed(const LiveWorkload& w) {
   return p;
 }
 
+// ljprof's fiber `i` of the workload's own account, its name, state and whole stack as printed;
+// null (a failure) when missing.
+const Json* fiber_as_printed(const Json& j, LiveFibersPrinted& p, size_t i) {
+  const Json* f = fiber_by_id(j, p.fibers[i].id);
+  EXPECT_NE(f, nullptr) << j.dump(1);
+  if (f == nullptr) return nullptr;
+  EXPECT_EQ((*f)["name"], p.fibers[i].name);
+  EXPECT_EQ((*f)["state"], p.statuses[p.fibers[i].id]);
+  EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
+  return f;
+}
+
 TEST(LiveFibers, EveryFiberWithItsStateAndFullStack) {
   ASSERT_TRUE(test::file_exists(kTarantool));
   LiveWorkload w("live_fibers.lua");
@@ -120,13 +132,10 @@ TEST(LiveFibers, EveryFiberWithItsStateAndFullStack) {
   }
   for (size_t i = 0; i < fibers.size(); ++i) {
     SCOPED_TRACE(fmt::format("fiber {} {}", fibers[i].id, fibers[i].name));
-    const Json* f = fiber_by_id(j, fibers[i].id);
-    ASSERT_NE(f, nullptr) << j.dump(1);
-    EXPECT_EQ((*f)["name"], fibers[i].name);
-    EXPECT_EQ((*f)["state"], statuses[fibers[i].id]);
+    const Json* f = fiber_as_printed(j, printed, i);
+    ASSERT_NE(f, nullptr);
     EXPECT_EQ((*f)["cord"], "main");
     const Json& frames = (*f)["frames"];
-    EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
     ASSERT_FALSE(frames.empty());
     EXPECT_EQ(frames.back()["kind"], "root") << test::describe(frames);
     EXPECT_EQ(frames.back()["symbol"], "coro_init") << test::describe(frames);
@@ -191,12 +200,9 @@ TEST(LiveFibers, AStrippedTarantoolsFibersComeFromItsMachineCode) {
   const std::string root_name = fmt::format("tarantool:sub_{:x}", std::stoull(m[1], nullptr, 16));
   for (size_t i = 0; i < fibers.size(); ++i) {
     SCOPED_TRACE(fmt::format("fiber {} {}", fibers[i].id, fibers[i].name));
-    const Json* f = fiber_by_id(j, fibers[i].id);
-    ASSERT_NE(f, nullptr) << j.dump(1);
-    EXPECT_EQ((*f)["name"], fibers[i].name);
-    EXPECT_EQ((*f)["state"], statuses[fibers[i].id]);
+    const Json* f = fiber_as_printed(j, printed, i);
+    ASSERT_NE(f, nullptr);
     const Json& frames = (*f)["frames"];
-    EXPECT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
     ASSERT_FALSE(frames.empty());
     EXPECT_EQ(frames.back()["kind"], "root") << test::describe(frames);
     EXPECT_EQ(frames.back()["symbol"], root_name) << test::describe(frames);
