@@ -144,15 +144,16 @@ void show_progress(const heap::HeapCheckpoint& c) {
   }
 }
 
+// `live`: a process, not a core; `running`: one that runs on during the read (no --stop).
 Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalker& walker,
-                               uint64_t g, bool live, size_t top) {
+                               uint64_t g, bool live, bool running, size_t top) {
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
   heap::Memory mem(core.mem_reader(), info);
   mem.on_checkpoint([&core](const heap::HeapCheckpoint& c) {
     core.release_resident_pages();
     show_progress(c);
   });
-  if (live) {
+  if (running) {
     // An object the program was writing as it was read: read it again a moment later.
     mem.on_reread([&core](uint64_t addr, uint64_t len) {
       core.forget_cached_pages(addr, len);
@@ -238,7 +239,7 @@ int run_heap_command(const HeapFlags& f) {
     stopped.emplace(f.pid);
     if (!stopped->stopped()) return heap_fail(fmt::format("process {} did not stop", f.pid));
   }
-  auto snapshot = take_snapshot(*core, **walker, *g, f.pid != 0, f.top);
+  auto snapshot = take_snapshot(*core, **walker, *g, f.pid != 0, f.pid != 0 && !stopped, f.top);
   if (stopped) {
     const double ms = stopped->elapsed_ms();
     stopped.reset();

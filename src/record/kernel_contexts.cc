@@ -65,8 +65,7 @@ const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation,
     // Read again, with the memory reader of the first read: the process may be gone by now,
     // and what naming reads of it (or of the kernel's copies) came through that reader.
     const uint32_t slot = it->second.slot;
-    auto again = read_back(pid, generation, rec, nullptr);
-    again->mem = std::move(it->second.ctx->mem);
+    auto again = read_back(pid, generation, rec, nullptr, std::move(it->second.ctx->mem));
     replaced_.push_back(std::move(it->second));
     it->second = Read{Clock::now(), std::move(again), slot, rec.nmodules};
     return it->second.ctx.get();
@@ -74,7 +73,7 @@ const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation,
   const ProcessContext* found = nullptr;
   for_each_kernel_slot([&](uint32_t slot, lj_rec_proc& rec) {
     if (found != nullptr || rec.generation != generation || rec.owner_pid != pid) return;
-    auto ctx = read_back(pid, generation, rec, copies);
+    auto ctx = read_back(pid, generation, rec, copies, nullptr);
     if (contexts_.size() >= LJ_REC_EXEC_SLOTS) contexts_.erase(contexts_.begin());
     found = contexts_.emplace(generation, Read{Clock::now(), std::move(ctx), slot, rec.nmodules})
                 .first->second.ctx.get();
@@ -84,7 +83,7 @@ const ProcessContext* KernelContexts::context(uint32_t pid, uint32_t generation,
 
 std::unique_ptr<ProcessContext> KernelContexts::read_back(
     uint32_t pid, uint32_t generation, const lj_rec_proc& rec,
-    std::shared_ptr<const proc::CapturedMemory> copies) {
+    std::shared_ptr<const proc::CapturedMemory> copies, std::unique_ptr<proc::ProcessMemory> mem) {
   auto ctx = std::make_unique<ProcessContext>();
   ctx->pid = pid;
   // Apart from the recorder's own, and from the same slot read before the kernel added a
@@ -105,8 +104,12 @@ std::unique_ptr<ProcessContext> KernelContexts::read_back(
   for (const ModuleView& m : ctx->modules) {
     if (rec.lj.version != 0 && m.object->luajit && m.bias == rec.vm_bias) ctx->luajit = &m;
   }
-  auto mem = proc::ProcessMemory::open(pid);
-  ctx->mem = mem.ok() ? std::move(*mem) : proc::ProcessMemory::gone(pid);
+  if (mem != nullptr) {
+    ctx->mem = std::move(mem);
+    return ctx;
+  }
+  auto opened = proc::ProcessMemory::open(pid);
+  ctx->mem = opened.ok() ? std::move(*opened) : proc::ProcessMemory::gone(pid);
   ctx->mem->use_captured(std::move(copies));
   return ctx;
 }

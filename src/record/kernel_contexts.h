@@ -57,10 +57,13 @@ class KernelContexts {
     uint32_t slot = 0;
     uint32_t nmodules = 0;  // lj_rec_proc.nmodules when read: the kernel adds libraries later
   };
-  // The context built from kernel slot `rec` for pid, its files found by their rows.
+  // The context built from kernel slot `rec` for pid, its files found by their rows. Its memory
+  // is `mem` when given (the reader of an earlier read of the slot, and what reads came through
+  // it), else the process's with `copies` read first.
   std::unique_ptr<ProcessContext> read_back(uint32_t pid, uint32_t generation,
                                             const lj_rec_proc& rec,
-                                            std::shared_ptr<const proc::CapturedMemory> copies);
+                                            std::shared_ptr<const proc::CapturedMemory> copies,
+                                            std::unique_ptr<proc::ProcessMemory> mem);
   void for_each_kernel_slot(const std::function<void(uint32_t slot, lj_rec_proc& rec)>& f);
 
   const RecordOptions& opt_;
