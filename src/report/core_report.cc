@@ -214,7 +214,8 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
   const core::FiberList* named = fibers_wanted ? add_fibers(out, stacks, fibers) : nullptr;
   uint64_t g = walker.global_state();
   bool main_cord_named = false;
-  std::string cord_fibers;  // the other cords' switched-out fibers, after the threads
+  uint32_t main_cord_tid = 0;  // the thread that runs the main cord, 0 when none was found
+  std::string cord_fibers;     // the other cords' switched-out fibers, after the threads
   for (const Thread& thread : core.threads()) {
     ThreadStack stack = walker.walk(thread);
     if (g == 0) g = stack.g;
@@ -227,6 +228,7 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
     if (named != nullptr && !main_cord_named &&
         runs_main_cord(core, stack, stack.g != 0 && stack.g == g)) {
       main_cord_named = true;
+      main_cord_tid = stack.tid;
       t["cord"] = named->cord;
       t["fiber"] = fiber_json(named->running);
       title += fmt::format(", {} (running)", fiber_title(named->running));
@@ -246,7 +248,7 @@ CoreReport core_report(const CoreFile& core, const CoreWalker& walker,
   }
   out["threads"] = threads;
   stacks += cord_fibers;
-  if (named != nullptr) add_native_fibers(out, stacks, walker, *named, 0, true);
+  if (named != nullptr) add_native_fibers(out, stacks, walker, *named, main_cord_tid, true);
   if (options.all_fibers) add_coroutines(out, stacks, walker, g, named);
   for (const std::string& d : core.diagnostics()) out["diagnostics"].push_back(d);
   const std::string refused = add_unusable_files(out, core);

@@ -101,12 +101,13 @@ TEST(FiberStacks, SuspendedFibersShowTheirFullStacks) {
   fs::remove_all(d.dir);
 }
 
-// The switched-out fiber `id` of cord `cord` in the report: a native fiber (a C fiber, or any
-// fiber of a cord other than main) or a main-cord fiber's coroutine.
-const Json* switched_out_fiber(const Json& j, const std::string& cord, uint64_t id) {
+// The switched-out fiber `id` of the cord thread `tid` runs (cords' names repeat: every coio
+// worker's is "coio") in the report: a native fiber (a C fiber, or any fiber of a cord other
+// than main) or a main-cord fiber's coroutine.
+const Json* switched_out_fiber(const Json& j, const std::string& cord, uint32_t tid, uint64_t id) {
   if (j.contains("native_fibers")) {
     for (const Json& f : j["native_fibers"]) {
-      if (f["cord"] == cord && f["fiber"]["id"] == id) return &f;
+      if (f["tid"] == tid && f["cord"] == cord && f["fiber"]["id"] == id) return &f;
     }
   }
   return cord == "main" ? test::coroutine_of_fiber(j, id) : nullptr;
@@ -139,7 +140,7 @@ TEST(FiberStacks, EveryCordsFibersWithTheirStacks) {
     EXPECT_EQ((*thread)["fiber"]["id"], cord.running);
     for (const test::GdbFiber& want : cord.fibers) {
       SCOPED_TRACE(fmt::format("fiber {} {}", want.id, want.name));
-      const Json* f = switched_out_fiber(j, cord.name, want.id);
+      const Json* f = switched_out_fiber(j, cord.name, tid, want.id);
       ASSERT_NE(f, nullptr) << r.out;
       EXPECT_EQ((*f)["fiber"]["name"], want.name);
       ASSERT_TRUE((*f)["reached_root"].get<bool>()) << f->dump();
@@ -149,10 +150,13 @@ TEST(FiberStacks, EveryCordsFibersWithTheirStacks) {
       EXPECT_EQ(frames.back()["symbol"], "coro_init") << test::describe(frames);
     }
   }
-  // The threads box.cfg starts run cords of their own; one cord per thread.
+  // The threads box.cfg starts run cords of their own (two coio workers may both run one named
+  // "coio"): ljprof finds a cord for exactly the threads gdb does.
   EXPECT_TRUE(names.count("main") && names.count("wal") && names.count("iproto"))
       << fmt::format("{}", fmt::join(names, ", "));
-  EXPECT_EQ(names.size(), cords.size());
+  size_t with_cord = 0;
+  for (const Json& t : j["threads"]) with_cord += t.contains("cord") ? 1 : 0;
+  EXPECT_EQ(with_cord, cords.size());
   fs::remove_all(d.dir);
 }
 
