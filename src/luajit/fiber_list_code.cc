@@ -32,9 +32,6 @@ using namespace fiber_code_internal;
 
 namespace {
 
-constexpr int kX86Rsi = 6;
-constexpr int kX86Rdi = 7;
-
 // What a register holds, as far as the list patterns need to know.
 struct Held {
   enum class What : uint8_t {

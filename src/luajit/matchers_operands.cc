@@ -41,7 +41,7 @@ int return_reg(const Code&) {
   return 0;
 }
 int arg0_reg(const Code& c) {
-  return is_x86(c) ? 7 : 0;
+  return is_x86(c) ? kX86Rdi : 0;
 }
 
 bool plain_mem(const Operand& m) {

@@ -1,9 +1,5 @@
 #include "record/sample_frames.h"
 
-#include "common/path.h"
-
-#include <fmt/format.h>
-
 #include <limits>
 
 #include "profile/profile_frames.h"
