@@ -166,6 +166,13 @@ bool CoreFile::core_has(uint64_t addr) const {
   return state_->core_read(addr, &b, 1);
 }
 
+CoreFile::InPlaceBytes CoreFile::in_place_at(uint64_t addr) const {
+  if (state_->live) return {};
+  const LoadSegment* seg = state_->segment_at(addr);
+  if (seg == nullptr || addr - seg->vaddr >= seg->present) return {};
+  return {seg->vaddr, state_->bytes().subspan(seg->offset, seg->present)};
+}
+
 // The same contract as ljprof_core_read_mem, over the State (stable across moves of CoreFile).
 int CoreFile::read_mem_of_state(void* ctx, uint64_t addr, void* dst, uint32_t len) {
   if (ctx == nullptr || dst == nullptr) return -14;  // -EFAULT

@@ -225,6 +225,15 @@ class CoreFile {
   Result<std::string> read_c_string(uint64_t addr, size_t max_len) const;
   // Whether the core itself (not a mapped file) holds the byte at `addr`.
   bool core_has(uint64_t addr) const;
+  // The core's own bytes of the PT_LOAD segment that holds `addr`, readable in place for as long
+  // as the CoreFile lives (release_resident_pages keeps them valid: they are read again on the
+  // next touch): `start` is the address of bytes[0]. Empty for a live process (its memory
+  // changes, and cached pages go) and where the core holds no byte at `addr`.
+  struct InPlaceBytes {
+    uint64_t start = 0;
+    std::span<const uint8_t> bytes;
+  };
+  InPlaceBytes in_place_at(uint64_t addr) const;
 
   // A live process only (from_process): reads `ranges` in one batch (proc::ProcessMemory::
   // read_ranges) and serves reads that lie inside one of them from that batch until

@@ -22,19 +22,11 @@
 #include <vector>
 
 #include "common/result.h"
+#include "heap/address_index.h"
 #include "heap/heap_memory.h"
+#include "heap/heap_object.h"
 
 namespace ljprof::heap {
-
-// 16 bytes: a census holds millions. No LuaJIT object reaches 4 GiB (lj_def.h: LJ_MAX_STR and
-// LJ_MAX_UDATA are below 2^31, a table's array part at most LJ_MAX_ASIZE slots and its hash part
-// 2^LJ_MAX_HBITS nodes), so a larger size is refused as impossible.
-struct Object {
-  uint64_t addr = 0;
-  uint32_t bytes = 0;  // what freeing it gives back to gc.total (lj_tab_free, lj_str_free, ...)
-  uint8_t gct = 0;     // Gct
-};
-static_assert(sizeof(Object) == 16);
 
 struct TypeTotal {
   uint64_t count = 0;
@@ -63,6 +55,8 @@ struct Census {
   uint64_t object_bytes() const;
   // The index of the object at `addr` in `objects`, or -1.
   int64_t index_of(uint64_t addr) const;
+  // `objects` by address (take_census builds it; index_of searches `objects` without it).
+  AddressIndex address_index;
 };
 
 // Reads the census of the VM whose global_State is at `g`. Fails (naming the address and the

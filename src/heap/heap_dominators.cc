@@ -1,8 +1,12 @@
-// dominators (heap/heap_graph_internal.h): Lengauer and Tarjan, "A Fast Algorithm for Finding
-// Dominators in a Flowgraph" (TOPLAS 1979), the simple version (path compression without
-// balancing, O(E log V)), with the DFS and the compression made iterative so a long chain of
-// objects (a linked list of a million tables) cannot overflow the stack.
-#include <algorithm>
+// dominators (heap/heap_graph_internal.h): the Semi-NCA algorithm (Georgiadis, "Linear-Time
+// Algorithms for Dominators and Related Problems", 2005, ch. 3; as LLVM's SemiNCAInfo runs it):
+// semidominators as Lengauer and Tarjan compute them (path compression over the DFS tree, no
+// balancing), then each immediate dominator as the nearest common ancestor of the DFS parent and
+// the semidominator. Everything is indexed by DFS preorder number, so the arrays are read in
+// order and there are no buckets: seven 32-bit arrays and the predecessors where Lengauer–Tarjan
+// needed nine. The DFS and the compression are iterative, so a long chain of objects (a linked
+// list of a million tables) cannot overflow the stack.
+#include <numeric>
 
 #include "heap/heap_graph_internal.h"
 
@@ -12,37 +16,19 @@ namespace {
 
 constexpr uint32_t kNone = kUnreached;
 
-struct Forest {
-  std::vector<uint32_t> ancestor, label;
-  const std::vector<uint32_t>& semi;
-
-  // EVAL with iterative path compression: the node of minimal semi on the path to the root of
-  // v's tree in the forest.
-  uint32_t eval(uint32_t v) {
-    if (ancestor[v] == kNone) return v;
-    std::vector<uint32_t> path;
-    for (uint32_t u = v; ancestor[ancestor[u]] != kNone; u = ancestor[u]) path.push_back(u);
-    for (size_t i = path.size(); i-- > 0;) {
-      const uint32_t u = path[i];
-      const uint32_t a = ancestor[u];
-      if (semi[label[a]] < semi[label[u]]) label[u] = label[a];
-      ancestor[u] = ancestor[a];
-    }
-    return label[v];
-  }
+// Preorder numbers from the root (num[node], kNone when not reached), the nodes by number and
+// each number's DFS parent (the root's: itself).
+struct Preorder {
+  std::vector<uint32_t> num, vertex, parent;
 };
 
-}  // namespace
-
-Dominators dominators(const Graph& graph) {
-  const size_t n = graph.first.size() - 1;
-  Dominators out;
-  std::vector<uint32_t> semi(n, kNone), parent(n, kNone), vertex;
-  vertex.reserve(n);
-  // Iterative DFS from the root: semi[v] = its preorder number.
+Preorder depth_first(const Graph& graph) {
+  Preorder p;
+  p.num.assign(graph.first.size() - 1, kNone);
   std::vector<std::pair<uint32_t, uint32_t>> stack;  // node, next edge
-  semi[graph.root] = 0;
-  vertex.push_back(graph.root);
+  p.num[graph.root] = 0;
+  p.vertex.push_back(graph.root);
+  p.parent.push_back(0);
   stack.push_back({graph.root, graph.first[graph.root]});
   while (!stack.empty()) {
     auto& [v, e] = stack.back();
@@ -51,60 +37,112 @@ Dominators dominators(const Graph& graph) {
       continue;
     }
     const uint32_t w = graph.edges[e++].to;
-    if (semi[w] != kNone) continue;
-    parent[w] = v;
-    semi[w] = static_cast<uint32_t>(vertex.size());
-    vertex.push_back(w);
+    if (p.num[w] != kNone) continue;
+    p.num[w] = static_cast<uint32_t>(p.vertex.size());
+    p.vertex.push_back(w);
+    p.parent.push_back(p.num[v]);
     stack.push_back({w, graph.first[w]});
   }
-  // Predecessors of the reached nodes, in compressed rows: counted, summed to each row's end,
-  // then filled from the ends down, which leaves pred_first[w] at row w's start.
-  std::vector<uint32_t> pred_first(n + 1, 0), preds;
-  for (uint32_t v = 0; v < n; ++v) {
-    if (semi[v] == kNone) continue;
-    for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) ++pred_first[graph.edges[e].to];
+  return p;
+}
+
+// The predecessors of each reached node by number, in compressed rows: counted, summed to each
+// row's end, then filled from the ends down, which leaves first[i] at row i's start.
+struct Predecessors {
+  std::vector<uint32_t> first, of;
+};
+
+Predecessors predecessors(const Graph& graph, const Preorder& p) {
+  const size_t reached = p.vertex.size();
+  Predecessors preds;
+  preds.first.assign(reached + 1, 0);
+  for (uint32_t v : p.vertex) {
+    for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
+      ++preds.first[p.num[graph.edges[e].to]];
+    }
   }
   uint32_t sum = 0;
-  for (size_t v = 0; v < n; ++v) {
-    sum += pred_first[v];
-    pred_first[v] = sum;
+  for (size_t i = 0; i < reached; ++i) {
+    sum += preds.first[i];
+    preds.first[i] = sum;
   }
-  pred_first[n] = sum;
-  preds.resize(sum);
-  for (uint32_t v = 0; v < n; ++v) {
-    if (semi[v] == kNone) continue;
+  preds.first[reached] = sum;
+  preds.of.resize(sum);
+  for (uint32_t i = 0; i < reached; ++i) {
+    const uint32_t v = p.vertex[i];
     for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
-      preds[--pred_first[graph.edges[e].to]] = v;
+      preds.of[--preds.first[p.num[graph.edges[e].to]]] = i;
     }
   }
-  Forest forest{std::vector<uint32_t>(n, kNone), std::vector<uint32_t>(n), semi};
-  for (uint32_t v = 0; v < n; ++v) forest.label[v] = v;
-  std::vector<uint32_t> idom(n, kNone);
-  std::vector<uint32_t> bucket_first(n, kNone), bucket_next(n, kNone);
-  for (size_t i = vertex.size(); i-- > 1;) {
-    const uint32_t w = vertex[i];
-    for (uint32_t p = pred_first[w]; p < pred_first[w + 1]; ++p) {
-      const uint32_t u = forest.eval(preds[p]);
-      if (semi[u] < semi[w]) semi[w] = semi[u];
+  return preds;
+}
+
+// The forest of the numbers processed so far (those >= `linked`), each linked to its DFS parent.
+struct Forest {
+  std::vector<uint32_t> ancestor, label;
+  const std::vector<uint32_t>& semi;
+  std::vector<uint32_t> path;  // eval's, kept between calls: one allocation, not one per call
+
+  // The number of minimal semi on the path from v up to (not including) the root of its tree,
+  // compressing the path to point at that root.
+  uint32_t eval(uint32_t v, uint32_t linked) {
+    if (ancestor[v] < linked) return label[v];
+    path.clear();
+    uint32_t u = v;
+    do {
+      path.push_back(u);
+      u = ancestor[u];
+    } while (ancestor[u] >= linked);
+    uint32_t top = u, top_label = label[u];
+    for (size_t i = path.size(); i-- > 0;) {
+      const uint32_t w = path[i];
+      ancestor[w] = ancestor[top];
+      if (semi[top_label] < semi[label[w]]) {
+        label[w] = top_label;
+      } else {
+        top_label = label[w];
+      }
+      top = w;
     }
-    const uint32_t s = vertex[semi[w]];
-    bucket_next[w] = bucket_first[s];
-    bucket_first[s] = w;
-    const uint32_t pw = parent[w];
-    forest.ancestor[w] = pw;  // LINK(parent(w), w)
-    for (uint32_t v = bucket_first[pw]; v != kNone; v = bucket_next[v]) {
-      const uint32_t u = forest.eval(v);
-      idom[v] = semi[u] < semi[v] ? u : pw;
+    return label[v];
+  }
+};
+
+}  // namespace
+
+Dominators dominators(const Graph& graph) {
+  Preorder p = depth_first(graph);
+  const auto reached = static_cast<uint32_t>(p.vertex.size());
+  std::vector<uint32_t> idom = p.parent;  // by number; the DFS parent until step 2
+  {
+    const Predecessors preds = predecessors(graph, p);
+    std::vector<uint32_t> semi(reached);
+    std::iota(semi.begin(), semi.end(), 0u);
+    Forest forest{std::move(p.parent), std::vector<uint32_t>(reached), semi, {}};
+    std::iota(forest.label.begin(), forest.label.end(), 0u);
+    // Step 1: semidominators, in reverse preorder; number i + 1 and above are linked.
+    for (uint32_t i = reached; i-- > 1;) {
+      semi[i] = idom[i];
+      for (uint32_t k = preds.first[i]; k < preds.first[i + 1]; ++k) {
+        const uint32_t u = forest.eval(preds.of[k], i + 1);
+        if (semi[u] < semi[i]) semi[i] = semi[u];
+      }
     }
-    bucket_first[pw] = kNone;
+    // Step 2: the immediate dominator is the nearest ancestor of the DFS parent numbered at
+    // most the semidominator (those before i are final already).
+    for (uint32_t i = 1; i < reached; ++i) {
+      uint32_t d = idom[i];
+      while (d > semi[i]) d = idom[d];
+      idom[i] = d;
+    }
   }
-  for (size_t i = 1; i < vertex.size(); ++i) {
-    const uint32_t w = vertex[i];
-    if (idom[w] != vertex[semi[w]]) idom[w] = idom[idom[w]];
+  // By node: num is overwritten in place, each slot read before it is written.
+  Dominators out;
+  out.idom = std::move(p.num);
+  for (uint32_t& slot : out.idom) {
+    if (slot != kNone) slot = p.vertex[idom[slot]];
   }
-  idom[graph.root] = graph.root;
-  out.idom = std::move(idom);
-  out.preorder = std::move(vertex);
+  out.preorder = std::move(p.vertex);
   return out;
 }
 

@@ -10,6 +10,7 @@ namespace ljprof::heap {
 namespace {
 
 constexpr uint64_t kTValueBytes = 8;
+constexpr uint64_t kMaxEdges = UINT32_MAX - 1;
 // Reads of arrays (table parts, stacks) go in chunks of this many TValues.
 constexpr uint64_t kChunk = 512;
 
@@ -17,14 +18,16 @@ class EdgeReader {
  public:
   // The references an honest heap can hold: a TValue slot or GCRef lies inside some object's
   // own bytes, 8 (or 4) bytes each, plus the roots; several objects sharing one array part
-  // (a hostile core) cannot make more.
+  // (a hostile core) cannot make more. Edge indexes are 32-bit (Graph::first): a heap of over
+  // 16 GiB of references has its edges past 2^32 - 2 dropped and counted.
   EdgeReader(const Memory& mem, const Census& census, Graph& graph)
       : mem_(mem),
         in_(mem.info()),
         census_(census),
         g_(graph),
-        budget_(census.object_bytes() / 4 + census.gc_roots.size() + 2 * census.objects.size() +
-                1024) {}
+        budget_(std::min<uint64_t>(
+            census.object_bytes() / 4 + census.gc_roots.size() + 2 * census.objects.size() + 1024,
+            kMaxEdges)) {}
 
   void object(const Object& o) {
     switch (static_cast<Gct>(o.gct)) {
@@ -81,12 +84,14 @@ class EdgeReader {
   // An edge to the object at `addr` when the census holds one there, within the budget.
   void to(uint64_t addr, EdgeKind kind, uint32_t aux) {
     const int64_t i = census_.index_of(addr);
-    if (i < 0) return;
+    if (i >= 0) add(static_cast<uint32_t>(i), kind, aux);
+  }
+  void add(uint32_t to, EdgeKind kind, uint32_t aux) {
     if (g_.edges.size() >= budget_) {
       ++g_.dropped_edges;
       return;
     }
-    g_.edges.push_back({static_cast<uint32_t>(i), aux, kind});
+    g_.edges.push_back({to, aux, kind});
   }
   void ref(uint64_t at, EdgeKind kind, uint32_t aux) {
     auto v = mem_.ref(at);
@@ -197,7 +202,7 @@ class EdgeReader {
          uv = mem_.ref(*uv)) {
       const int64_t i = census_.index_of(*uv);
       if (i < 0) break;
-      g_.edges.push_back({static_cast<uint32_t>(i), 0, EdgeKind::OpenUpvalue});
+      add(static_cast<uint32_t>(i), EdgeKind::OpenUpvalue, 0);
     }
     auto stack = mem_.ref(L + in_.L_stack);
     auto top = mem_.get<uint64_t>(L + in_.L_top);
@@ -251,7 +256,6 @@ Graph build_graph(const Memory& mem, const Census& census) {
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
   reader.roots();
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
-  g.edges.shrink_to_fit();  // kept until the paths are named: no growth slack
   return g;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,10 +47,29 @@ struct Edge {
 };
 static_assert(sizeof(Edge) == 12);
 
+// The graph's edges, appended in blocks of 2^16: a vector grown to millions of edges copied them
+// at every doubling, held up to twice their bytes while it did and kept the slack after.
+class EdgeList {
+ public:
+  void push_back(const Edge& e) {
+    if ((size_ & kMask) == 0) blocks_.push_back(std::make_unique_for_overwrite<Edge[]>(kMask + 1));
+    blocks_.back()[size_ & kMask] = e;
+    ++size_;
+  }
+  const Edge& operator[](size_t i) const { return blocks_[i >> kBits][i & kMask]; }
+  size_t size() const { return size_; }
+
+ private:
+  static constexpr unsigned kBits = 16;
+  static constexpr size_t kMask = (size_t{1} << kBits) - 1;
+  std::vector<std::unique_ptr<Edge[]>> blocks_;
+  size_t size_ = 0;
+};
+
 struct Graph {
   uint32_t root = 0;            // the virtual root's node index
   std::vector<uint32_t> first;  // node -> index of its first edge in `edges` (size nodes + 1)
-  std::vector<Edge> edges;
+  EdgeList edges;
   uint64_t unreadable_refs = 0;
   uint64_t dropped_edges = 0;  // over the budget the objects' own bytes justify
 };
@@ -111,7 +131,8 @@ class PathNamer {
   const Graph& graph_;
   const ThreadNames& thread_names_;
   std::vector<uint32_t> parent_;  // BFS tree; kUnreached when not reached
-  std::vector<Edge> via_;         // the edge from parent_
+  std::vector<uint32_t> via_;     // the index in graph_.edges of the edge from parent_
+  const Edge& via(uint32_t v) const { return graph_.edges[via_[v]]; }
 };
 
 }  // namespace ljprof::heap

@@ -62,7 +62,7 @@ PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph
       const uint32_t w = graph.edges[e].to;
       if (parent_[w] != kUnreached) continue;
       parent_[w] = v;
-      via_[w] = graph.edges[e];
+      via_[w] = e;
       queue.push_back(w);
     }
   }
@@ -240,14 +240,14 @@ std::string PathNamer::path(uint32_t v) const {
   // Only the part after the last restart matters: find it, then name forward from there.
   size_t start = chain.size();
   for (size_t i = 0; i < chain.size(); ++i) {
-    if (restarts(via_[chain[i]].kind)) {
+    if (restarts(via(chain[i]).kind)) {
       start = i + 1;
       break;
     }
   }
   std::string text;
   for (size_t i = start; i-- > 0;) {
-    text = edge_text(parent_[chain[i]], via_[chain[i]], text);
+    text = edge_text(parent_[chain[i]], via(chain[i]), text);
     if (text.size() > kMaxPathText) return text.substr(0, kMaxPathText) + "…";
   }
   return text;
@@ -256,13 +256,13 @@ std::string PathNamer::path(uint32_t v) const {
 std::string PathNamer::step(uint32_t v) const {
   if (parent_[v] == kUnreached) return "(unreached)";
   // A closed upvalue's value adds nothing to a path; as a frame of its own it needs a name.
-  if (via_[v].kind == EdgeKind::UpvalueValue) return "[value]";
-  return edge_text(parent_[v], via_[v], "");
+  if (via(v).kind == EdgeKind::UpvalueValue) return "[value]";
+  return edge_text(parent_[v], via(v), "");
 }
 
 std::string PathNamer::frame(uint32_t v) const {
   if (parent_[v] == kUnreached) return "(unreached)";
-  const Edge& e = via_[v];
+  const Edge& e = via(v);
   if (e.kind == EdgeKind::ArraySlot) return "[*]";
   if (e.kind == EdgeKind::HashValue || e.kind == EdgeKind::HashKey) {
     // A record's fields keep their names; a big map's keys (1024 hash slots or more) are one
@@ -350,7 +350,8 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
   out.dropped_edges = graph.dropped_edges;
   const Dominators dom = dominators(graph);
   const size_t n = census.objects.size();
-  std::vector<uint64_t> retained(n + 1, 0), count(n + 1, 0);
+  std::vector<uint64_t> retained(n + 1, 0);
+  std::vector<uint32_t> count(n + 1, 0);  // at most the census's objects, under 2^27
   std::vector<uint32_t> children(n + 1, 0);
   for (uint32_t v : dom.preorder) {
     if (v == graph.root) continue;
