@@ -35,9 +35,11 @@ LJ_INLINE int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uin
   return bpf_probe_read_user(dst, len, (const void*)addr);
 }
 
+/* Mappable: the loader copies a file's rows in through mmap (src/record/unwind_rows.cc). */
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, LJ_REC_MAX_ROWS);
+  __uint(map_flags, BPF_F_MMAPABLE);
   __type(key, uint32_t);
   __type(value, struct lj_cfi_row);
 } rows SEC(".maps");

@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <linux/membarrier.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -129,7 +130,34 @@ uint64_t UnwindRows::free_retired(uint64_t now_ns) {
 // Writes `rows` to the map from row `first` on, with batched updates: the array is not mapped
 // into the agent (a mapping of it counts all of it in the agent's RSS from the start, whatever
 // is used).
+// The row map is BPF_F_MMAPABLE (record.bpf.c): the rows are copied in through a window of its
+// pages mapped for the copy (kept mapped, every page written would count in the agent's resident
+// memory, so at most kWindow bytes are mapped at a time). One bpf_map_update_batch costs the
+// kernel ~0.3 us a row (a copy_from_user and checks per element: a third of a first Tarantool
+// attach); a copy costs nanoseconds. The context that names these rows is published afterwards
+// by a bpf() call, which orders the copy before it.
 Status UnwindRows::write(uint32_t first, std::span<const lj_cfi_row> rows) {
+  constexpr uint64_t kWindow = 64 * 1024;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = uint64_t{first} * sizeof(lj_cfi_row);
+  const uint64_t end = begin + rows.size_bytes();
+  const auto* from = reinterpret_cast<const uint8_t*>(rows.data());
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t map_begin = at & ~(page - 1);
+    const uint64_t map_end = std::min(map_begin + kWindow, (end + page - 1) & ~(page - 1));
+    void* mapped = ::mmap(nullptr, map_end - map_begin, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+                          static_cast<off_t>(map_begin));
+    if (mapped == MAP_FAILED) return write_by_syscall(first, rows);
+    const uint64_t n = std::min(end, map_end) - at;
+    std::memcpy(static_cast<uint8_t*>(mapped) + (at - map_begin), from + (at - begin), n);
+    ::munmap(mapped, map_end - map_begin);
+    at += n;
+  }
+  return Ok{};
+}
+
+// Where the map cannot be mapped (a security module refusing it): batches of updates.
+Status UnwindRows::write_by_syscall(uint32_t first, std::span<const lj_cfi_row> rows) {
   constexpr size_t kBatch = 1 << 14;
   std::vector<uint32_t> keys;
   for (size_t done = 0; done < rows.size(); done += kBatch) {

@@ -84,6 +84,7 @@ class UnwindRows {
   // Frees what was retired up to now_ns once no program can be reading it; the rows freed.
   uint64_t free_retired(uint64_t now_ns);
   Status write(uint32_t first, std::span<const lj_cfi_row> rows);
+  Status write_by_syscall(uint32_t first, std::span<const lj_cfi_row> rows);
   void warn(const std::string& m) const {
     if (warn_) warn_(m);
   }
