@@ -153,10 +153,12 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
     core.release_resident_pages();
     show_progress(c);
   });
-  mem.on_in_place([&core](uint64_t addr) {
-    const core::CoreFile::InPlaceBytes run = core.in_place_at(addr);
-    return heap::Memory::InPlace{run.start, run.bytes.data(), run.bytes.size()};
-  });
+  if (!live) {  // a live process's memory is read through its page cache
+    mem.on_in_place([&core](uint64_t addr) {
+      const core::CoreFile::InPlaceBytes run = core.in_place_at(addr);
+      return heap::Memory::InPlace{run.start, run.bytes.data(), run.bytes.size()};
+    });
+  }
   if (running) {
     // An object the program was writing as it was read: read it again a moment later.
     mem.on_reread([&core](uint64_t addr, uint64_t len) {

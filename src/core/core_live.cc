@@ -155,10 +155,15 @@ void CoreFile::drop_prefetch() const {
 }
 
 void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over) const {
-  state_->page_cache.on = on && state_->live != nullptr;
-  state_->page_cache.max_pages = max_pages;
-  state_->page_cache.start_over = start_over;
-  state_->page_cache.pages.clear();
+  PageCache& cache = state_->page_cache;
+  cache.on = on && state_->live != nullptr;
+  cache.max_pages = std::min<size_t>(max_pages, UINT32_MAX);
+  cache.start_over = start_over;
+  cache.reset();
+  if (!cache.on || cache.slot_count != cache.max_pages) {
+    cache.slots.reset();  // allocated again, at the first page, at the new size
+    cache.slot_count = 0;
+  }
 }
 
 void CoreFile::forget_cached_pages(uint64_t addr, uint64_t len) const {
@@ -166,7 +171,7 @@ void CoreFile::forget_cached_pages(uint64_t addr, uint64_t len) const {
   if (len == 0 || cache.pages.empty()) return;
   const uint64_t last = (addr + len - 1) & ~(PageCache::kPage - 1);
   for (uint64_t page = addr & ~(PageCache::kPage - 1); page <= last; page += PageCache::kPage) {
-    cache.pages.erase(page);
+    cache.pages.erase(page);  // its slot stays used until the cache starts over
     if (page == last) break;  // the last page of the address space
   }
 }
@@ -178,20 +183,27 @@ void CoreFile::release_resident_pages() const {
 int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) const {
   if (prefetched.read(addr, dst, len)) return 0;
   const uint64_t page = addr & ~(PageCache::kPage - 1);
-  if (!page_cache.on || len == 0 || addr + len - page > PageCache::kPage) {
+  if (!page_cache.on || page_cache.max_pages == 0 || len == 0 ||
+      addr + len - page > PageCache::kPage) {
     return live->read(addr, dst, len);
   }
-  auto it = page_cache.pages.find(page);
-  if (it == page_cache.pages.end()) {
-    if (page_cache.pages.size() >= page_cache.max_pages) {
-      if (!page_cache.start_over) return live->read(addr, dst, len);
-      page_cache.pages.clear();
+  PageCache& cache = page_cache;
+  auto it = cache.pages.find(page);
+  if (it == cache.pages.end()) {
+    if (cache.used >= cache.max_pages) {
+      if (!cache.start_over) return live->read(addr, dst, len);
+      cache.reset();
     }
-    auto bytes = std::make_unique<uint8_t[]>(PageCache::kPage);
-    if (live->read(page, bytes.get(), PageCache::kPage) != 0) return live->read(addr, dst, len);
-    it = page_cache.pages.emplace(page, std::move(bytes)).first;
+    if (!cache.slots) {
+      cache.slots = std::make_unique_for_overwrite<uint8_t[]>(cache.max_pages * PageCache::kPage);
+      cache.slot_count = cache.max_pages;
+    }
+    if (live->read(page, cache.slot(cache.used), PageCache::kPage) != 0) {
+      return live->read(addr, dst, len);
+    }
+    it = cache.pages.emplace(page, cache.used++).first;
   }
-  std::memcpy(dst, it->second.get() + (addr - page), len);
+  std::memcpy(dst, cache.slot(it->second) + (addr - page), len);
   return 0;
 }
 

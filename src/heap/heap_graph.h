@@ -2,7 +2,7 @@
 // LuaJIT's collector follows them (lj_gc.c gc_traverse_tab/func/proto/thread, gc_mark_start),
 // from the roots the collector marks (the globals table, the registry, the main thread, every
 // g->gcroot[], JIT traces, userdata queued for finalization); the dominator tree of that graph
-// (Lengauer–Tarjan); each object's retained size (what collecting it would free: itself and
+// (Semi-NCA); each object's retained size (what collecting it would free: itself and
 // every object only it leads to); and each object's shortest path from a root, named the way
 // a Lua programmer writes it: `_G.cache`, `package.loaded["app.users"].index`,
 // `upvalue 'sessions' of function <app.lua:12>`, `local 't' of thread 0x… at app.lua:40` (a

@@ -76,7 +76,7 @@ struct Graph {
 
 Graph build_graph(const Memory& mem, const Census& census);
 
-// Immediate dominators over `graph` from its root (Lengauer–Tarjan); nodes the root does not
+// Immediate dominators over `graph` from its root (Semi-NCA); nodes the root does not
 // reach get kUnreached. Also the DFS preorder of the reached nodes (root first).
 inline constexpr uint32_t kUnreached = 0xffffffffu;
 struct Dominators {

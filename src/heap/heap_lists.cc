@@ -28,8 +28,9 @@ constexpr uint64_t kGlobalScan = 1024;
 constexpr size_t kGcRootsAfterNames = 14 + 2;
 // The string table's anchors are read in pieces of this many bytes.
 constexpr uint64_t kStrTabChunk = 64 * 1024;
-// The string chains walked in address order of their first strings, this many at a time.
-constexpr size_t kHeadsPerBatch = size_t{1} << 20;
+// The string chains are walked in address order of their first strings, at least this many at
+// a time (all of them when the VM counts more strings: g->strnum).
+constexpr size_t kMinHeadsPerBatch = size_t{1} << 20;
 
 // Whether the object at `addr` is the string `text` (a GCstr: len, then the characters after
 // the header).
@@ -282,12 +283,16 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
   }
   // The anchors (GCRefs: 4 bytes without GC64), read in pieces; the low bit of an anchor is
   // upstream's "secondary hash" flag. The chains are walked from their first strings in address
-  // order, up to kHeadsPerBatch at a time: in the table's (hash) order each string is a read
-  // somewhere else in the heap, every page of which then stays resident until the next
-  // checkpoint; in address order the reads go through the heap once, front to back.
+  // order, all at once (up to the VM's own string count, 8 bytes each: what the census holds
+  // anyway is twice that per object; more anchors than that come in batches): in the table's
+  // (hash) order each string is a read somewhere else in the heap, every page of which then
+  // stays resident until the next checkpoint, and a live read's page cache misses nearly every
+  // time; in address order the reads go through the heap once, front to back (a batch per sweep:
+  // 1 M strings a batch took a 1 GB live heap through seven sweeps).
   const uint64_t ref = in.ref_size;
   std::vector<uint8_t> piece(std::min<uint64_t>(kStrTabChunk, anchors * ref));
   std::vector<uint64_t> heads;
+  const size_t batch = std::max<size_t>(kMinHeadsPerBatch, c.strnum);
   auto walk_heads = [&] {
     radix_sort(heads, [](uint64_t h) { return h; });
     for (uint64_t h : heads) lists.chain(h, static_cast<uint8_t>(Gct::Str), "the string table");
@@ -303,7 +308,7 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
       std::memcpy(&h, piece.data() + i, ref);
       if ((h & ~uint64_t{1}) != 0) heads.push_back(h & ~uint64_t{1});
     }
-    if (heads.size() >= kHeadsPerBatch) walk_heads();
+    if (heads.size() >= batch) walk_heads();
   }
   walk_heads();
   // g->gc.mmudata points at the last of a circular list (lj_gc.c gc_finalize).
