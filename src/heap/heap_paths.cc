@@ -287,7 +287,7 @@ namespace {
 // growing at kMaxFrames.
 std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& census,
                                           const Graph& graph, const Dominators& dom,
-                                          const std::vector<uint32_t>& children) {
+                                          const std::vector<bool>& dominates) {
   struct Stack {
     uint32_t parent = 0, frame = 0, depth = 0;
   };
@@ -308,7 +308,7 @@ std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& 
     if (v == graph.root) continue;
     const uint32_t up = stack_of[dom.idom[v]];
     const Object& o = census.objects[v];
-    if (children[v] == 0) {
+    if (!dominates[v]) {
       add((uint64_t{up} << 8) | o.gct, o.bytes);
       continue;
     }
@@ -350,40 +350,54 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
   out.dropped_edges = graph.dropped_edges;
   const Dominators dom = dominators(graph);
   const size_t n = census.objects.size();
-  std::vector<uint64_t> retained(n + 1, 0);
-  std::vector<uint32_t> count(n + 1, 0);  // at most the census's objects, under 2^27
-  std::vector<uint32_t> children(n + 1, 0);
-  for (uint32_t v : dom.preorder) {
-    if (v == graph.root) continue;
-    retained[v] = census.objects[v].bytes;
-    count[v] = 1;
-    ++children[dom.idom[v]];
-    ++out.reachable_count;
-    out.reachable_bytes += census.objects[v].bytes;
-  }
-  // A dominator precedes what it dominates in DFS preorder: sum in reverse.
-  for (size_t i = dom.preorder.size(); i-- > 1;) {
-    const uint32_t v = dom.preorder[i];
-    retained[dom.idom[v]] += retained[v];
-    count[dom.idom[v]] += count[v];
+  // Each object's retained bytes and objects, summed up the dominator tree; only the biggest
+  // `top` are kept past this block, so the path tree and the profile do not peak on top of them.
+  struct Pick {
+    uint32_t v = 0;
+    uint64_t retained = 0;
+    uint32_t count = 0;
+  };
+  std::vector<Pick> picks;
+  std::vector<bool> dominates(n + 1);  // v is some reached object's immediate dominator
+  {
+    std::vector<uint64_t> retained(n + 1, 0);
+    std::vector<uint32_t> count(n + 1, 0);  // at most the census's objects, under 2^27
+    for (uint32_t v : dom.preorder) {
+      if (v == graph.root) continue;
+      retained[v] = census.objects[v].bytes;
+      count[v] = 1;
+      dominates[dom.idom[v]] = true;
+      ++out.reachable_count;
+      out.reachable_bytes += census.objects[v].bytes;
+    }
+    // A dominator precedes what it dominates in DFS preorder: sum in reverse.
+    for (size_t i = dom.preorder.size(); i-- > 1;) {
+      const uint32_t v = dom.preorder[i];
+      retained[dom.idom[v]] += retained[v];
+      count[dom.idom[v]] += count[v];
+    }
+    std::vector<uint32_t> order;
+    order.reserve(dom.preorder.size());
+    for (uint32_t v : dom.preorder) {
+      if (v != graph.root) order.push_back(v);
+    }
+    const size_t keep = top == 0 ? order.size() : std::min(top, order.size());
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                      [&](uint32_t a, uint32_t b) {
+                        return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
+                      });
+    picks.reserve(keep);
+    for (size_t i = 0; i < keep; ++i)
+      picks.push_back({order[i], retained[order[i]], count[order[i]]});
   }
   out.unreached_count = n - out.reachable_count;
   out.unreached_bytes = census.object_bytes() - out.reachable_bytes;
-  std::vector<uint32_t> order;
-  for (uint32_t v : dom.preorder) {
-    if (v != graph.root) order.push_back(v);
-  }
-  const size_t keep = top == 0 ? order.size() : std::min(top, order.size());
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](uint32_t a, uint32_t b) {
-    return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
-  });
   const PathNamer namer(mem, census, graph, thread_names);
-  for (size_t i = 0; i < keep; ++i) {
-    const uint32_t v = order[i];
-    out.top.push_back({namer.path(v), census.objects[v].addr, census.objects[v].gct, retained[v],
-                       census.objects[v].bytes, count[v]});
+  for (const Pick& p : picks) {
+    const Object& o = census.objects[p.v];
+    out.top.push_back({namer.path(p.v), o.addr, o.gct, p.retained, o.bytes, p.count});
   }
-  out.profile = profile_entries(namer, census, graph, dom, children);
+  out.profile = profile_entries(namer, census, graph, dom, dominates);
   return out;
 }
 
