@@ -2,6 +2,7 @@
 // functions follow them, restricted to objects of the census (a reference to anything else is
 // not followed: it is no object the VM's lists hold).
 #include <algorithm>
+#include <thread>
 
 #include "heap/heap_graph_internal.h"
 
@@ -16,18 +17,9 @@ constexpr uint64_t kChunk = 512;
 
 class EdgeReader {
  public:
-  // The references an honest heap can hold: a TValue slot or GCRef lies inside some object's
-  // own bytes, 8 (or 4) bytes each, plus the roots; several objects sharing one array part
-  // (a hostile core) cannot make more. Edge indexes are 32-bit (Graph::first): a heap of over
-  // 16 GiB of references has its edges past 2^32 - 2 dropped and counted.
-  EdgeReader(const Memory& mem, const Census& census, Graph& graph)
-      : mem_(mem),
-        in_(mem.info()),
-        census_(census),
-        g_(graph),
-        budget_(std::min<uint64_t>(
-            census.object_bytes() / 4 + census.gc_roots.size() + 2 * census.objects.size() + 1024,
-            kMaxEdges)) {}
+  // Edges past `limit` in `graph` are dropped and counted (object_budget, root_budget).
+  EdgeReader(const Memory& mem, const Census& census, Graph& graph, uint64_t limit)
+      : mem_(mem), in_(mem.info()), census_(census), g_(graph), budget_(limit) {}
 
   void object(const Object& o) {
     switch (static_cast<Gct>(o.gct)) {
@@ -236,25 +228,76 @@ class EdgeReader {
   uint64_t budget_;
 };
 
+// The references an honest heap's objects [begin, end) can hold: a TValue slot or GCRef lies
+// inside some object's own bytes, 8 (or 4) bytes each; several objects sharing one array part
+// (a hostile core) cannot make more. Edge indexes are 32-bit (Graph::first), and a graph is
+// built in at most two parts: a part's edges past 2^31 (over 8 GiB of references) are dropped.
+uint64_t object_budget(const Census& census, size_t begin, size_t end) {
+  uint64_t bytes = 0;
+  for (size_t i = begin; i < end; ++i) bytes += census.objects[i].bytes;
+  return std::min<uint64_t>(bytes / 4 + 2 * (end - begin) + 1024, kMaxEdges / 2);
+}
+
+// The roots' edges after `edges` others: the globals, registry and main thread, g->gcroot[],
+// every trace, the finalizer list.
+uint64_t root_budget(const Census& census, uint64_t edges) {
+  return std::min<uint64_t>(edges + census.gc_roots.size() + census.objects.size() + 16, kMaxEdges);
+}
+
+// The references of census.objects[begin, end) into `part`, whose first[k] is object
+// begin + k's first edge (edge indexes from 0 in part.edges). With `report`, calls the memory's
+// checkpoint, the objects done scaled to the whole census (the other part runs alongside).
+void follow_objects(const Memory& mem, const Census& census, size_t begin, size_t end, Graph& part,
+                    bool report) {
+  const size_t n = census.objects.size();
+  EdgeReader reader(mem, census, part, object_budget(census, begin, end));
+  part.first.reserve(end - begin + 2);
+  for (size_t i = begin; i < end; ++i) {
+    part.first.push_back(static_cast<uint32_t>(part.edges.size()));
+    reader.object(census.objects[i]);
+    // The objects lie in address order: pages read long ago are not wanted soon, and need not
+    // be resident while the graph grows.
+    const size_t done = i - begin + 1;
+    if (report && (done & (Memory::kObjectsPerCheckpoint - 1)) == 0) {
+      mem.checkpoint({HeapPass::Graph, done * n / (end - begin), n, false});
+    }
+  }
+}
+
+// `upper`'s objects and edges after `g`'s.
+void append_part(Graph& g, Graph&& upper) {
+  const auto base = static_cast<uint32_t>(g.edges.size());  // both under 2^31
+  for (uint32_t f : upper.first) g.first.push_back(base + f);
+  g.edges.append(std::move(upper.edges));
+  g.unreadable_refs += upper.unreadable_refs;
+  g.dropped_edges += upper.dropped_edges;
+}
+
 }  // namespace
 
-Graph build_graph(const Memory& mem, const Census& census) {
+Graph build_graph(const Memory& mem, const Census& census, size_t two_threads_from) {
   Graph g;
   const size_t n = census.objects.size();
   g.root = static_cast<uint32_t>(n);
-  g.first.reserve(n + 2);
-  EdgeReader reader(mem, census, g);
-  for (const Object& o : census.objects) {
-    g.first.push_back(static_cast<uint32_t>(g.edges.size()));
-    reader.object(o);
-    // The objects lie in allocation order, mostly near each other: pages read long ago are not
-    // wanted soon, and need not be resident while the graph grows.
-    if ((g.first.size() & (Memory::kObjectsPerCheckpoint - 1)) == 0) {
-      mem.checkpoint({HeapPass::Graph, g.first.size(), n, false});
-    }
+  if (mem.threads_allowed() && n >= std::max<size_t>(two_threads_from, 2) &&
+      std::thread::hardware_concurrency() >= 2) {
+    // The upper half on a second thread, with a Memory of its own (its last run read in place)
+    // that reports nothing; every part of the census and the index is only read.
+    const size_t half = n / 2;
+    Graph upper;
+    Memory upper_mem = mem;
+    upper_mem.on_checkpoint(nullptr);
+    std::thread worker([&upper_mem, &census, &upper, half, n] {
+      follow_objects(upper_mem, census, half, n, upper, false);
+    });
+    follow_objects(mem, census, 0, half, g, true);
+    worker.join();
+    append_part(g, std::move(upper));
+  } else {
+    follow_objects(mem, census, 0, n, g, true);
   }
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
-  reader.roots();
+  EdgeReader(mem, census, g, root_budget(census, g.edges.size())).roots();
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
   return g;
 }

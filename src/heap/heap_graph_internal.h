@@ -2,6 +2,7 @@
 // rows, and the steps of find_retainers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,6 +59,17 @@ class EdgeList {
   }
   const Edge& operator[](size_t i) const { return blocks_[i >> kBits][i & kMask]; }
   size_t size() const { return size_; }
+  // Appends `other`'s edges, freeing each of its blocks once copied (two parts of a graph built
+  // side by side are joined without holding the second twice).
+  void append(EdgeList&& other) {
+    for (size_t b = 0; b < other.blocks_.size(); ++b) {
+      const size_t n = std::min(kMask + 1, other.size_ - (b << kBits));
+      for (size_t i = 0; i < n; ++i) push_back(other.blocks_[b][i]);
+      other.blocks_[b].reset();
+    }
+    other.blocks_.clear();
+    other.size_ = 0;
+  }
 
  private:
   static constexpr unsigned kBits = 16;
@@ -74,7 +86,11 @@ struct Graph {
   uint64_t dropped_edges = 0;  // over the budget the objects' own bytes justify
 };
 
-Graph build_graph(const Memory& mem, const Census& census);
+// With mem.threads_allowed() and at least `two_threads_from` objects, the upper half of the
+// objects is followed on a second thread (the graph is the same).
+inline constexpr size_t kObjectsForTwoThreads = size_t{1} << 16;
+Graph build_graph(const Memory& mem, const Census& census,
+                  size_t two_threads_from = kObjectsForTwoThreads);
 
 // Immediate dominators over `graph` from its root (Semi-NCA); nodes the root does not
 // reach get kUnreached. Also the DFS preorder of the reached nodes (root first).

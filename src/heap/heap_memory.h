@@ -99,6 +99,11 @@ class Memory {
   };
   void on_in_place(std::function<InPlace(uint64_t)> f) { find_in_place_ = std::move(f); }
 
+  // Whether the reader may be called from two threads at once (a core file's: nothing in it
+  // changes); a pass may then split its objects over two (build_graph). Off by default.
+  void allow_threads(bool on) { threads_ = on; }
+  bool threads_allowed() const { return threads_; }
+
   // A live process's memory changes under the read: an object seen half-written (the mutator
   // allocating it, the collector sweeping it) may read whole a moment later. `f(addr, len)`
   // drops any copy the reader keeps of those bytes and waits that moment; true when the next
@@ -126,6 +131,7 @@ class Memory {
   std::function<bool(uint64_t, uint64_t)> reread_;
   std::function<InPlace(uint64_t)> find_in_place_;
   mutable InPlace run_;  // the run of the last read outside the previous one
+  bool threads_ = false;
 };
 
 // A TValue's collectable object, if it holds one (lj_obj.h tvisgcv): its address and ~itype.

@@ -6,14 +6,8 @@
 // roots among them, is missing; with one (a live read's Memory) nothing is.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
-#include "core/core_file.h"
-#include "core/core_walk.h"
 #include "heap/heap_census.h"
-#include "luajit/proc_info.h"
-#include "support/test_support.h"
-#include "walker/workload_core.h"
+#include "heap/heap_core_setup.h"
 
 namespace ljprof {
 namespace {
@@ -36,18 +30,11 @@ int flaky_read(void* ctx, uint64_t addr, void* out, uint32_t len) {
 }
 
 TEST(HeapReread, AnObjectHalfWrittenAtTheFirstReadIsReadAgain) {
-  const test::Dump d = test::dump_core({"luajit", "/usr/bin/luajit", false}, "heap_census.lua");
-  test::CommandResult r = test::run({test::ljprof_bin(), "heap", d.core, "--json", "--top", "1"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const uint64_t g = test::hex(nlohmann::json::parse(r.out)["global_state"]);
-  auto core = core::CoreFile::open(d.core);
-  ASSERT_TRUE(core.ok()) << core.message();
-  auto walker = core::CoreWalker::create(*core);
-  ASSERT_TRUE(walker.ok()) << walker.message();
-  ASSERT_TRUE((*walker)->luajit().has_value()) << (*walker)->luajit_error();
-  auto info = luajit::to_walker_info(*(*walker)->luajit());
-  ASSERT_TRUE(info.ok()) << info.message();
-
+  test::HeapCoreSetup s;
+  ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
+  const uint64_t g = s.g;
+  const lj_luajit_info* info = &s.info;
+  const core::CoreFile* core = &*s.core;
   const heap::Memory clean(core->mem_reader(), *info);
   auto want = heap::take_census(clean, g);
   ASSERT_TRUE(want.ok()) << want.message();

@@ -1,0 +1,30 @@
+#include "heap/heap_core_setup.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "luajit/proc_info.h"
+#include "support/test_support.h"
+#include "walker/workload_core.h"
+
+namespace ljprof::test {
+
+void open_heap_core(const std::string& workload, HeapCoreSetup& out) {
+  const Dump d = dump_core({"luajit", "/usr/bin/luajit", false}, workload);
+  const CommandResult r = run({ljprof_bin(), "heap", d.core, "--json", "--top", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  out.g = hex(nlohmann::json::parse(r.out)["global_state"]);
+  auto core = core::CoreFile::open(d.core);
+  ASSERT_TRUE(core.ok()) << core.message();
+  out.core.emplace(std::move(*core));
+  auto walker = core::CoreWalker::create(*out.core);
+  ASSERT_TRUE(walker.ok()) << walker.message();
+  out.walker = std::move(*walker);
+  ASSERT_TRUE(out.walker->luajit().has_value()) << out.walker->luajit_error();
+  auto info = luajit::to_walker_info(*out.walker->luajit());
+  ASSERT_TRUE(info.ok()) << info.message();
+  out.info = *info;
+}
+
+}  // namespace ljprof::test

@@ -1,0 +1,49 @@
+// build_graph on two threads (a core's memory allows them) against one thread, on a real luajit
+// core (heap_census.lua): the same references of every object in the same order, the same roots
+// and the same counts, whatever the split.
+#include <gtest/gtest.h>
+
+#include "heap/heap_census.h"
+#include "heap/heap_core_setup.h"
+#include "heap/heap_graph_internal.h"
+
+namespace ljprof {
+namespace {
+
+void expect_same_graph(const heap::Graph& want, const heap::Graph& got) {
+  ASSERT_EQ(got.root, want.root);
+  ASSERT_EQ(got.first, want.first);
+  ASSERT_EQ(got.edges.size(), want.edges.size());
+  for (size_t e = 0; e < want.edges.size(); ++e) {
+    ASSERT_EQ(got.edges[e].to, want.edges[e].to) << "edge " << e;
+    ASSERT_EQ(got.edges[e].aux, want.edges[e].aux) << "edge " << e;
+    ASSERT_EQ(got.edges[e].kind, want.edges[e].kind) << "edge " << e;
+  }
+  EXPECT_EQ(got.unreadable_refs, want.unreadable_refs);
+  EXPECT_EQ(got.dropped_edges, want.dropped_edges);
+}
+
+TEST(HeapGraph, TwoThreadsFollowTheSameReferencesAsOne) {
+  test::HeapCoreSetup s;
+  ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
+  heap::Memory mem(s.core->mem_reader(), s.info);
+  auto census = heap::take_census(mem, s.g);
+  ASSERT_TRUE(census.ok()) << census.message();
+  ASSERT_GT(census->objects.size(), 1000u);
+  const heap::Graph one = heap::build_graph(mem, *census);
+  ASSERT_GT(one.edges.size(), census->objects.size());
+
+  // As `ljprof heap CORE` reads: in place, two threads from any size.
+  heap::Memory threaded(s.core->mem_reader(), s.info);
+  const core::CoreFile& core = *s.core;
+  threaded.on_in_place([&core](uint64_t addr) {
+    const core::CoreFile::InPlaceBytes run = core.in_place_at(addr);
+    return heap::Memory::InPlace{run.start, run.bytes.data(), run.bytes.size()};
+  });
+  threaded.allow_threads(true);
+  expect_same_graph(one, heap::build_graph(threaded, *census, 2));
+  expect_same_graph(one, heap::build_graph(threaded, *census, census->objects.size()));
+}
+
+}  // namespace
+}  // namespace ljprof
