@@ -28,9 +28,9 @@ constexpr uint64_t kGlobalScan = 1024;
 constexpr size_t kGcRootsAfterNames = 14 + 2;
 // The string table's anchors are read in pieces of this many bytes.
 constexpr uint64_t kStrTabChunk = 64 * 1024;
-// The string chains are walked in address order of their first strings, at least this many at
-// a time (all of them when the VM counts more strings: g->strnum).
-constexpr size_t kMinHeadsPerBatch = size_t{1} << 20;
+// The string table's chains are walked side by side (Lists::chains), this many at a time: 72
+// bytes each at most (its cursor in two rounds and the sort's copy).
+constexpr size_t kHeadsPerBatch = size_t{1} << 20;
 
 // Whether the object at `addr` is the string `text` (a GCstr: len, then the characters after
 // the header).
@@ -105,6 +105,33 @@ std::vector<uint64_t> find_gc_roots(const Memory& mem, uint64_t g) {
   return {};
 }
 
+// LSD radix sort on the key's distance from the lowest, 11 bits a pass (2 or 3 passes for a
+// heap of a few GiB): a comparison sort of millions of objects took a tenth of the walk. Stable,
+// so of two entries of one address the first listed stays first.
+template <typename T, typename Key>
+void radix_sort(std::vector<T>& items, Key key) {
+  constexpr unsigned kDigitBits = 11;
+  constexpr size_t kBuckets = size_t{1} << kDigitBits;
+  if (items.size() < 2) return;
+  uint64_t low = UINT64_MAX, high = 0;
+  for (const T& t : items) {
+    low = std::min<uint64_t>(low, key(t));
+    high = std::max<uint64_t>(high, key(t));
+  }
+  const unsigned bits = static_cast<unsigned>(std::bit_width(high - low));
+  std::vector<T> other(items.size());
+  std::vector<size_t> start(kBuckets);
+  for (unsigned shift = 0; shift < bits; shift += kDigitBits) {
+    auto digit = [&](const T& t) { return ((key(t) - low) >> shift) & (kBuckets - 1); };
+    std::fill(start.begin(), start.end(), 0);
+    for (const T& t : items) ++start[digit(t)];
+    size_t sum = 0;
+    for (size_t& n : start) sum += std::exchange(n, sum);
+    for (const T& t : items) other[start[digit(t)]++] = t;
+    items.swap(other);
+  }
+}
+
 class Lists {
  public:
   Lists(const Memory& mem, Census& census, SizeContext ctypes, uint64_t cap)
@@ -156,28 +183,53 @@ class Lists {
   // A list linked through GCHeader.nextgc from `first` until 0 (or `stop`). A list that loops
   // is cut where Brent's cycle detection meets it again (within twice its length).
   void chain(uint64_t first, uint8_t want, const char* list, uint64_t stop = 0) {
-    uint64_t mark = first, power = 1, steps = 0;
-    for (uint64_t o = first; o != 0 && o != stop;) {
-      if (!add(o, want, list)) return;
-      auto next = mem_.ref(o);
-      if (!next) {
-        refuse(fmt::format("unreadable nextgc on {}", list));
-        return;
+    if (first == 0 || first == stop) return;
+    ChainCursor c{first, first};
+    while (step(c, want, list, stop)) {
+    }
+  }
+
+  // Many lists at once (the string table's chains), a link of each at a time, each round in
+  // address order: a round is one sweep through the heap. Link by link in chain order, every
+  // second string of a chain was a read somewhere else in the heap, and the core's pages they
+  // touched (64 KiB a fault) stayed resident until the next checkpoint: 117 of a 142 MiB core.
+  void chains(const std::vector<uint64_t>& firsts, uint8_t want, const char* list) {
+    std::vector<ChainCursor> round, next;
+    round.reserve(firsts.size());
+    for (uint64_t f : firsts) round.push_back({f, f});
+    while (!round.empty()) {
+      radix_sort(round, [](const ChainCursor& c) { return c.at; });
+      next.clear();
+      for (ChainCursor c : round) {
+        if (step(c, want, list, 0)) next.push_back(c);
       }
-      o = *next;
-      if (o == mark) {
-        refuse(fmt::format("{} loops", list));
-        return;
-      }
-      if (++steps == power) {
-        mark = o;
-        power *= 2;
-        steps = 0;
-      }
+      round.swap(next);
     }
   }
 
  private:
+  // Where a list walk is: the next object, and Brent's cycle detection (the object it is
+  // compared against, moved at every power of two of steps).
+  struct ChainCursor {
+    uint64_t at = 0, mark = 0;
+    uint64_t power = 1, steps = 0;
+  };
+  // Adds the object at c.at and moves c to the next one; false when the list ends there (at 0
+  // or `stop`) or is cut (refused, unreadable, looping: counted).
+  bool step(ChainCursor& c, uint8_t want, const char* list, uint64_t stop) {
+    if (!add(c.at, want, list)) return false;
+    auto next = mem_.ref(c.at);
+    if (!next) return refuse(fmt::format("unreadable nextgc on {}", list));
+    c.at = *next;
+    if (c.at == c.mark) return refuse(fmt::format("{} loops", list));
+    if (++c.steps == c.power) {
+      c.mark = c.at;
+      c.power *= 2;
+      c.steps = 0;
+    }
+    return c.at != 0 && c.at != stop;
+  }
+
   bool refuse(const std::string& why) {
     ++c_.malformed[why];
     return false;
@@ -187,33 +239,6 @@ class Lists {
   SizeContext ctypes_;
   uint64_t cap_;
 };
-
-// LSD radix sort on the key's distance from the lowest, 11 bits a pass (2 or 3 passes for a
-// heap of a few GiB): a comparison sort of millions of objects took a tenth of the walk. Stable,
-// so of two entries of one address the first listed stays first.
-template <typename T, typename Key>
-void radix_sort(std::vector<T>& items, Key key) {
-  constexpr unsigned kDigitBits = 11;
-  constexpr size_t kBuckets = size_t{1} << kDigitBits;
-  if (items.size() < 2) return;
-  uint64_t low = UINT64_MAX, high = 0;
-  for (const T& t : items) {
-    low = std::min<uint64_t>(low, key(t));
-    high = std::max<uint64_t>(high, key(t));
-  }
-  const unsigned bits = static_cast<unsigned>(std::bit_width(high - low));
-  std::vector<T> other(items.size());
-  std::vector<size_t> start(kBuckets);
-  for (unsigned shift = 0; shift < bits; shift += kDigitBits) {
-    auto digit = [&](const T& t) { return ((key(t) - low) >> shift) & (kBuckets - 1); };
-    std::fill(start.begin(), start.end(), 0);
-    for (const T& t : items) ++start[digit(t)];
-    size_t sum = 0;
-    for (size_t& n : start) sum += std::exchange(n, sum);
-    for (const T& t : items) other[start[digit(t)]++] = t;
-    items.swap(other);
-  }
-}
 
 Status read_globals(const Memory& mem, uint64_t g, Census& c) {
   const lj_luajit_info& in = mem.info();
@@ -282,20 +307,12 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
                 "a thread's open upvalues");
   }
   // The anchors (GCRefs: 4 bytes without GC64), read in pieces; the low bit of an anchor is
-  // upstream's "secondary hash" flag. The chains are walked from their first strings in address
-  // order, all at once (up to the VM's own string count, 8 bytes each: what the census holds
-  // anyway is twice that per object; more anchors than that come in batches): in the table's
-  // (hash) order each string is a read somewhere else in the heap, every page of which then
-  // stays resident until the next checkpoint, and a live read's page cache misses nearly every
-  // time; in address order the reads go through the heap once, front to back (a batch per sweep:
-  // 1 M strings a batch took a 1 GB live heap through seven sweeps).
+  // upstream's "secondary hash" flag.
   const uint64_t ref = in.ref_size;
   std::vector<uint8_t> piece(std::min<uint64_t>(kStrTabChunk, anchors * ref));
   std::vector<uint64_t> heads;
-  const size_t batch = std::max<size_t>(kMinHeadsPerBatch, c.strnum);
   auto walk_heads = [&] {
-    radix_sort(heads, [](uint64_t h) { return h; });
-    for (uint64_t h : heads) lists.chain(h, static_cast<uint8_t>(Gct::Str), "the string table");
+    lists.chains(heads, static_cast<uint8_t>(Gct::Str), "the string table");
     heads.clear();
   };
   for (uint64_t at = 0; at < anchors * ref; at += piece.size()) {
@@ -308,7 +325,7 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
       std::memcpy(&h, piece.data() + i, ref);
       if ((h & ~uint64_t{1}) != 0) heads.push_back(h & ~uint64_t{1});
     }
-    if (heads.size() >= batch) walk_heads();
+    if (heads.size() >= kHeadsPerBatch) walk_heads();
   }
   walk_heads();
   // g->gc.mmudata points at the last of a circular list (lj_gc.c gc_finalize).
@@ -318,6 +335,10 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
       lists.add(*last, static_cast<uint8_t>(Gct::Udata), "gc.mmudata");
     }
   }
+  // The lists are read: the core's pages they left resident go before the sort's second copy
+  // of the census comes (the peak of the whole walk otherwise: 105 MiB of pages of a 142 MiB
+  // core under 70 MiB of census).
+  mem.checkpoint({HeapPass::Census, c.objects.size(), 0, false});
   radix_sort(c.objects, [](const Object& o) { return o.addr; });
   const size_t before = c.objects.size();
   c.objects.erase(std::unique(c.objects.begin(), c.objects.end(),
