@@ -113,9 +113,11 @@ struct Forest {
 Dominators dominators(const Graph& graph) {
   Preorder p = depth_first(graph);
   const auto reached = static_cast<uint32_t>(p.vertex.size());
+  const size_t nodes = p.num.size();
   std::vector<uint32_t> idom = p.parent;  // by number; the DFS parent until step 2
   {
     const Predecessors preds = predecessors(graph, p);
+    std::vector<uint32_t>().swap(p.num);  // numbered now: not needed until the end, rebuilt there
     std::vector<uint32_t> semi(reached);
     std::iota(semi.begin(), semi.end(), 0u);
     Forest forest{std::move(p.parent), std::vector<uint32_t>(reached), semi, {}};
@@ -136,12 +138,10 @@ Dominators dominators(const Graph& graph) {
       idom[i] = d;
     }
   }
-  // By node: num is overwritten in place, each slot read before it is written.
+  // By node, allocated once the pass's own arrays are gone (they are its peak).
   Dominators out;
-  out.idom = std::move(p.num);
-  for (uint32_t& slot : out.idom) {
-    if (slot != kNone) slot = p.vertex[idom[slot]];
-  }
+  out.idom.assign(nodes, kNone);
+  for (uint32_t i = 0; i < reached; ++i) out.idom[p.vertex[i]] = p.vertex[idom[i]];
   out.preorder = std::move(p.vertex);
   return out;
 }
