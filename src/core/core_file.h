@@ -246,7 +246,10 @@ class CoreFile {
   // off empties the cache. For one walk, whose reads are many and close together. At most
   // `max_pages` are kept; then reads go through uncached, or with `start_over` the cache is
   // emptied and fills again (a walk over more memory than the cache holds: the heap).
-  void cache_pages(bool on, size_t max_pages = kDefaultCachedPages, bool start_over = false) const;
+  // `ahead_pages`: a miss on the page next to the previous miss (a walk going through memory,
+  // up or down) reads that many pages in one read.
+  void cache_pages(bool on, size_t max_pages = kDefaultCachedPages, bool start_over = false,
+                   uint32_t ahead_pages = 1) const;
   // A live process only: the cached copies of the pages holding [addr, addr + len) are dropped,
   // so the next read of them sees the process's memory as it is then.
   void forget_cached_pages(uint64_t addr, uint64_t len) const;

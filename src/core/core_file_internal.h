@@ -44,9 +44,14 @@ struct PrefetchedMemory {
 // glibc had given the freed block back (clear_page was 27% of a 1 GB live heap walk).
 struct PageCache {
   static constexpr uint64_t kPage = 4096;
+  static constexpr uint64_t kNoPage = UINT64_MAX;
   size_t max_pages = 0;  // then reads go through uncached, or (start_over) the cache empties
   bool start_over = false;
   bool on = false;
+  // A miss next to the previous miss (a walk going through memory up or down) reads this many
+  // pages in one read, in that direction; 1: a page a read.
+  uint32_t ahead = 1;
+  uint64_t last_miss = kNoPage;
   std::unordered_map<uint64_t, uint32_t> pages;  // page address -> slot
   std::unique_ptr<uint8_t[]> slots;              // max_pages pages, not initialised
   size_t slot_count = 0;                         // slots allocated
@@ -56,6 +61,7 @@ struct PageCache {
   void reset() {
     pages.clear();
     used = 0;
+    last_miss = kNoPage;
   }
 };
 
@@ -87,6 +93,7 @@ struct CoreFile::State {
   // A read of the live process through the prefetched batch, then the page cache, then its
   // memory: 0 or -EFAULT (abi/read_mem.h).
   int read_live(uint64_t addr, void* dst, uint32_t len) const;
+  bool cache_missed_pages(uint64_t page) const;
 
   std::span<const uint8_t> bytes() const { return elf->bytes(); }
 

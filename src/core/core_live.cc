@@ -154,11 +154,12 @@ void CoreFile::drop_prefetch() const {
   state_->prefetched = {};
 }
 
-void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over) const {
+void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over, uint32_t ahead_pages) const {
   PageCache& cache = state_->page_cache;
   cache.on = on && state_->live != nullptr;
   cache.max_pages = std::min<size_t>(max_pages, UINT32_MAX);
   cache.start_over = start_over;
+  cache.ahead = std::max<uint32_t>(1, std::min<uint64_t>(ahead_pages, cache.max_pages));
   cache.reset();
   if (!cache.on || cache.slot_count != cache.max_pages) {
     cache.slots.reset();  // allocated again, at the first page, at the new size
@@ -190,21 +191,47 @@ int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) const {
   PageCache& cache = page_cache;
   auto it = cache.pages.find(page);
   if (it == cache.pages.end()) {
-    if (cache.used >= cache.max_pages) {
-      if (!cache.start_over) return live->read(addr, dst, len);
-      cache.reset();
-    }
-    if (!cache.slots) {
-      cache.slots = std::make_unique_for_overwrite<uint8_t[]>(cache.max_pages * PageCache::kPage);
-      cache.slot_count = cache.max_pages;
-    }
-    if (live->read(page, cache.slot(cache.used), PageCache::kPage) != 0) {
-      return live->read(addr, dst, len);
-    }
-    it = cache.pages.emplace(page, cache.used++).first;
+    if (!cache_missed_pages(page)) return live->read(addr, dst, len);
+    it = cache.pages.find(page);
   }
   std::memcpy(dst, cache.slot(it->second) + (addr - page), len);
   return 0;
+}
+
+// Reads `page` into the cache, with the pages after it (before it) when the last miss was the
+// page before (after) it: ahead pages in one read, into consecutive slots. Pages cached already
+// keep their first copy. False when the page cannot be cached (full, no start-over) or read.
+bool CoreFile::State::cache_missed_pages(uint64_t page) const {
+  PageCache& cache = page_cache;
+  constexpr uint64_t kPage = PageCache::kPage;
+  uint64_t first = page;
+  uint32_t count = 1;
+  if (cache.ahead > 1 && cache.last_miss != PageCache::kNoPage) {
+    if (page == cache.last_miss + kPage) {
+      count = cache.ahead;
+    } else if (page + kPage == cache.last_miss && page >= (cache.ahead - 1) * kPage) {
+      count = cache.ahead;
+      first = page - (count - 1) * kPage;
+    }
+  }
+  cache.last_miss = page;
+  if (cache.used + count > cache.max_pages) {
+    if (!cache.start_over) return false;
+    cache.reset();
+    cache.last_miss = page;
+  }
+  if (!cache.slots) {
+    cache.slots = std::make_unique_for_overwrite<uint8_t[]>(cache.max_pages * kPage);
+    cache.slot_count = cache.max_pages;
+  }
+  if (count > 1 && live->read(first, cache.slot(cache.used), count * kPage) != 0) {
+    count = 1;  // the block reaches memory that is not mapped: the page alone
+    first = page;
+  }
+  if (count == 1 && live->read(page, cache.slot(cache.used), kPage) != 0) return false;
+  for (uint32_t i = 0; i < count; ++i) cache.pages.emplace(first + i * kPage, cache.used + i);
+  cache.used += count;
+  return true;
 }
 
 }  // namespace ljprof::core

@@ -3,6 +3,7 @@
 // cache's slots without mixing pages, a forgotten page is read again, and a full cache that does
 // not start over reads through. Oracle: the bytes this test wrote.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -72,6 +73,54 @@ TEST(PageCache, AFullCacheThatDoesNotStartOverReadsThrough) {
   EXPECT_EQ(read_value(*core, p, 1), 61);
   EXPECT_EQ(read_value(*core, p, 1), 61);
   core->cache_pages(false);
+}
+
+TEST(PageCache, ReadsAheadWhenAWalkGoesPageAfterPageUpOrDown) {
+  static Pages p;
+  for (size_t i = 0; i < kPages; ++i) p.fill(i, static_cast<uint8_t>(30 + i));
+  auto core = core::CoreFile::from_process(static_cast<uint32_t>(::getpid()));
+  ASSERT_TRUE(core.ok()) << core.message();
+  // Up: pages 0 and 1 missed one after the other, so 1..4 come in one read; a change to page 3
+  // after that is not seen (its copy is from that read), one to page 5 is.
+  core->cache_pages(true, 64, true, 4);
+  EXPECT_EQ(read_value(*core, p, 0), 30);
+  EXPECT_EQ(read_value(*core, p, 1), 31);
+  p.fill(3, 93);
+  p.fill(5, 95);
+  EXPECT_EQ(read_value(*core, p, 3), 33);
+  EXPECT_EQ(read_value(*core, p, 5), 95);
+  // Down: pages 7 and 6, so 3..6 come in one read; page 2, after them, is read alone.
+  core->cache_pages(true, 64, true, 4);
+  for (size_t i = 0; i < kPages; ++i) p.fill(i, static_cast<uint8_t>(40 + i));
+  EXPECT_EQ(read_value(*core, p, 7), 47);
+  EXPECT_EQ(read_value(*core, p, 6), 46);
+  p.fill(4, 84);
+  EXPECT_EQ(read_value(*core, p, 4), 44);
+  EXPECT_EQ(read_value(*core, p, 2), 42);
+  core->cache_pages(false);
+}
+
+TEST(PageCache, AReadAheadIntoUnmappedMemoryFallsBackToThePage) {
+  // Three pages mapped, the third unmapped again: a walk up pages 0 and 1 reads ahead into the
+  // hole, which fails, so page 1 is read alone.
+  auto* m = static_cast<uint8_t*>(
+      ::mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(::munmap(m + 2 * kPage, kPage), 0);
+  std::memset(m, 1, kPage);
+  std::memset(m + kPage, 2, kPage);
+  auto core = core::CoreFile::from_process(static_cast<uint32_t>(::getpid()));
+  ASSERT_TRUE(core.ok()) << core.message();
+  core->cache_pages(true, 64, true, 8);
+  ljprof_mem_reader mem = core->mem_reader();
+  uint8_t got[2] = {};
+  ASSERT_EQ(mem.read_mem(mem.ctx, reinterpret_cast<uint64_t>(m) + 10, &got[0], 1), 0);
+  ASSERT_EQ(mem.read_mem(mem.ctx, reinterpret_cast<uint64_t>(m) + kPage + 10, &got[1], 1), 0);
+  EXPECT_EQ(got[0], 1);
+  EXPECT_EQ(got[1], 2);
+  EXPECT_NE(mem.read_mem(mem.ctx, reinterpret_cast<uint64_t>(m) + 2 * kPage, &got[0], 1), 0);
+  core->cache_pages(false);
+  ::munmap(m, 2 * kPage);
 }
 
 }  // namespace
