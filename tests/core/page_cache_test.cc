@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/core_file.h"
@@ -34,11 +35,22 @@ int read_value(const core::CoreFile& core, const Pages& p, size_t i, size_t offs
   return got[0];
 }
 
+// This test process, read as a live process, once `p`'s pages are filled with base, base + 1,
+// ...; nothing (a failure said) when it cannot be opened.
+std::optional<core::CoreFile> own_memory(Pages& p, int base) {
+  for (size_t i = 0; i < kPages; ++i) p.fill(i, static_cast<uint8_t>(base + static_cast<int>(i)));
+  auto core = core::CoreFile::from_process(static_cast<uint32_t>(::getpid()));
+  if (!core.ok()) {
+    ADD_FAILURE() << core.message();
+    return std::nullopt;
+  }
+  return std::move(*core);
+}
+
 TEST(PageCache, StartingOverReusesItsSlotsAndKeepsEachPageAsFirstRead) {
   static Pages p;
-  for (size_t i = 0; i < kPages; ++i) p.fill(i, static_cast<uint8_t>(10 + i));
-  auto core = core::CoreFile::from_process(static_cast<uint32_t>(::getpid()));
-  ASSERT_TRUE(core.ok()) << core.message();
+  const std::optional<core::CoreFile> core = own_memory(p, 10);
+  ASSERT_TRUE(core);
   core->cache_pages(true, 3, true);
   for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < kPages; ++i)
@@ -58,9 +70,8 @@ TEST(PageCache, StartingOverReusesItsSlotsAndKeepsEachPageAsFirstRead) {
 
 TEST(PageCache, AFullCacheThatDoesNotStartOverReadsThrough) {
   static Pages p;
-  for (size_t i = 0; i < kPages; ++i) p.fill(i, static_cast<uint8_t>(20 + i));
-  auto core = core::CoreFile::from_process(static_cast<uint32_t>(::getpid()));
-  ASSERT_TRUE(core.ok()) << core.message();
+  const std::optional<core::CoreFile> core = own_memory(p, 20);
+  ASSERT_TRUE(core);
   core->cache_pages(true, 2, false);
   for (size_t i = 0; i < kPages; ++i)
     ASSERT_EQ(read_value(*core, p, i), 20 + static_cast<int>(i)) << i;
@@ -77,9 +88,8 @@ TEST(PageCache, AFullCacheThatDoesNotStartOverReadsThrough) {
 
 TEST(PageCache, ReadsAheadWhenAWalkGoesPageAfterPageUpOrDown) {
   static Pages p;
-  for (size_t i = 0; i < kPages; ++i) p.fill(i, static_cast<uint8_t>(30 + i));
-  auto core = core::CoreFile::from_process(static_cast<uint32_t>(::getpid()));
-  ASSERT_TRUE(core.ok()) << core.message();
+  const std::optional<core::CoreFile> core = own_memory(p, 30);
+  ASSERT_TRUE(core);
   // Up: pages 0 and 1 missed one after the other, so 1..4 come in one read; a change to page 3
   // after that is not seen (its copy is from that read), one to page 5 is.
   core->cache_pages(true, 64, true, 4);
