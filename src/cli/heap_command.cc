@@ -41,6 +41,8 @@ constexpr uint32_t kHeapPagesAhead = 8;
 // object's header and size fields within microseconds of allocating it.
 constexpr auto kRereadPause = std::chrono::microseconds(200);
 constexpr int kMmapFromBytes = 256 * 1024;
+// How often a live census whose gc.root walk was cut is taken again.
+constexpr int kCensusRetries = 2;
 
 // `ljprof heap`'s options as given.
 struct HeapFlags {
@@ -179,6 +181,16 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   // then the cache starts over: objects are visited in list order, mostly near the last ones.
   core.cache_pages(live, kHeapCachedPages, true, kHeapPagesAhead);
   auto census = heap::take_census(mem, g);
+  // gc.root ends at the main thread (lj_state.c: the first object of the VM). A live walk that
+  // did not reach it was cut where the program rewrote the list faster than it was read (an
+  // object freed and its memory reused, its old header still looking whole): everything behind
+  // the cut, the roots among it, would show as unreached. Read again from an empty page cache.
+  for (int again = 0; running && census.ok() && census->index_of(census->main_thread) < 0 &&
+                      again < kCensusRetries;
+       ++again) {
+    core.cache_pages(true, kHeapCachedPages, true, kHeapPagesAhead);
+    census = heap::take_census(mem, g);
+  }
   if (census.ok()) {
     const uint64_t n = census->objects.size();
     mem.checkpoint({heap::HeapPass::Census, n, n, true});

@@ -49,7 +49,7 @@ struct Census {
   std::vector<Object> objects;  // sorted by address, each once
   std::array<TypeTotal, kGctCount> types{};
   std::map<std::string, uint64_t> malformed;  // reason -> objects (or list links) refused
-  uint64_t reread_objects = 0;     // live: objects refused at first, whole when read again
+  uint64_t reread_objects = 0;  // live: objects (or list links) refused at first, whole read again
   std::vector<uint64_t> gc_roots;  // g->gcroot[]: metamethod names, base metatables, io
 
   uint64_t object_bytes() const;

@@ -19,6 +19,8 @@ namespace {
 // header and the fields its size comes from (all within the first 128 bytes of every type), and
 // what a variable-length cdata keeps before it (lj_obj.h GCcdataVar).
 constexpr int kRereads = 3;
+// How many list links a census reads again at most (Lists::relinked).
+constexpr uint32_t kMaxRelinks = 1024;
 constexpr uint64_t kObjectBefore = 64, kObjectSpan = 320;
 
 // The part of global_State searched for values the layout does not place (registrytv,
@@ -142,9 +144,14 @@ class Lists {
   // after kRereads fresh reads: a list cut at a young object being written would lose every
   // older object behind it, the roots (_G, the registry, the main thread) among them.
   bool add(uint64_t addr, uint8_t want, const char* list) {
+    const std::string why = try_add(addr, want, list);
+    return why.empty() || refuse(why);
+  }
+
+  // add without counting a refusal: why the object was not added, or "".
+  std::string try_add(uint64_t addr, uint8_t want, const char* list) {
     if (c_.objects.size() >= cap_) {
-      refuse(fmt::format("more objects than gc.total can hold ({}): list not followed", cap_));
-      return false;
+      return fmt::format("more objects than gc.total can hold ({}): list not followed", cap_);
     }
     std::optional<Object> o;
     std::string why = admit(addr, want, list, o);
@@ -154,14 +161,14 @@ class Lists {
       why = admit(addr, want, list, o);
       if (why.empty()) ++c_.reread_objects;
     }
-    if (!why.empty()) return refuse(why);
+    if (!why.empty()) return why;
     c_.objects.push_back(*o);
     // Pages read long ago need not stay resident while the census grows (build_graph does the
     // same): the lists run in allocation order.
     if ((c_.objects.size() & (Memory::kObjectsPerCheckpoint - 1)) == 0) {
       mem_.checkpoint({HeapPass::Census, c_.objects.size(), 0, false});
     }
-    return true;
+    return "";
   }
 
   // The object at `addr` as `list` may hold it (`out`), or why not.
@@ -184,7 +191,7 @@ class Lists {
   // is cut where Brent's cycle detection meets it again (within twice its length).
   void chain(uint64_t first, uint8_t want, const char* list, uint64_t stop = 0) {
     if (first == 0 || first == stop) return;
-    ChainCursor c{first, first};
+    ChainCursor c{first, first, 0};
     while (step(c, want, list, stop)) {
     }
   }
@@ -196,7 +203,7 @@ class Lists {
   void chains(const std::vector<uint64_t>& firsts, uint8_t want, const char* list) {
     std::vector<ChainCursor> round, next;
     round.reserve(firsts.size());
-    for (uint64_t f : firsts) round.push_back({f, f});
+    for (uint64_t f : firsts) round.push_back({f, f, 0});
     while (!round.empty()) {
       radix_sort(round, [](const ChainCursor& c) { return c.at; });
       next.clear();
@@ -210,16 +217,21 @@ class Lists {
  private:
   // Where a list walk is: the next object, and Brent's cycle detection (the object it is
   // compared against, moved at every power of two of steps).
+  // `prev`: the object whose nextgc led to `at` (0 for the first), read again when `at` is
+  // refused in a live read.
   struct ChainCursor {
-    uint64_t at = 0, mark = 0;
-    uint64_t power = 1, steps = 0;
+    uint64_t at = 0, mark = 0, prev = 0;
+    uint32_t power = 1, steps = 0;
   };
   // Adds the object at c.at and moves c to the next one; false when the list ends there (at 0
   // or `stop`) or is cut (refused, unreadable, looping: counted).
   bool step(ChainCursor& c, uint8_t want, const char* list, uint64_t stop) {
-    if (!add(c.at, want, list)) return false;
+    if (const std::string why = try_add(c.at, want, list); !why.empty()) {
+      return relinked(c) ? c.at != 0 && c.at != stop : refuse(why);
+    }
     auto next = mem_.ref(c.at);
     if (!next) return refuse(fmt::format("unreadable nextgc on {}", list));
+    c.prev = c.at;
     c.at = *next;
     if (c.at == c.mark) return refuse(fmt::format("{} loops", list));
     if (++c.steps == c.power) {
@@ -230,12 +242,33 @@ class Lists {
     return c.at != 0 && c.at != stop;
   }
 
+  // A live list changes under the read: the collector unlinks dead objects and frees them, so
+  // a link read a moment before can lead to memory that is no object any more, however often
+  // it is read again. The link itself is read again (kRereads times at most, each after the
+  // pause of Memory::reread): when it leads elsewhere now, the walk goes on from there; the
+  // object left behind was freed, not malformed. A core never changes: no second read.
+  bool relinked(ChainCursor& c) {
+    const uint64_t ref = mem_.info().ref_size;
+    if (c.prev == 0 || relinks_left_ == 0) return false;
+    --relinks_left_;  // a process rewriting its lists faster than they are read ends the walk
+    for (int again = 0; again < kRereads && mem_.reread(c.prev, ref); ++again) {
+      auto next = mem_.ref(c.prev);
+      if (next && *next != c.at) {
+        c.at = *next;
+        ++c_.reread_objects;
+        return true;
+      }
+    }
+    return false;
+  }
+
   bool refuse(const std::string& why) {
     ++c_.malformed[why];
     return false;
   }
   const Memory& mem_;
   Census& c_;
+  uint32_t relinks_left_ = kMaxRelinks;
   SizeContext ctypes_;
   uint64_t cap_;
 };

@@ -74,7 +74,8 @@ std::string heap_text(const heap::Census& c, const heap::Retainers& r, const Hea
                      o.total_after);
     s += c.reread_objects == 0
              ? "\n"
-             : fmt::format("; {} objects read whole only at a second look\n", c.reread_objects);
+             : fmt::format("; {} objects or links read whole only at a second look\n",
+                           c.reread_objects);
   }
   s += fmt::format("\n{:<10} {:>10} {:>14}\n", "type", "count", "bytes");
   for (uint8_t t = heap::kMinGct; t <= heap::kMaxGct; ++t) {
