@@ -27,4 +27,19 @@ void open_heap_core(const std::string& workload, HeapCoreSetup& out) {
   out.info = *info;
 }
 
+int PatchedMemory::read(void* ctx, uint64_t addr, void* out, uint32_t len) {
+  auto* p = static_cast<PatchedMemory*>(ctx);
+  const int rc = p->inner.read_mem(p->inner.ctx, addr, out, len);
+  if (rc != 0 || !p->on) return rc;
+  auto* bytes = static_cast<uint8_t*>(out);
+  for (const Patch& patch : p->patches) {
+    for (uint32_t i = 0; i < patch.len; ++i) {
+      const uint64_t a = patch.addr + i;
+      if (a >= addr && a - addr < len)
+        bytes[a - addr] = static_cast<uint8_t>(patch.value >> (8 * i));
+    }
+  }
+  return 0;
+}
+
 }  // namespace ljprof::test

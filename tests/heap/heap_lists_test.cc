@@ -4,32 +4,11 @@
 // the census of the unaltered core.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "heap/heap_census.h"
 #include "heap/heap_core_setup.h"
 
 namespace ljprof {
 namespace {
-
-// Reads through `inner`, with `len` bytes at `at` showing `bytes` instead.
-struct PatchedMemory {
-  ljprof_mem_reader inner;
-  uint64_t at = 0;
-  uint8_t bytes[8] = {};
-  uint32_t len = 0;
-};
-
-int patched_read(void* ctx, uint64_t addr, void* out, uint32_t len) {
-  auto* p = static_cast<PatchedMemory*>(ctx);
-  const int rc = p->inner.read_mem(p->inner.ctx, addr, out, len);
-  if (rc != 0) return rc;
-  for (uint32_t i = 0; i < p->len; ++i) {
-    const uint64_t a = p->at + i;
-    if (a >= addr && a - addr < len) static_cast<uint8_t*>(out)[a - addr] = p->bytes[i];
-  }
-  return 0;
-}
 
 TEST(HeapLists, AStringChainThatLoopsIsCutWhereItMeetsItself) {
   test::HeapCoreSetup s;
@@ -56,9 +35,8 @@ TEST(HeapLists, AStringChainThatLoopsIsCutWhereItMeetsItself) {
 
   // second.nextgc (GCHeader's first field) -> first: first, second, first again, then the
   // detection meets second.
-  PatchedMemory patch{s.core->mem_reader(), second, {}, s.info.ref_size};
-  std::memcpy(patch.bytes, &first, s.info.ref_size);
-  const heap::Memory looping({patched_read, &patch}, s.info);
+  test::PatchedMemory patch{s.core->mem_reader(), {{second, first, s.info.ref_size}}};
+  const heap::Memory looping(patch.reader(), s.info);
   auto cut = heap::take_census(looping, s.g);
   ASSERT_TRUE(cut.ok()) << cut.message();
   EXPECT_EQ(cut->malformed["the string table loops"], 1u);

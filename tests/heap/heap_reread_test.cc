@@ -63,29 +63,6 @@ TEST(HeapReread, AnObjectHalfWrittenAtTheFirstReadIsReadAgain) {
   EXPECT_EQ(rereads, 1);
 }
 
-// Reads through `inner`, except that `link` (a GCRef) shows `shown` and the type tag at
-// `tag` shows 0 until `link` is read again after a pause (Memory::reread of it).
-struct UnlinkedMemory {
-  ljprof_mem_reader inner;
-  uint64_t link = 0, shown = 0, tag = 0;
-  uint32_t ref_size = 8;
-  bool stale = true;
-};
-
-int unlinked_read(void* ctx, uint64_t addr, void* out, uint32_t len) {
-  auto* u = static_cast<UnlinkedMemory*>(ctx);
-  const int rc = u->inner.read_mem(u->inner.ctx, addr, out, len);
-  if (rc != 0 || !u->stale) return rc;
-  auto* bytes = static_cast<uint8_t*>(out);
-  for (uint32_t i = 0; i < u->ref_size; ++i) {
-    if (u->link + i >= addr && u->link + i - addr < len) {
-      bytes[u->link + i - addr] = static_cast<uint8_t>(u->shown >> (8 * i));
-    }
-  }
-  if (u->tag >= addr && u->tag - addr < len) bytes[u->tag - addr] = 0;
-  return 0;
-}
-
 // The collector unlinked and freed an object while the list was read: the link read a moment
 // before leads to memory that is no object any more, however often it is read again. Simulated:
 // the tenth gc.root object's nextgc shows another object, whose type tag shows 0, until that
@@ -102,15 +79,16 @@ TEST(HeapReread, ALinkToAnObjectFreedMeanwhileIsReadAgain) {
   // Somewhere else in the heap: an object far down the list.
   const uint64_t freed = want->objects[want->objects.size() / 2].addr;
 
-  UnlinkedMemory u{s.core->mem_reader(), prev, freed, freed + s.info.gc_gct, s.info.ref_size};
-  heap::Memory core_like({unlinked_read, &u}, s.info);
+  test::PatchedMemory u{s.core->mem_reader(),
+                        {{prev, freed, s.info.ref_size}, {freed + s.info.gc_gct, 0, 1}}};
+  heap::Memory core_like(u.reader(), s.info);
   auto cut = heap::take_census(core_like, s.g);
   ASSERT_TRUE(cut.ok()) << cut.message();
   EXPECT_LT(cut->objects.size() + 1000, want->objects.size());
 
-  heap::Memory live_like({unlinked_read, &u}, s.info);
+  heap::Memory live_like(u.reader(), s.info);
   live_like.on_reread([&u, prev](uint64_t addr, uint64_t) {
-    if (addr == prev) u.stale = false;
+    if (addr == prev) u.on = false;
     return true;
   });
   auto whole = heap::take_census(live_like, s.g);
