@@ -19,7 +19,8 @@
 #define LJ_REC_MAX_MODULES 64        /* executable file mappings with CFI per process */
 /* CFI rows of the files followed processes map, together: the default capacity of the `rows`
  * map (24 bytes a row: 48 MiB of kernel memory, allocated whole when the map is made; the agent
- * writes it by batched updates, never maps it). `--unwind-rows` sets another, at most
+ * copies a file's rows in through a small window of it mapped for the copy, never keeps it
+ * mapped). `--unwind-rows` sets another, at most
  * LJ_REC_MAX_ROWS_LIMIT. A file's rows are freed for reuse once no followed process maps it
  * (src/record/unwind_rows.h). */
 #define LJ_REC_MAX_ROWS (1u << 21)

@@ -127,15 +127,13 @@ uint64_t UnwindRows::free_retired(uint64_t now_ns) {
   return now_ns >= kFallbackGraceNs ? rows_.release_retired(now_ns - kFallbackGraceNs) : 0;
 }
 
-// Writes `rows` to the map from row `first` on, with batched updates: the array is not mapped
-// into the agent (a mapping of it counts all of it in the agent's RSS from the start, whatever
-// is used).
-// The row map is BPF_F_MMAPABLE (record.bpf.c): the rows are copied in through a window of its
-// pages mapped for the copy (kept mapped, every page written would count in the agent's resident
-// memory, so at most kWindow bytes are mapped at a time). One bpf_map_update_batch costs the
-// kernel ~0.3 us a row (a copy_from_user and checks per element: a third of a first Tarantool
-// attach); a copy costs nanoseconds. The context that names these rows is published afterwards
-// by a bpf() call, which orders the copy before it.
+// Writes `rows` to the map from row `first` on. The row map is BPF_F_MMAPABLE (record.bpf.c):
+// the rows are copied in through a window of its pages mapped for the copy (kept mapped, every
+// page written would count in the agent's resident memory, so at most kWindow bytes are mapped
+// at a time). One bpf_map_update_batch costs the kernel ~0.3 us a row (a copy_from_user and
+// checks per element: a third of a first Tarantool attach); a copy costs nanoseconds. The
+// context that names these rows is published afterwards by a bpf() call, which orders the copy
+// before it.
 Status UnwindRows::write(uint32_t first, std::span<const lj_cfi_row> rows) {
   constexpr uint64_t kWindow = 64 * 1024;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
