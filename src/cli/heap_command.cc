@@ -179,7 +179,8 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   // A live process: each page is read once, on first use, and later reads of it are served from
   // that copy, so the walk costs a read per page instead of per field. Up to 64 MiB of pages,
   // then the cache starts over: objects are visited in list order, mostly near the last ones.
-  core.cache_pages(live, kHeapCachedPages, true, kHeapPagesAhead);
+  auto empty_page_cache = [&] { core.cache_pages(live, kHeapCachedPages, true, kHeapPagesAhead); };
+  empty_page_cache();
   auto census = heap::take_census(mem, g);
   // gc.root ends at the main thread (lj_state.c: the first object of the VM). A live walk that
   // did not reach it was cut where the program rewrote the list faster than it was read (an
@@ -188,7 +189,7 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   for (int again = 0; running && census.ok() && census->index_of(census->main_thread) < 0 &&
                       again < kCensusRetries;
        ++again) {
-    core.cache_pages(true, kHeapCachedPages, true, kHeapPagesAhead);
+    empty_page_cache();
     census = heap::take_census(mem, g);
   }
   if (census.ok()) {

@@ -150,7 +150,7 @@ class Lists {
 
   // add without counting a refusal: why the object was not added, or "".
   std::string try_add(uint64_t addr, uint8_t want, const char* list) {
-    if (c_.objects.size() >= cap_) {
+    if (full()) {
       return fmt::format("more objects than gc.total can hold ({}): list not followed", cap_);
     }
     std::optional<Object> o;
@@ -227,7 +227,8 @@ class Lists {
   // or `stop`) or is cut (refused, unreadable, looping: counted).
   bool step(ChainCursor& c, uint8_t want, const char* list, uint64_t stop) {
     if (const std::string why = try_add(c.at, want, list); !why.empty()) {
-      return relinked(c) ? c.at != 0 && c.at != stop : refuse(why);
+      // A full census is no link's doing: reading the link again cannot help.
+      return !full() && relinked(c) ? c.at != 0 && c.at != stop : refuse(why);
     }
     auto next = mem_.ref(c.at);
     if (!next) return refuse(fmt::format("unreadable nextgc on {}", list));
@@ -266,6 +267,7 @@ class Lists {
     ++c_.malformed[why];
     return false;
   }
+  bool full() const { return c_.objects.size() >= cap_; }
   const Memory& mem_;
   Census& c_;
   uint32_t relinks_left_ = kMaxRelinks;

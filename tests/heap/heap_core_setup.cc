@@ -25,6 +25,10 @@ void open_heap_core(const std::string& workload, HeapCoreSetup& out) {
   auto info = luajit::to_walker_info(*out.walker->luajit());
   ASSERT_TRUE(info.ok()) << info.message();
   out.info = *info;
+  auto census = heap::take_census(heap::Memory(out.core->mem_reader(), out.info), out.g);
+  ASSERT_TRUE(census.ok()) << census.message();
+  ASSERT_TRUE(census->malformed.empty()) << census->malformed.begin()->first;
+  out.census = std::move(*census);
 }
 
 int PatchedMemory::read(void* ctx, uint64_t addr, void* out, uint32_t len) {

@@ -1,5 +1,6 @@
 // A luajit core of a heap workload (tests/walker/workloads) opened for the heap stage's own
-// functions: the core, its LuaJIT layout and its global_State (as `ljprof heap --json` finds it).
+// functions: the core, its LuaJIT layout, its global_State (as `ljprof heap --json` finds it)
+// and its census read straight from the core: what a test that alters memory compares with.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "core/core_file.h"
 #include "core/core_walk.h"
+#include "heap/heap_census.h"
 
 extern "C" {
 #include "abi/luajit_info.h"
@@ -22,6 +24,7 @@ struct HeapCoreSetup {
   std::unique_ptr<core::CoreWalker> walker;
   lj_luajit_info info{};
   uint64_t g = 0;
+  heap::Census census;  // of the core as it is, every object whole (nothing malformed)
 };
 
 // Runs `workload` under Debian's luajit to a core and opens it; fails the test (gtest

@@ -26,12 +26,11 @@ void expect_same_graph(const heap::Graph& want, const heap::Graph& got) {
 TEST(HeapGraph, TwoThreadsFollowTheSameReferencesAsOne) {
   test::HeapCoreSetup s;
   ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
-  heap::Memory mem(s.core->mem_reader(), s.info);
-  auto census = heap::take_census(mem, s.g);
-  ASSERT_TRUE(census.ok()) << census.message();
-  ASSERT_GT(census->objects.size(), 1000u);
-  const heap::Graph one = heap::build_graph(mem, *census);
-  ASSERT_GT(one.edges.size(), census->objects.size());
+  const heap::Memory mem(s.core->mem_reader(), s.info);
+  const heap::Census& census = s.census;
+  ASSERT_GT(census.objects.size(), 1000u);
+  const heap::Graph one = heap::build_graph(mem, census);
+  ASSERT_GT(one.edges.size(), census.objects.size());
 
   // As `ljprof heap CORE` reads: in place, two threads from any size.
   heap::Memory threaded(s.core->mem_reader(), s.info);
@@ -41,8 +40,8 @@ TEST(HeapGraph, TwoThreadsFollowTheSameReferencesAsOne) {
     return heap::Memory::InPlace{run.start, run.bytes.data(), run.bytes.size()};
   });
   threaded.allow_threads(true);
-  expect_same_graph(one, heap::build_graph(threaded, *census, 2));
-  expect_same_graph(one, heap::build_graph(threaded, *census, census->objects.size()));
+  expect_same_graph(one, heap::build_graph(threaded, census, 2));
+  expect_same_graph(one, heap::build_graph(threaded, census, census.objects.size()));
 }
 
 }  // namespace

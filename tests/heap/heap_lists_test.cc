@@ -14,9 +14,7 @@ TEST(HeapLists, AStringChainThatLoopsIsCutWhereItMeetsItself) {
   test::HeapCoreSetup s;
   ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
   const heap::Memory clean(s.core->mem_reader(), s.info);
-  auto want = heap::take_census(clean, s.g);
-  ASSERT_TRUE(want.ok()) << want.message();
-  ASSERT_TRUE(want->malformed.empty());
+  const heap::Census& want = s.census;
 
   // A chain of the string table with three strings or more: first -> second -> third ...
   const uint32_t mask = clean.get<uint32_t>(s.g + s.info.g_strmask).value_or(0);
@@ -42,7 +40,7 @@ TEST(HeapLists, AStringChainThatLoopsIsCutWhereItMeetsItself) {
   EXPECT_EQ(cut->malformed["the string table loops"], 1u);
   EXPECT_EQ(cut->malformed["object on two lists"], 1u);  // first, listed twice
   EXPECT_EQ(cut->malformed.size(), 2u);
-  EXPECT_EQ(cut->objects.size(), want->objects.size() - (chain_length - 2));
+  EXPECT_EQ(cut->objects.size(), want.objects.size() - (chain_length - 2));
   EXPECT_GE(cut->index_of(first), 0);
   EXPECT_GE(cut->index_of(second), 0);
 }
