@@ -26,7 +26,6 @@ class AddressIndex {
   // `addr`, or -1.
   int64_t find(std::span<const Object> objects, uint64_t addr) const;
   bool empty() const { return buckets_.empty(); }
-  size_t memory_bytes() const { return buckets_.capacity() * sizeof(Bucket); }
 
  private:
   static constexpr unsigned kPageBits = 12;
