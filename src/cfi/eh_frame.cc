@@ -410,7 +410,9 @@ Result<CfiScan> scan_cfi_entries(const elf::ElfFile& file, CfiSection kind) {
   const CfiSectionView view{file, *section, kind, name, static_cast<const uint8_t*>(data->d_buf)};
   CfiEntries entries;
   LJ_TRY(read_cfi_entries(view, data, &entries, &scan));
-  // Pass 2: decode each FDE's range (and LSDA) with its CIE's encodings.
+  // Pass 2: decode each FDE's range (and LSDA) with its CIE's encodings, into a list sized once
+  // (grown by doubling it held up to twice itself, 1.4 MB for a 10 k-FDE library).
+  scan.fdes.reserve(scan.fdes.size() + entries.fdes.size());
   for (const RawFde& r : entries.fdes) decode_fde(view, entries.cies, r, &scan);
   return scan;
 }

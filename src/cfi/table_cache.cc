@@ -212,13 +212,13 @@ Status TableCache::store(const elf::ElfFile& file, const UnwindTable& table) {
     if (ec) return store_failed(fmt::format("{}: cannot create: {}", dir_, ec.message()));
     ::chmod(dir_.c_str(), 0700);
   }
-  std::vector<uint8_t> bytes = header_bytes(header_of(program_build_id_, file));
+  const std::vector<uint8_t> header = header_bytes(header_of(program_build_id_, file));
   const std::vector<uint8_t> body = table.to_bytes();
-  bytes.insert(bytes.end(), body.begin(), body.end());
   const std::string tmp = fmt::format("{}.tmp.{}.{:x}", path, ::getpid(), std::random_device{}());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return store_failed(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  Status written = write_all(fd, bytes, tmp);
+  Status written = write_all(fd, header, tmp);
+  if (written.ok()) written = write_all(fd, body, tmp);
   ::close(fd);
   if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     written = make_error("{}: rename to {}: {}", tmp, path, std::strerror(errno));

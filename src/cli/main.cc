@@ -1,8 +1,10 @@
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "cli/loader_pages.h"
 #include "cli/version.h"
 
 int main(int argc, char** argv) {
+  ljprof::cli::release_relocation_pages();
   ljprof::cli::CommandLine cli(
       "ljprof: mixed native + LuaJIT stacks for Tarantool, OpenResty/nginx-lua and LuaJIT "
       "(x86-64, arm64)",
