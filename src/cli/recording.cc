@@ -207,6 +207,13 @@ void print_record_cost(std::ostream& out, std::string_view command, const record
         "ljprof {}: kernel program per sample: median {:.2f} us, p90 {:.2f} us, {:.1f} frames "
         "on average ({} samples)\n",
         command, c.walk_ns_median / 1e3, c.walk_ns_p90 / 1e3, c.walk_mean_frames, c.walk_samples);
+    const record::WalkWork& w = c.walk_work;
+    out << fmt::format(
+        "ljprof {}: kernel program per frame: {:.2f} user-memory reads ({:.1f} bytes), {:.2f} row "
+        "lookups ({:.2f} answered by the row cache, {:.2f} row-map reads by the others' binary "
+        "searches)\n",
+        command, w.per_frame(w.reads), w.per_frame(w.read_bytes), w.per_frame(w.row_lookups),
+        w.per_frame(w.row_cache_hits), w.per_frame(w.row_reads));
   }
   if (c.walk_samples > 0) {
     out << fmt::format(

@@ -185,6 +185,7 @@ Status BpfSession::load(const RecordOptions& o, uint64_t capture_young_ns) {
   bpf_program__set_autoload(skel_->progs.on_switch_out, o.off_cpu_threshold_ns != 0);
   bpf_program__set_autoload(skel_->progs.on_switch_in, o.off_cpu_threshold_ns != 0);
   skel_->rodata->loop_stall_ns = o.loop_stall_ns;
+  skel_->rodata->tally_work = o.tally_walk_work ? 1 : 0;
   bpf_program__set_autoload(skel_->progs.on_loop_wait_enter, o.loop_stall_ns != 0);
   bpf_map__set_max_entries(skel_->maps.rows, o.unwind_rows);
   const double load_cpu0 = thread_cpu_seconds();

@@ -82,7 +82,8 @@ TEST(LoaderPages, RelocationTablesLeaveMemoryAndTheLibraryStillWorks) {
   std::optional<std::pair<uint64_t, uint64_t>> in_memory;
   for (const Mapping& m : maps) {
     if (offset >= m.offset && offset + size <= m.offset + (m.end - m.start)) {
-      in_memory = std::make_pair(m.start + (offset - m.offset), m.start + (offset - m.offset) + size);
+      in_memory =
+          std::make_pair(m.start + (offset - m.offset), m.start + (offset - m.offset) + size);
     }
   }
   ASSERT_TRUE(in_memory) << "no mapping of " << maps.front().path << " holds .rela.dyn";

@@ -576,6 +576,22 @@ TEST(RecordAndCore, OneProcessShowsTheSameFramesLiveAndInItsCore) {
   EXPECT_GE(std::stod(m[2]), std::stod(m[1]));
   EXPECT_GE(std::stod(m[3]), static_cast<double>(from_core.size()));
   EXPECT_GE(std::stod(m[4]), total);
+  // The program's own tally: each Lua frame of the core's stack was read from the process (its
+  // link at least), no read is wider than the walk's largest (the 512-byte Lua stack window), and
+  // the row cache answers at most every lookup.
+  const double frames = std::stod(m[3]);
+  std::smatch w;
+  ASSERT_TRUE(std::regex_search(
+      r.err, w,
+      std::regex(R"(kernel program per frame: ([0-9.]+) user-memory reads \(([0-9.]+) bytes\), )"
+                 R"(([0-9.]+) row lookups \(([0-9.]+) answered by the row cache, ([0-9.]+) )")))
+      << r.err;
+  const size_t lua_frames = static_cast<size_t>(std::count_if(
+      from_core.begin(), from_core.end(), [](const std::string& f) { return f[0] != '['; }));
+  EXPECT_GE(std::stod(w[1]) * frames, static_cast<double>(lua_frames) - 0.5) << r.err;
+  EXPECT_LE(std::stod(w[2]), 512 * std::stod(w[1])) << r.err;
+  EXPECT_GT(std::stod(w[3]), 0.0) << r.err;
+  EXPECT_LE(std::stod(w[4]), std::stod(w[3])) << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(attach CPU: 1 process, [0-9.]+ ms in all)")))
       << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"( ms  pid )" + pid + R"( \(luajit\))")))
