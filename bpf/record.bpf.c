@@ -437,22 +437,23 @@ LJ_INLINE int read_chunk_and_line(struct lj_walk_env* env, const struct lj_luaji
   return 0;
 }
 
-LJ_INLINE void lua_frame_info(struct convert_ctx* c, struct lj_rec_frame* f) {
+LJ_INLINE void lua_frame_info(struct convert_ctx* c, struct lj_rec_frame* f, uint64_t walked) {
   const struct lj_luajit_info* lj = c->lj;
-  uint64_t first_ins = 0, proto, chunkname = 0;
+  uint64_t first_ins = 0, proto = walked, chunkname = 0;
   int32_t firstline = 0;
   f->proto = 0;
   f->chunkname = 0;
   f->firstline = 0;
   if (f->pc != c->last_func || c->last_func == 0) {
     /* lj_obj.h funcproto(): the GCproto header sits right before the function's first
-     * instruction, GCfuncL.pc. */
-    if (lj_read_ref(c->env, lj, f->pc + lj->fn_pc, &first_ins) != 0 ||
-        first_ins < (uint64_t)lj->pt_size) {
+     * instruction, GCfuncL.pc; the walk read it with the function's header when it could
+     * (lj_walk_frame.proto). */
+    if (proto == 0 && (lj_read_ref(c->env, lj, f->pc + lj->fn_pc, &first_ins) != 0 ||
+                       first_ins < (uint64_t)lj->pt_size)) {
       count(LJ_REC_CTR_LUA_INFO_FAULT);
       return;
     }
-    proto = first_ins - lj->pt_size;
+    if (proto == 0) proto = first_ins - lj->pt_size;
     if (proto != c->last_proto || c->last_func == 0) {
       if (read_chunk_and_line(c->env, lj, proto, &chunkname, &firstline) != 0) {
         count(LJ_REC_CTR_LUA_INFO_FAULT);
@@ -486,7 +487,7 @@ static long convert_frame(uint64_t i, void* ctx) {
   f->chunkname = 0;
   f->firstline = 0;
   f->traceno = 0;
-  if (wf->kind == LJ_FRAME_LUA && c->lj) lua_frame_info(c, f);
+  if (wf->kind == LJ_FRAME_LUA && c->lj) lua_frame_info(c, f, wf->proto);
   if (wf->kind == LJ_FRAME_TRACE && c->lj) {
     uint16_t traceno = 0;
     if (lj_walk_read(c->env, &traceno, 2, wf->b + c->lj->tr_traceno) == 0) f->traceno = traceno;

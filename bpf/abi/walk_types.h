@@ -91,8 +91,12 @@ struct lj_walk_frame {
   uint64_t b;  /* Lua: bytecode pc (0 = unknown); cfunc: C entry point */
   uint32_t kind;
   uint32_t lua_state; /* index of the lua_State segment this frame belongs to (Lua frames) */
+  /* Lua: the function's GCproto as the walk read it with the function's header (GCfuncL.pc -
+   * sizeof(GCproto), lj_obj.h funcproto), so naming the frame need not read the function
+   * again; 0: not read (the namer reads it). */
+  uint64_t proto;
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_walk_frame) == 24, "lj_walk_frame: 24 bytes, no padding");
+LJ_STATIC_ASSERT(sizeof(struct lj_walk_frame) == 32, "lj_walk_frame: 32 bytes, no padding");
 
 struct lj_walk_result {
   uint32_t nframes;
@@ -103,7 +107,7 @@ struct lj_walk_result {
   uint64_t g; /* the global_State this walk proved (from a VM C frame's L or a trace), or 0 */
   struct lj_walk_frame frames[LJ_WALK_MAX_FRAMES];
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_walk_result) == 32 + 24 * LJ_WALK_MAX_FRAMES,
+LJ_STATIC_ASSERT(sizeof(struct lj_walk_result) == 32 + 32 * LJ_WALK_MAX_FRAMES,
                  "lj_walk_result: 32-byte header + frames");
 
 #endif /* LJPROF_BPF_ABI_WALK_TYPES_H */

@@ -33,6 +33,7 @@ struct lj_lua_cursor {
   uint8_t pad[6];
   uint64_t last_func;
   uint64_t last_entry;
+  uint64_t last_proto; /* the last function's GCproto, 0: not read (lj_walk_frame.proto) */
   uint64_t last_link;
   uint32_t last_call_ins;
   uint32_t prev_call_ins; /* the call site before last_link (valid while prev_link != 0) */
@@ -47,8 +48,14 @@ struct lj_lua_cursor {
  * 100-250 ns each. 16 bytes of slack let a masked offset read 16 bytes without a bounds test
  * the verifier cannot follow. */
 #define LJ_LUA_WINDOW 512
+/* A function's header from its ffid to the end of GCfuncC.f, read in one piece (lj_obj.h
+ * GCfuncHeader: ffid, nupvalues, env, gclist, pc, then GCfuncC.f / GCfuncL.uvptr): 38 bytes
+ * with GC64, 26 without, read as 32 or 64 (a constant length; offsets are masked with 63, and
+ * 16 bytes of slack let a masked offset read 8 bytes). */
+#define LJ_FUNC_HEADER 64
 struct lj_lua_window {
   uint8_t bytes[LJ_LUA_WINDOW + 16];
+  uint8_t func_header[LJ_FUNC_HEADER + 16];
 };
 
 LJ_INLINE int lj_emit(struct lj_walk_result* out, uint32_t kind, uint64_t pc, uint64_t b,
@@ -58,6 +65,7 @@ LJ_INLINE int lj_emit(struct lj_walk_result* out, uint32_t kind, uint64_t pc, ui
   out->frames[n].kind = kind;
   out->frames[n].pc = pc;
   out->frames[n].b = b;
+  out->frames[n].proto = 0;
   out->frames[n].lua_state = segment;
   out->nframes = n + 1;
   return 0;
@@ -183,6 +191,37 @@ LJ_INLINE int lj_lua_window_read(struct lj_walk_env* env, struct lj_lua_cursor* 
   return 0;
 }
 
+/* A function's ffid, C entry (a C function's) and prototype (a Lua function's) into the
+ * cursor's last_*: one read of the header span when the layout puts them within LJ_FUNC_HEADER
+ * bytes of ffid (every layout the layout table knows), else ffid and f one read each and the
+ * prototype left to the namer. A span that cannot be read (it may reach past a small Lua
+ * function's end, GCfuncL.uvptr) falls back the same way. Returns 0, or -1 when ffid is
+ * unreadable. */
+LJ_INLINE int lj_read_func_header(struct lj_walk_env* env, const struct lj_luajit_info* lj,
+                                  struct lj_lua_window* w, uint64_t func, struct lj_lua_cursor* c) {
+  const uint32_t ref = lj->gc64 ? 8 : 4;
+  const uint32_t pc_at = lj->fn_pc - lj->fn_ffid, f_at = lj->fn_cfunc_f - lj->fn_ffid;
+  uint32_t span = f_at + 8 > pc_at + ref ? f_at + 8 : pc_at + ref;
+  uint64_t entry = 0, pc = 0;
+  uint8_t ffid = 0;
+  c->last_proto = 0;
+  if (lj->fn_pc > lj->fn_ffid && lj->fn_cfunc_f > lj->fn_ffid && span <= LJ_FUNC_HEADER &&
+      lj_walk_read(env, w->func_header, span <= 32 ? 32 : LJ_FUNC_HEADER, func + lj->fn_ffid) ==
+          0) {
+    ffid = w->func_header[0];
+    __builtin_memcpy(&entry, &w->func_header[f_at & (LJ_FUNC_HEADER - 1)], 8);
+    __builtin_memcpy(&pc, &w->func_header[pc_at & (LJ_FUNC_HEADER - 1)], 8);
+    if (!lj->gc64) pc = (uint32_t)pc;
+    if (ffid == 0 && pc >= (uint64_t)lj->pt_size) c->last_proto = pc - lj->pt_size;
+  } else {
+    if (lj_walk_read(env, &ffid, 1, func + lj->fn_ffid) != 0) return -1;
+    if (ffid != 0 && lj_walk_read(env, &entry, 8, func + lj->fn_cfunc_f) != 0) entry = 0;
+  }
+  c->last_ffid = ffid;
+  c->last_entry = ffid != 0 ? entry : 0;
+  return 0;
+}
+
 /* Emits one Lua frame of cursor `c` and moves to the previous one. Returns -1 to stay in the
  * Lua walk, -2 when the walk hands back to native (C boundary or bottom of this Lua stack),
  * else LJ_END_*. */
@@ -230,16 +269,13 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
    * is the lua_State itself is a dummy (lj_err_optype_call). Neither is a function. */
   if (typep != 3 && func != c->L) {
     if (func != c->last_func || func == 0) {
-      uint8_t ffid = 0;
-      uint64_t entry = 0;
-      if (lj_walk_read(env, &ffid, 1, func + lj->fn_ffid) != 0) return LJ_END_READ_FAULT;
-      if (ffid != 0 && lj_walk_read(env, &entry, 8, func + lj->fn_cfunc_f) != 0) entry = 0;
+      if (lj_read_func_header(env, lj, w, func, c) != 0) return LJ_END_READ_FAULT;
       c->last_func = func;
-      c->last_ffid = ffid;
-      c->last_entry = entry;
     }
     if (c->last_ffid == 0) { /* lj_obj.h FF_LUA */
+      uint32_t n = out->nframes;
       if (lj_emit(out, LJ_FRAME_LUA, func, c->pending_pc, c->segment) != 0) return LJ_END_TRUNCATED;
+      if (n < LJ_WALK_MAX_FRAMES) out->frames[n].proto = c->last_proto;
     } else {
       if (lj_emit(out, LJ_FRAME_CFUNC, func, c->last_entry, c->segment) != 0)
         return LJ_END_TRUNCATED;
