@@ -22,12 +22,23 @@
 struct lj_walk_env {
   const struct lj_rec_proc* proc;
   uint32_t scratch; /* the per-CPU scratch slot of the running program (LJ_REC_SCRATCH_SLOTS) */
-  /* What this sample's program did, tallied in the sample record itself (in map memory, whose
-   * values the verifier does not track: counts on the stack made every bpf_loop iteration a new
-   * state, and the walk no longer verified within the instruction limit). Null unless
-   * tally_work. */
-  struct lj_rec_walk_work* work;
 };
+
+/* 1 (record --stats): the program tallies what its walks do (the tally_* counters below, for
+ * the per-frame breakdown of its time). Off, the verifier drops the tallying. The counters are
+ * global: each step adds to them where it stands, with no register kept for them (a pointer to
+ * per-sample counts carried through the walk made its frame spill more, over the 512 bytes of
+ * stack the kernel allows the walk's call chain: Linux 6.1 counts each frame rounded up to 32;
+ * counts on the stack made every bpf_loop iteration a new verifier state). On, it costs some 3%
+ * of a 58-frame walk's time (measured 2026-12-07). */
+const volatile uint32_t tally_work = 0;
+uint64_t tally_frames = 0;     /* frames of the walks tallied */
+uint64_t tally_reads = 0;      /* user-memory reads through the walker's reader */
+uint64_t tally_read_bytes = 0; /* their bytes */
+uint64_t tally_lookups = 0;    /* row lookups (lj_rec_lookup) */
+uint64_t tally_cache_hits = 0; /* of them, answered by the per-CPU row cache */
+uint64_t tally_row_reads = 0;  /* row-map elements the other lookups' binary searches read */
+#define LJ_LOOKUP_ROW_READ 256 /* lj_rec_lookup's result: its status below, its row reads above */
 
 /* Per-CPU scratch (walk state, result, sample record, registers, row cache) has one slot per
  * program that may interrupt another on the same CPU: the perf-event sampler (slot 0) runs in
@@ -37,10 +48,9 @@ struct lj_walk_env {
 
 LJ_INLINE int lj_walk_read(struct lj_walk_env* env, void* dst, uint32_t len, uint64_t addr) {
   /* env is null in the young objects' copies (record_capture.bpf.h): not a walk's read. */
-  struct lj_rec_walk_work* work = env ? env->work : 0;
-  if (work) {
-    work->reads++;
-    work->read_bytes += len;
+  if (tally_work && env) {
+    __sync_fetch_and_add(&tally_reads, 1);
+    __sync_fetch_and_add(&tally_read_bytes, len);
   }
   return bpf_probe_read_user(dst, len, (const void*)addr);
 }
@@ -218,12 +228,6 @@ const volatile uint64_t off_cpu_threshold_ns = 0;
  * a stall (lj_rec_stall). 0: not watched (its syscall-entry program is not loaded, and the
  * verifier drops its step of on_sys_exit). */
 const volatile uint64_t loop_stall_ns = 0;
-/* 1 (record --stats): every sample tallies what its program did (lj_rec_walk_work). Off, the
- * verifier drops the tallying; on, it costs some 3% of a 58-frame walk's time (measured
- * 2026-12-07), and the walk proves as many states either way. Sampling 1 in 8 instead needed a
- * branch per sample that doubled the states the verifier explores (46 k -> 89 k instructions,
- * +100 ms of every start). */
-const volatile uint32_t tally_work = 0;
 /* The sampling timer's period in ns (1e9 / -F; perf turns a cpu-clock frequency into this fixed
  * period: kernel/events/core.c perf_swevent_init_hrtimer). 0: ticks_missed is not checked. */
 const volatile uint64_t sample_period_ns = 0;
@@ -257,26 +261,27 @@ __attribute__((noinline)) int lj_rec_module_of(const struct lj_rec_proc* p, uint
 /* Finds the module of runtime address `pc` and the row covering it (a binary search over that
  * module's rows, sorted by pc_start; cfi_row.h). A global (non-static, never inlined) function:
  * the verifier checks it once on its own instead of once per walker path that calls it, which
- * keeps the walk step within the verifier's budget. */
+ * keeps the walk step within the verifier's budget. Returns 0 or LJ_LOOKUP_NO_MODULE, plus
+ * LJ_LOOKUP_ROW_READ for each row-map element its binary search read (the tally's; counted in
+ * the result, not through a pointer argument, which kept its stack frame one 32-byte step
+ * larger: over the kernel's 512 bytes for the call chain on Linux 6.1). */
 __attribute__((noinline)) int lj_rec_lookup(const struct lj_rec_proc* p, uint64_t pc,
-                                            struct lj_cfi_row* row, uint32_t scratch,
-                                            struct lj_rec_walk_work* work) {
+                                            struct lj_cfi_row* row, uint32_t scratch) {
   const struct lj_rec_module* m;
   uint32_t i, lo = 0, hi, step, key;
   struct lj_cfi_row* hit;
   uint64_t link;
 
   struct lj_rec_row_cache_entry* cached;
+  uint32_t row_reads = 0;
 
   if (!p || !row) return LJ_LOOKUP_NO_MODULE;
-  if (work) work->row_lookups++;
   key = (uint32_t)(((pc ^ ((uint64_t)p->generation << 32)) * 0x9e3779b97f4a7c15ULL) >> 52) &
         (LJ_REC_ROW_CACHE - 1);
   if (scratch != 0) key += LJ_REC_ROW_CACHE;
   cached = bpf_map_lookup_elem(&row_cache, &key);
   if (cached && cached->generation == p->generation && cached->pc == pc && p->generation != 0) {
     *row = cached->row;
-    if (work) work->row_cache_hits++;
     return 0;
   }
   i = (uint32_t)lj_rec_module_of(p, pc);
@@ -292,29 +297,35 @@ __attribute__((noinline)) int lj_rec_lookup(const struct lj_rec_proc* p, uint64_
     mid = lo + (hi - lo) / 2;
     key = m->row_first + mid;
     hit = bpf_map_lookup_elem(&rows, &key);
-    if (work) work->row_reads++;
-    if (!hit) return LJ_LOOKUP_NO_MODULE;
+    row_reads += LJ_LOOKUP_ROW_READ;
+    if (!hit) return LJ_LOOKUP_NO_MODULE | row_reads;
     if (hit->pc_start <= link)
       lo = mid;
     else
       hi = mid;
   }
-  if (hi - lo > 1) return LJ_LOOKUP_NO_MODULE; /* more rows than the search bound: refuse */
+  if (hi - lo > 1) return LJ_LOOKUP_NO_MODULE | row_reads; /* more rows than the bound: refuse */
   key = m->row_first + lo;
   hit = bpf_map_lookup_elem(&rows, &key);
-  if (work) work->row_reads++;
-  if (!hit || hit->pc_start > link) return LJ_LOOKUP_NO_MODULE;
+  row_reads += LJ_LOOKUP_ROW_READ;
+  if (!hit || hit->pc_start > link) return LJ_LOOKUP_NO_MODULE | row_reads;
   *row = *hit;
   if (cached) {
     cached->pc = pc;
     cached->generation = p->generation;
     cached->row = *hit;
   }
-  return 0;
+  return (int)row_reads;
 }
 
 LJ_INLINE int lj_walk_lookup(struct lj_walk_env* env, uint64_t pc, struct lj_cfi_row* row) {
-  return lj_rec_lookup(env->proc, pc, row, env->scratch, env->work);
+  const int rc = lj_rec_lookup(env->proc, pc, row, env->scratch);
+  if (tally_work) {
+    __sync_fetch_and_add(&tally_lookups, 1);
+    __sync_fetch_and_add(&tally_row_reads, (uint32_t)rc / LJ_LOOKUP_ROW_READ);
+    if (rc == 0) __sync_fetch_and_add(&tally_cache_hits, 1); /* no row read: the row cache's */
+  }
+  return rc & (LJ_LOOKUP_ROW_READ - 1);
 }
 
 #define LJ_WALK_LOOP(n, fn, ctx) bpf_loop((n), (fn), (ctx), 0)
@@ -668,12 +679,6 @@ LJ_INLINE int sample_current(uint32_t tgid, uint32_t tid, uint32_t slot, uint64_
   regs = bpf_map_lookup_elem(&user_regs, &scratch);
   if (!proc || !out || !sample || !st || !regs) return 0;
   env.scratch = scratch;
-  __builtin_memset(&sample->work, 0, sizeof(sample->work));
-  env.work = 0;
-  if (tally_work) {
-    sample->work.tallied = 1;
-    env.work = &sample->work;
-  }
 
   task = bpf_get_current_task_btf();
   if (!task_walkable(task)) return 0;
@@ -708,6 +713,7 @@ LJ_INLINE int sample_current(uint32_t tgid, uint32_t tid, uint32_t slot, uint64_
   count(LJ_REC_CTR_END_BASE + (out->end & 31));
 
   n = fill_sample_header(sample, out, tgid, tid, start_ns, generation);
+  if (tally_work) __sync_fetch_and_add(&tally_frames, n);
   sample->kind = kind;
   sample->off_cpu_ns = off_cpu_ns;
   sample->off_cpu_state = state;

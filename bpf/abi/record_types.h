@@ -211,21 +211,6 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_stall) == 32, "lj_rec_stall: 32 bytes");
 #define LJ_REC_OFF_CPU_BLOCKED 1   /* it waited (sleep, I/O, a lock): not runnable */
 #define LJ_REC_OFF_CPU_PREEMPTED 2 /* it was runnable and another task got the CPU */
 
-/* What the program did for one sample, for the per-frame breakdown of its time (record --stats,
- * bench/record_overhead): user-memory reads through the walker's reader (the walk and the
- * prototype reads; the fiber's name is read apart), row lookups (lj_rec_lookup), how many of them
- * the per-CPU row cache answered, and the row-map elements the others' binary searches read.
- * Tallied only when the loader asks (record.bpf.c tally_work; `tallied` 1), zero otherwise. */
-struct lj_rec_walk_work {
-  uint32_t reads;
-  uint32_t read_bytes;
-  uint16_t row_lookups;
-  uint16_t row_cache_hits;
-  uint16_t row_reads;
-  uint16_t tallied;
-};
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_walk_work) == 16, "lj_rec_walk_work: 16 bytes");
-
 struct lj_rec_sample {
   uint32_t kind; /* LJ_REC_KIND_SAMPLE or LJ_REC_KIND_OFF_CPU */
   uint32_t pid;  /* tgid */
@@ -254,11 +239,10 @@ struct lj_rec_sample {
   uint64_t fiber_id;
   uint64_t fiber_cord;
   char fiber_name[LJ_REC_FIBER_NAME_MAX];
-  struct lj_rec_walk_work work;
   struct lj_rec_frame frames[LJ_WALK_MAX_FRAMES];
 };
-LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 136 + 48 * LJ_WALK_MAX_FRAMES,
-                 "lj_rec_sample: 136-byte header + frames");
+LJ_STATIC_ASSERT(sizeof(struct lj_rec_sample) == 120 + 48 * LJ_WALK_MAX_FRAMES,
+                 "lj_rec_sample: 120-byte header + frames");
 
 /* A young process's object copied when a sample first met it: the agent names Lua frames after
  * the fact from the process's memory, and a process that lives a few milliseconds is gone by

@@ -56,6 +56,11 @@ struct lj_lua_cursor {
 struct lj_lua_window {
   uint8_t bytes[LJ_LUA_WINDOW + 16];
   uint8_t func_header[LJ_FUNC_HEADER + 16];
+  /* A frame's function and link as read (GC64 slots, or the 32-bit words without): here, not
+   * on the BPF stack, whose 512 bytes the walk's call chain uses nearly all of (Linux 6.1
+   * counts each frame rounded up to 32). */
+  uint64_t slots[2];
+  uint32_t words[2];
 };
 
 LJ_INLINE int lj_emit(struct lj_walk_result* out, uint32_t kind, uint64_t pc, uint64_t b,
@@ -202,17 +207,21 @@ LJ_INLINE int lj_read_func_header(struct lj_walk_env* env, const struct lj_luaji
   const uint32_t ref = lj->gc64 ? 8 : 4;
   const uint32_t pc_at = lj->fn_pc - lj->fn_ffid, f_at = lj->fn_cfunc_f - lj->fn_ffid;
   uint32_t span = f_at + 8 > pc_at + ref ? f_at + 8 : pc_at + ref;
-  uint64_t entry = 0, pc = 0;
+  uint64_t entry = 0;
   uint8_t ffid = 0;
   c->last_proto = 0;
   if (lj->fn_pc > lj->fn_ffid && lj->fn_cfunc_f > lj->fn_ffid && span <= LJ_FUNC_HEADER &&
       lj_walk_read(env, w->func_header, span <= 32 ? 32 : LJ_FUNC_HEADER, func + lj->fn_ffid) ==
           0) {
+    /* A C function's f or a Lua function's pc, whichever it is: one 8-byte copy on the BPF
+     * stack, whose 512 bytes the walk's call chain uses nearly all of (Linux 6.1 counts each
+     * frame rounded up to 32 bytes). */
     ffid = w->func_header[0];
-    __builtin_memcpy(&entry, &w->func_header[f_at & (LJ_FUNC_HEADER - 1)], 8);
-    __builtin_memcpy(&pc, &w->func_header[pc_at & (LJ_FUNC_HEADER - 1)], 8);
-    if (!lj->gc64) pc = (uint32_t)pc;
-    if (ffid == 0 && pc >= (uint64_t)lj->pt_size) c->last_proto = pc - lj->pt_size;
+    __builtin_memcpy(&entry, &w->func_header[(ffid != 0 ? f_at : pc_at) & (LJ_FUNC_HEADER - 1)], 8);
+    if (ffid == 0) {
+      const uint64_t pc = lj->gc64 ? entry : (uint32_t)entry;
+      if (pc >= (uint64_t)lj->pt_size) c->last_proto = pc - lj->pt_size;
+    }
   } else {
     if (lj_walk_read(env, &ffid, 1, func + lj->fn_ffid) != 0) return -1;
     if (ffid != 0 && lj_walk_read(env, &entry, 8, func + lj->fn_cfunc_f) != 0) entry = 0;
@@ -247,16 +256,14 @@ LJ_INLINE int lj_lua_step(struct lj_walk_env* env, const struct lj_luajit_info* 
   c->segment_frames++;
   if (lj->gc64) {
     /* lj_frame.h LJ_FR2: [func TValue][PC/delta/ftsz]; `frame` points at the link slot. */
-    uint64_t slots[2] = {0, 0};
-    if (lj_lua_window_read(env, c, w, slots, frame - slot) != 0) return LJ_END_READ_FAULT;
-    func = slots[0] & 0x00007fffffffffffULL; /* lj_obj.h LJ_GCVMASK */
-    link = slots[1];
+    if (lj_lua_window_read(env, c, w, w->slots, frame - slot) != 0) return LJ_END_READ_FAULT;
+    func = w->slots[0] & 0x00007fffffffffffULL; /* lj_obj.h LJ_GCVMASK */
+    link = w->slots[1];
   } else {
     /* One slot: func GCRef in the low word, PC/ftsz in the high word (both 32-bit). */
-    uint32_t words[2] = {0, 0};
-    if (lj_walk_read(env, words, 8, frame) != 0) return LJ_END_READ_FAULT;
-    func = words[0];
-    link = words[1];
+    if (lj_walk_read(env, w->words, 8, frame) != 0) return LJ_END_READ_FAULT;
+    func = w->words[0];
+    link = w->words[1];
   }
   if (c->pending_link != 0) {
     link = lj->gc64 ? c->pending_link : (uint32_t)c->pending_link;

@@ -115,6 +115,7 @@ struct lj_walk_state {
   uint64_t scan_found;
   uint32_t scan_size;
   struct lj_lua_window lua_window; /* the cursor's (win_base) */
+  struct lj_cfi_row row;           /* the rule of the frame this step unwinds */
 };
 
 /* What bpf_loop hands the step callback: pointers only, the same in every iteration. The
@@ -304,7 +305,9 @@ static long lj_walk_step(uint64_t index, void* ctx) {
   struct lj_walk_ctx* c = (struct lj_walk_ctx*)ctx;
   struct lj_walk_state* st = c->st;
   struct lj_native_regs* regs = &st->regs;
-  struct lj_cfi_row row;
+  /* In the walk state, not on the BPF stack: the walk's call chain uses nearly all of the
+   * kernel's 512 bytes (Linux 6.1 counts each frame rounded up to 32). */
+  struct lj_cfi_row* row = &st->row;
   int rc;
   (void)index;
 
@@ -317,8 +320,8 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     if (rc >= 0) return lj_finish(c, (uint32_t)rc);
     /* Hand back to native: step over the VM's C frame with the VM's own rule. */
     st->mode = LJ_MODE_NATIVE;
-    row = st->vm_row;
-    row.hint = LJ_CFI_OK;
+    *row = st->vm_row;
+    row->hint = LJ_CFI_OK;
   } else if (st->mode == LJ_MODE_LOCATE) {
     if (c->lj == 0) return lj_finish(c, LJ_END_NO_LUAJIT);
     rc = lj_locate_cur_l_cframe(c, &st->vm_row);
@@ -355,42 +358,43 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       return 0;
     }
     st->mode = LJ_MODE_NATIVE;
-    row = st->vm_row;
-    row.hint = LJ_CFI_OK;
+    *row = st->vm_row;
+    row->hint = LJ_CFI_OK;
   } else {
     const uint32_t interrupted = st->interrupted;
     st->interrupted = 0;
     c->out->end_pc = regs->pc;
-    if (lj_walk_lookup(c->env, st->leaf ? regs->pc : regs->pc - 1, &row) != 0) {
+    if (lj_walk_lookup(c->env, st->leaf ? regs->pc : regs->pc - 1, row) != 0) {
       rc = lj_enter_trace(c);
       return rc >= 0 ? lj_finish(c, (uint32_t)rc) : 0;
     }
-    if (row.hint == LJ_CFI_VM_EMPTY) {
+    if (row->hint == LJ_CFI_VM_EMPTY) {
       regs->vm_base = 0; /* not BASE here: the entry takes L->base */
-    } else if (row.hint == LJ_CFI_VM_RETURNED) {
+    } else if (row->hint == LJ_CFI_VM_RETURNED) {
       /* Only a sampled pc can be here (no calls in that code); the caller's base is in the
        * PC register (vm_x64.dasc vm_return: `neg PC`). */
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = regs->vm_pc;
       regs->vm_pc = 0;
-    } else if (row.hint == LJ_CFI_VM_LINK_PENDING) {
+    } else if (row->hint == LJ_CFI_VM_LINK_PENDING) {
       /* Only a sampled pc can be here (a store, no call). */
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       st->link_pending = 1;
-      row.hint = LJ_CFI_KEEP;
+      row->hint = LJ_CFI_KEEP;
     }
-    if (row.hint == LJ_CFI_KEEP || row.hint == LJ_CFI_VM_EMPTY || row.hint == LJ_CFI_VM_RETURNED) {
+    if (row->hint == LJ_CFI_KEEP || row->hint == LJ_CFI_VM_EMPTY ||
+        row->hint == LJ_CFI_VM_RETURNED) {
       /* Entering the Lua walk is a step of its own (as is locating a VM_CUR_L frame): the
        * verifier then checks it once, not once per path that leads to it. */
-      st->vm_row = row;
+      st->vm_row = *row;
       st->enter_trace = 0;
-      st->enter_empty = row.hint != LJ_CFI_KEEP;
+      st->enter_empty = row->hint != LJ_CFI_KEEP;
       st->mode = LJ_MODE_ENTER;
       return 0;
-    } else if (row.hint == LJ_CFI_VM_CUR_L) {
+    } else if (row->hint == LJ_CFI_VM_CUR_L) {
       st->mode = LJ_MODE_LOCATE;
       return 0;
-    } else if (row.hint == LJ_CFI_VM_EXIT) {
+    } else if (row->hint == LJ_CFI_VM_EXIT) {
       /* Only sampled pcs (the rows end one byte into the call of lj_trace_exit). */
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = 0;           /* taken from G->jit_base once G is found */
@@ -399,14 +403,14 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       st->vm_regs_live = 1;
       st->mode = LJ_MODE_LOCATE;
       return 0;
-    } else if (row.hint == LJ_CFI_STOP) {
+    } else if (row->hint == LJ_CFI_STOP) {
       lj_emit(c->out, LJ_FRAME_ROOT, regs->pc, 0, 0);
       return lj_finish(c, LJ_END_ROOT);
-    } else if (row.hint == LJ_CFI_SIGNAL) {
+    } else if (row->hint == LJ_CFI_SIGNAL) {
       /* A step of its own: the interrupted registers are walked from the top, like a sample. */
       if (lj_emit(c->out, LJ_FRAME_NATIVE, regs->pc, LJ_NATIVE_SIGNAL_TRAMPOLINE, 0) != 0)
         return lj_finish(c, LJ_END_TRUNCATED);
-      rc = lj_signal_step(c->env, &row, regs);
+      rc = lj_signal_step(c->env, row, regs);
       if (rc == LJ_STEP_READ_FAULT) return lj_finish(c, LJ_END_READ_FAULT);
       if (rc != LJ_STEP_OK) return lj_finish(c, LJ_END_BAD_FRAME);
       st->leaf = 1;
@@ -419,8 +423,8 @@ static long lj_walk_step(uint64_t index, void* ctx) {
     }
   }
 
-  st->vm_regs_live = st->leaf && row.hint == LJ_CFI_VM_LEAF;
-  rc = lj_native_step(c->env, &row, regs);
+  st->vm_regs_live = st->leaf && row->hint == LJ_CFI_VM_LEAF;
+  rc = lj_native_step(c->env, row, regs);
   st->leaf = 0;
   switch (rc) {
     case LJ_STEP_OK:

@@ -282,6 +282,19 @@ void BpfSession::drain() {
   ring_buffer__consume(rb_);
 }
 
+WalkWork BpfSession::walk_work() const {
+  WalkWork w;
+  if (skel_ == nullptr || skel_->bss == nullptr) return w;
+  // The program adds to them atomically; a torn read of one is a count a moment old.
+  w.frames = __atomic_load_n(&skel_->bss->tally_frames, __ATOMIC_RELAXED);
+  w.reads = __atomic_load_n(&skel_->bss->tally_reads, __ATOMIC_RELAXED);
+  w.read_bytes = __atomic_load_n(&skel_->bss->tally_read_bytes, __ATOMIC_RELAXED);
+  w.row_lookups = __atomic_load_n(&skel_->bss->tally_lookups, __ATOMIC_RELAXED);
+  w.row_cache_hits = __atomic_load_n(&skel_->bss->tally_cache_hits, __ATOMIC_RELAXED);
+  w.row_reads = __atomic_load_n(&skel_->bss->tally_row_reads, __ATOMIC_RELAXED);
+  return w;
+}
+
 std::vector<uint64_t> BpfSession::read_counters() const {
   std::vector<uint64_t> total(LJ_REC_NCOUNTERS, 0);
   const int ncpu = libbpf_num_possible_cpus();

@@ -59,6 +59,8 @@ class BpfSession {
   uint32_t rows_capacity() const;
   // The CPU loading the program took (map creation and the kernel verifier).
   double program_load_cpu_ms() const { return program_load_cpu_ms_; }
+  // What the walks did (record.bpf.c tally_*): zero unless RecordOptions::tally_walk_work.
+  WalkWork walk_work() const;
 
  private:
   Status load(const RecordOptions& o, uint64_t capture_young_ns);

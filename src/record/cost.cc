@@ -83,17 +83,10 @@ ResidentParts resident_parts() {
   return parts;
 }
 
-void WalkTimes::add(uint32_t walk_ns, uint32_t frames, const lj_rec_walk_work& work) {
+void WalkTimes::add(uint32_t walk_ns, uint32_t frames) {
   buckets_[std::min<uint32_t>(walk_ns / kBucketNs, kBuckets - 1)] += 1;
   ++count_;
   frames_ += frames;
-  if (!work.tallied) return;
-  work_.frames += frames;
-  work_.reads += work.reads;
-  work_.read_bytes += work.read_bytes;
-  work_.row_lookups += work.row_lookups;
-  work_.row_cache_hits += work.row_cache_hits;
-  work_.row_reads += work.row_reads;
 }
 
 uint64_t WalkTimes::quantile_ns(double q) const {

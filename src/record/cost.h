@@ -7,8 +7,6 @@
 #include <array>
 #include <cstdint>
 
-#include "abi/record_types.h"
-
 namespace ljprof::record {
 
 // The agent's CPU (user + system) so far, in seconds: the whole process, or the calling thread
@@ -39,12 +37,12 @@ ResidentParts resident_parts();
 // publication times.
 uint64_t monotonic_ns();
 
-// What the kernel program did over many samples (lj_rec_sample.work summed): the per-frame
-// breakdown of its time.
+// What the kernel program's walks did (record.bpf.c tally_*, under `record --stats`): the
+// per-frame breakdown of its time.
 struct WalkWork {
-  uint64_t frames = 0;      // of the samples summed
-  uint64_t reads = 0;       // user-memory reads through the walker's reader
-  uint64_t read_bytes = 0;  // their bytes
+  uint64_t frames = 0;  // of the walks tallied
+  uint64_t reads = 0;   // user-memory reads through the walker's reader
+  uint64_t read_bytes = 0;
   uint64_t row_lookups = 0;
   uint64_t row_cache_hits = 0;  // lookups the per-CPU row cache answered
   uint64_t row_reads = 0;       // row-map elements the other lookups' binary searches read
@@ -53,25 +51,22 @@ struct WalkWork {
 
 // The distribution of the kernel program's time per sample: fixed buckets of kBucketNs up to
 // kBuckets * kBucketNs (the last bucket holds everything longer), so the memory is bounded
-// whatever the run's length; and what the program did, summed.
+// whatever the run's length.
 class WalkTimes {
  public:
   static constexpr uint32_t kBucketNs = 16;
   static constexpr uint32_t kBuckets = 4096;  // up to 65.5 µs exactly; longer ones saturate
 
-  void add(uint32_t walk_ns, uint32_t frames, const lj_rec_walk_work& work);
+  void add(uint32_t walk_ns, uint32_t frames);
   uint64_t count() const { return count_; }
   // The walk time at quantile q (0..1), the upper edge of its bucket; 0 without samples.
   uint64_t quantile_ns(double q) const;
   double mean_frames() const { return count_ ? static_cast<double>(frames_) / count_ : 0.0; }
-  // Summed over the samples the program tallied (lj_rec_walk_work.tallied).
-  const WalkWork& work() const { return work_; }
 
  private:
   std::array<uint64_t, kBuckets> buckets_{};
   uint64_t count_ = 0;
   uint64_t frames_ = 0;
-  WalkWork work_;
 };
 
 }  // namespace ljprof::record

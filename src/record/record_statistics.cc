@@ -103,7 +103,7 @@ RecordCost RecordStatistics::cost(double elapsed) const {
   c.walk_ns_median = walks.quantile_ns(0.5);
   c.walk_ns_p90 = walks.quantile_ns(0.9);
   c.walk_mean_frames = walks.mean_frames();
-  c.walk_work = walks.work();
+  c.walk_work = session_.walk_work();
   const StackMemo::Stats& memo = intake_.memo_stats();
   c.stacks_whole_hits = memo.whole_hits;
   c.stacks_suffix_hits = memo.suffix_hits;

@@ -31,7 +31,7 @@ struct RecordOptions {
   uint64_t loop_stall_ns = 0;
   // --speedscope: keep every sample's thread and time for RecordResult::profile.timeline.
   bool keep_timeline = false;
-  // --stats: the kernel program tallies its reads and row lookups in each sample (RecordCost's
+  // --stats: the kernel program tallies its walks' reads and row lookups (RecordCost's
   // per-frame breakdown), at some 3% of the walk's time.
   bool tally_walk_work = false;
   double duration_s = 0;      // 0: until Ctrl-C, or until the followed processes are gone
@@ -144,7 +144,7 @@ struct RecordCost {
   uint64_t walk_ns_median = 0;
   uint64_t walk_ns_p90 = 0;
   double walk_mean_frames = 0;
-  WalkWork walk_work;  // what the program did in those samples, summed
+  WalkWork walk_work;  // what the program's walks did (under tally_walk_work)
   // The CPU loading the BPF programs took (map creation and the kernel verifier), once per run.
   double program_load_cpu_ms = 0;
   // The recorder thread's CPU for each process's first unwind context (reading its mappings,

@@ -155,7 +155,7 @@ void SampleIntake::handle_sample(const void* data, size_t size) {
   }
   ++counts_[LJ_REC_CTR_DELIVERED];
   if (s.end == LJ_END_ROOT) ++counts_[LJ_REC_CTR_REACHED_ROOT];
-  walk_times_.add(s.walk_ns, s.nframes, s.work);
+  walk_times_.add(s.walk_ns, s.nframes);
   // Walked with a context the kernel built at a fork or exec: the recorder's own context is the
   // old image's, or none yet (a child whose fork notification is not handled yet); the
   // kernel's names the files the walk went through.
