@@ -114,8 +114,11 @@ struct lj_walk_state {
   uint64_t scan_pc;
   uint64_t scan_found;
   uint32_t scan_size;
-  struct lj_lua_window lua_window; /* the cursor's (win_base) */
-  struct lj_cfi_row row;           /* the rule of the frame this step unwinds */
+  /* Last, as a block the kernel program does not clear per walk (record.bpf.c
+   * walk_user_stack): the windows are marked empty by lj_walk, the row set before it is read. */
+  struct lj_lua_window lua_window;     /* the cursor's (win_base) */
+  struct lj_cfi_row row;               /* the rule of the frame this step unwinds */
+  struct lj_stack_window stack_window; /* lj_native_step's (base) */
 };
 
 /* What bpf_loop hands the step callback: pointers only, the same in every iteration. The
@@ -424,7 +427,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
   }
 
   st->vm_regs_live = st->leaf && row->hint == LJ_CFI_VM_LEAF;
-  rc = lj_native_step(c->env, row, regs);
+  rc = lj_native_step(c->env, row, regs, &st->stack_window);
   st->leaf = 0;
   switch (rc) {
     case LJ_STEP_OK:
@@ -469,6 +472,7 @@ LJ_INLINE void lj_walk(struct lj_walk_ctx* c) {
   st->vm_sp = 0;
   st->cursor = no_cursor;
   st->vm_row = no_row;
+  st->stack_window.base = 0;
   LJ_WALK_LOOP(LJ_WALK_MAX_STEPS, lj_walk_step, c);
 }
 
