@@ -88,11 +88,12 @@ bool same_rule(const lj_cfi_row& a, const lj_cfi_row& b) {
          a.fp_offset == b.fp_offset;
 }
 
-// Whether compaction must keep two neighbouring rows apart: a Stop or Keep row on either side
+// Whether compaction drops `row` after `last`: the same rule, unless either is a Stop or Keep row
 // (the ranges those overlays mark stay their own).
-bool pinned(const lj_cfi_row& a, const lj_cfi_row& b) {
-  return a.hint == LJ_CFI_STOP || a.hint == LJ_CFI_KEEP || b.hint == LJ_CFI_STOP ||
-         b.hint == LJ_CFI_KEEP;
+bool repeats(const lj_cfi_row& row, const lj_cfi_row& last) {
+  const bool pinned = row.hint == LJ_CFI_STOP || row.hint == LJ_CFI_KEEP ||
+                      last.hint == LJ_CFI_STOP || last.hint == LJ_CFI_KEEP;
+  return !pinned && same_rule(row, last);
 }
 
 // Table under construction: rows sorted by pc_start plus the FDE each came from.
@@ -451,9 +452,7 @@ Status add_fde_rows(const elf::ElfFile& file, const FdeRowReader& reader, const 
     // Most rows of an FDE differ from the one before only in registers the walker does not
     // follow: dropped here, within the FDE, as compact_into would drop them after the
     // overlays (it sees the same rules), so the raw rows are not all held at once.
-    if (b.rows.size() > first && !pinned(row, b.rows.back()) && same_rule(row, b.rows.back())) {
-      continue;
-    }
+    if (b.rows.size() > first && repeats(row, b.rows.back())) continue;
     b.rows.push_back(row);
     b.origins.push_back(fde.section_offset);
   }
@@ -476,7 +475,7 @@ void compact_into(Builder& b, std::vector<lj_cfi_row>* rows, std::vector<uint64_
         b.origins[kept - 1] = b.origins[i];
         continue;
       }
-      if (!pinned(row, last) && same_rule(row, last)) continue;
+      if (repeats(row, last)) continue;
     }
     b.rows[kept] = row;
     b.origins[kept] = b.origins[i];
