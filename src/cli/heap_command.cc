@@ -156,10 +156,8 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
                                uint64_t g, bool live, bool running, size_t top) {
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
   heap::Memory mem(core.mem_reader(), info);
-  mem.on_checkpoint([&core](const heap::HeapCheckpoint& c) {
-    core.release_resident_pages();
-    show_progress(c);
-  });
+  mem.on_release([&core] { core.release_resident_pages(); });
+  mem.on_checkpoint(show_progress);
   if (!live) {  // a live process's memory is read through its page cache, one thread at a time
     mem.on_in_place([&core](uint64_t addr) {
       const core::CoreFile::InPlaceBytes run = core.in_place_at(addr);

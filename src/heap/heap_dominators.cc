@@ -6,6 +6,13 @@
 // order and there are no buckets: seven 32-bit arrays and the predecessors where Lengauer–Tarjan
 // needed nine. The DFS and the compression are iterative, so a long chain of objects (a linked
 // list of a million tables) cannot overflow the stack.
+//
+// Leaves (nodes with no references: every string, most cdata, tables of numbers) are left out of
+// all of it, and a heap is half leaves or more: a leaf lies on no path to anything else, so the
+// others' dominators do not change without it, and its own immediate dominator is the nearest
+// common ancestor, in the others' tree, of the nodes that refer to it (its dominators are those
+// of every predecessor: dom(w) = {w} ∪ ⋂ dom(p)). Found once the tree is built, by climbing it in
+// preorder numbers (an ancestor's number is the smaller).
 #include <numeric>
 
 #include "heap/heap_graph_internal.h"
@@ -16,8 +23,12 @@ namespace {
 
 constexpr uint32_t kNone = kUnreached;
 
-// Preorder numbers from the root (num[node], kNone when not reached), the nodes by number and
-// each number's DFS parent (the root's: itself).
+bool is_leaf(const Graph& graph, uint32_t v) {
+  return graph.first[v] == graph.first[v + 1];
+}
+
+// Preorder numbers from the root of the nodes that are not leaves (num[node], kNone when not
+// reached or a leaf), those nodes by number and each number's DFS parent (the root's: itself).
 struct Preorder {
   std::vector<uint32_t> num, vertex, parent;
 };
@@ -36,8 +47,8 @@ Preorder depth_first(const Graph& graph) {
       stack.pop_back();
       continue;
     }
-    const uint32_t w = graph.edges[e++].to;
-    if (p.num[w] != kNone) continue;
+    const uint32_t w = graph.edges[e++];
+    if (p.num[w] != kNone || is_leaf(graph, w)) continue;
     p.num[w] = static_cast<uint32_t>(p.vertex.size());
     p.vertex.push_back(w);
     p.parent.push_back(p.num[v]);
@@ -56,9 +67,10 @@ Predecessors predecessors(const Graph& graph, const Preorder& p) {
   const size_t reached = p.vertex.size();
   Predecessors preds;
   preds.first.assign(reached + 1, 0);
+  // A reached node's successor without a number is a leaf.
   for (uint32_t v : p.vertex) {
     for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
-      ++preds.first[p.num[graph.edges[e].to]];
+      if (const uint32_t w = p.num[graph.edges[e]]; w != kNone) ++preds.first[w];
     }
   }
   uint32_t sum = 0;
@@ -71,7 +83,7 @@ Predecessors predecessors(const Graph& graph, const Preorder& p) {
   for (uint32_t i = 0; i < reached; ++i) {
     const uint32_t v = p.vertex[i];
     for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
-      preds.of[--preds.first[p.num[graph.edges[e].to]]] = i;
+      if (const uint32_t w = p.num[graph.edges[e]]; w != kNone) preds.of[--preds.first[w]] = i;
     }
   }
   return preds;
@@ -108,6 +120,42 @@ struct Forest {
   }
 };
 
+// The nearest common ancestor of numbers a and b in the tree `idom` (by number, each below its
+// own number but the root's).
+uint32_t nearest_common(const std::vector<uint32_t>& idom, uint32_t a, uint32_t b) {
+  while (a != b) {
+    if (a > b) {
+      a = idom[a];
+    } else {
+      b = idom[b];
+    }
+  }
+  return a;
+}
+
+// Each reached leaf's immediate dominator into idom_by_node[leaf], as a node, from the tree of
+// the others (`vertex` and `idom` by number); returns how many leaves were reached.
+size_t dominate_leaves(const Graph& graph, const std::vector<uint32_t>& vertex,
+                       const std::vector<uint32_t>& idom, std::vector<uint32_t>& idom_by_node) {
+  // Numbers first (the climb is in numbers), nodes once every predecessor is in.
+  for (uint32_t i = 0; i < vertex.size(); ++i) {
+    const uint32_t v = vertex[i];
+    for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
+      const uint32_t w = graph.edges[e];
+      if (!is_leaf(graph, w)) continue;
+      uint32_t& d = idom_by_node[w];
+      d = d == kNone ? i : nearest_common(idom, d, i);
+    }
+  }
+  size_t leaves = 0;
+  for (uint32_t w = 0; w < idom_by_node.size(); ++w) {
+    if (idom_by_node[w] == kNone || !is_leaf(graph, w)) continue;
+    idom_by_node[w] = vertex[idom_by_node[w]];
+    ++leaves;
+  }
+  return leaves;
+}
+
 }  // namespace
 
 Dominators dominators(const Graph& graph) {
@@ -141,8 +189,13 @@ Dominators dominators(const Graph& graph) {
   // By node, allocated once the pass's own arrays are gone (they are its peak).
   Dominators out;
   out.idom.assign(nodes, kNone);
+  const size_t leaves = dominate_leaves(graph, p.vertex, idom, out.idom);
   for (uint32_t i = 0; i < reached; ++i) out.idom[p.vertex[i]] = p.vertex[idom[i]];
-  out.preorder = std::move(p.vertex);
+  out.top_down = std::move(p.vertex);
+  out.top_down.reserve(reached + leaves);
+  for (uint32_t w = 0; w < nodes; ++w) {
+    if (is_leaf(graph, w) && out.idom[w] != kNone) out.top_down.push_back(w);
+  }
   return out;
 }
 

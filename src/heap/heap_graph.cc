@@ -15,11 +15,43 @@ constexpr uint64_t kMaxEdges = UINT32_MAX - 1;
 // Reads of arrays (table parts, stacks) go in chunks of this many TValues.
 constexpr uint64_t kChunk = 512;
 
+// Where the graph pass puts a reference: its target, while `budget` edges are not reached
+// (object_budget, root_budget); past it dropped and counted.
+struct TargetSink {
+  Graph& g;
+  uint64_t budget;
+  void add(uint32_t to, EdgeKind, uint32_t) {
+    if (g.edges.size() >= budget) {
+      ++g.dropped_edges;
+      return;
+    }
+    g.edges.push_back(to);
+  }
+};
+
+// How many references labelled_edges will find (its vector sized once: a big table's are
+// millions, and a vector doubling to hold them peaks at twice their bytes).
+struct CountSink {
+  uint64_t& count;
+  void add(uint32_t, EdgeKind, uint32_t) { ++count; }
+};
+
+// Where labelled_edges puts one object's references: whole, up to the same budget.
+struct LabelSink {
+  std::vector<Edge>& edges;
+  uint64_t budget;
+  void add(uint32_t to, EdgeKind kind, uint32_t aux) {
+    if (edges.size() < budget) edges.push_back({to, aux, kind});
+  }
+};
+
+// An object's references as lj_gc.c follows them, each to `Sink::add(to, kind, aux)`; memory
+// that cannot be read counted in `unreadable`.
+template <typename Sink>
 class EdgeReader {
  public:
-  // Edges past `limit` in `graph` are dropped and counted (object_budget, root_budget).
-  EdgeReader(const Memory& mem, const Census& census, Graph& graph, uint64_t limit)
-      : mem_(mem), in_(mem.info()), census_(census), g_(graph), budget_(limit) {}
+  EdgeReader(const Memory& mem, const Census& census, Sink sink, uint64_t& unreadable)
+      : mem_(mem), in_(mem.info()), census_(census), sink_(sink), unreadable_(unreadable) {}
 
   void object(const Object& o) {
     switch (static_cast<Gct>(o.gct)) {
@@ -56,7 +88,7 @@ class EdgeReader {
     if (auto env = mem_.ref(c.main_thread + in_.L_env); env) {
       to(*env, EdgeKind::RootGlobals, 0);
     } else {
-      ++g_.unreadable_refs;
+      ++unreadable_;
     }
     if (c.registry != 0) to(c.registry, EdgeKind::RootRegistry, 0);
     to(c.main_thread, EdgeKind::RootMainThread, 0);
@@ -78,17 +110,11 @@ class EdgeReader {
     const int64_t i = census_.index_of(addr);
     if (i >= 0) add(static_cast<uint32_t>(i), kind, aux);
   }
-  void add(uint32_t to, EdgeKind kind, uint32_t aux) {
-    if (g_.edges.size() >= budget_) {
-      ++g_.dropped_edges;
-      return;
-    }
-    g_.edges.push_back({to, aux, kind});
-  }
+  void add(uint32_t to, EdgeKind kind, uint32_t aux) { sink_.add(to, kind, aux); }
   void ref(uint64_t at, EdgeKind kind, uint32_t aux) {
     auto v = mem_.ref(at);
     if (!v) {
-      ++g_.unreadable_refs;
+      ++unreadable_;
       return;
     }
     if (*v != 0) to(*v, kind, aux);
@@ -105,7 +131,7 @@ class EdgeReader {
       const uint64_t k = std::min(kChunk, n - done);
       buf.resize(k);
       if (!mem_.read(at + done * kTValueBytes, buf.data(), k * kTValueBytes)) {
-        ++g_.unreadable_refs;
+        ++unreadable_;
         return;
       }
       for (uint64_t i = 0; i < k; ++i) each(static_cast<uint32_t>(done + i), buf[i]);
@@ -136,7 +162,7 @@ class EdgeReader {
       const uint64_t k = std::min(kChunk, n - done);
       nodes.resize(k * words);
       if (!mem_.read(*node + done * in_.node_size, nodes.data(), k * in_.node_size)) {
-        ++g_.unreadable_refs;
+        ++unreadable_;
         return;
       }
       for (uint64_t i = 0; i < k; ++i) {
@@ -179,7 +205,7 @@ class EdgeReader {
     auto v = mem_.ref(uv + in_.uv_v);
     auto raw = v ? mem_.get<uint64_t>(*v) : std::nullopt;
     if (!raw) {
-      ++g_.unreadable_refs;
+      ++unreadable_;
       return;
     }
     value(*raw, EdgeKind::UpvalueValue, 0);
@@ -200,7 +226,7 @@ class EdgeReader {
     auto top = mem_.get<uint64_t>(L + in_.L_top);
     const uint32_t stacksize = mem_.get<uint32_t>(L + in_.L_stacksize).value_or(0);
     if (!stack || !top || *top < *stack || (*top - *stack) / kTValueBytes > stacksize) {
-      ++g_.unreadable_refs;
+      ++unreadable_;
       return;
     }
     const uint32_t first = 1 + (mem_.gc64() ? 1 : 0);
@@ -224,8 +250,8 @@ class EdgeReader {
   const Memory& mem_;
   const lj_luajit_info& in_;
   const Census& census_;
-  Graph& g_;
-  uint64_t budget_;
+  Sink sink_;
+  uint64_t& unreadable_;
 };
 
 // The references an honest heap's objects [begin, end) can hold: a TValue slot or GCRef lies
@@ -250,7 +276,8 @@ uint64_t root_budget(const Census& census, uint64_t edges) {
 void follow_objects(const Memory& mem, const Census& census, size_t begin, size_t end, Graph& part,
                     bool report) {
   const size_t n = census.objects.size();
-  EdgeReader reader(mem, census, part, object_budget(census, begin, end));
+  EdgeReader reader(mem, census, TargetSink{part, object_budget(census, begin, end)},
+                    part.unreadable_refs);
   part.first.reserve(end - begin + 2);
   for (size_t i = begin; i < end; ++i) {
     part.first.push_back(static_cast<uint32_t>(part.edges.size()));
@@ -287,6 +314,7 @@ Graph build_graph(const Memory& mem, const Census& census, size_t two_threads_fr
     Graph upper;
     Memory upper_mem = mem;
     upper_mem.on_checkpoint(nullptr);
+    upper_mem.on_release(nullptr);
     std::thread worker([&upper_mem, &census, &upper, half, n] {
       follow_objects(upper_mem, census, half, n, upper, false);
     });
@@ -297,9 +325,36 @@ Graph build_graph(const Memory& mem, const Census& census, size_t two_threads_fr
     follow_objects(mem, census, 0, n, g, true);
   }
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
-  EdgeReader(mem, census, g, root_budget(census, g.edges.size())).roots();
+  EdgeReader(mem, census, TargetSink{g, root_budget(census, g.edges.size())}, g.unreadable_refs)
+      .roots();
   g.first.push_back(static_cast<uint32_t>(g.edges.size()));
   return g;
+}
+
+namespace {
+
+template <typename Sink>
+void read_edges(const Memory& mem, const Census& census, uint32_t v, Sink sink) {
+  uint64_t unreadable = 0;
+  EdgeReader reader(mem, census, sink, unreadable);
+  if (v == census.objects.size()) {
+    reader.roots();
+  } else if (v < census.objects.size()) {
+    reader.object(census.objects[v]);
+  }
+}
+
+}  // namespace
+
+std::vector<Edge> labelled_edges(const Memory& mem, const Census& census, uint32_t v) {
+  const uint64_t budget =
+      v < census.objects.size() ? object_budget(census, v, v + 1) : root_budget(census, 0);
+  uint64_t count = 0;
+  read_edges(mem, census, v, CountSink{count});
+  std::vector<Edge> edges;
+  edges.reserve(std::min(count, budget));  // a live object may have changed between the reads
+  read_edges(mem, census, v, LabelSink{edges, budget});
+  return edges;
 }
 
 }  // namespace ljprof::heap

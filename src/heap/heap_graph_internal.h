@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "heap/heap_census.h"
@@ -37,27 +39,32 @@ enum class EdgeKind : uint8_t {
   StackSlot,     // thread -> stack slot aux
   OpenUpvalue,   // thread -> its open upvalue
   TraceProto,    // trace -> its start prototype
+  Changed,       // a live object no longer holds the reference the graph found (named "[?]")
 };
 
-// 12 bytes: a heap has a few references per object. Every aux fits 32 bits: an array index
-// (asize is 32-bit), a hash node index (hmask is), a stack slot, an upvalue or constant index.
+// One reference with how it is held. Every aux fits 32 bits: an array index (asize is 32-bit), a
+// hash node index (hmask is), a stack slot, an upvalue or constant index.
 struct Edge {
   uint32_t to = 0;  // object index; the root is census.objects.size()
   uint32_t aux = 0;
   EdgeKind kind{};
 };
-static_assert(sizeof(Edge) == 12);
 
-// The graph's edges, appended in blocks of 2^16: a vector grown to millions of edges copied them
-// at every doubling, held up to twice their bytes while it did and kept the slack after.
+// The graph's edges, their targets only (4 bytes each where an Edge is 12: the dominators and the
+// paths' search need only where a reference leads; how it is held is read again, from the
+// object, for the few edges a path names: labelled_edges). Appended in blocks of 2^16: a vector
+// grown to millions of edges copied them at every doubling, held up to twice their bytes while it
+// did and kept the slack after.
 class EdgeList {
  public:
-  void push_back(const Edge& e) {
-    if ((size_ & kMask) == 0) blocks_.push_back(std::make_unique_for_overwrite<Edge[]>(kMask + 1));
-    blocks_.back()[size_ & kMask] = e;
+  void push_back(uint32_t to) {
+    if ((size_ & kMask) == 0) {
+      blocks_.push_back(std::make_unique_for_overwrite<uint32_t[]>(kMask + 1));
+    }
+    blocks_.back()[size_ & kMask] = to;
     ++size_;
   }
-  const Edge& operator[](size_t i) const { return blocks_[i >> kBits][i & kMask]; }
+  uint32_t operator[](size_t i) const { return blocks_[i >> kBits][i & kMask]; }
   size_t size() const { return size_; }
   // Appends `other`'s edges, freeing each of its blocks once copied (two parts of a graph built
   // side by side are joined without holding the second twice).
@@ -74,7 +81,7 @@ class EdgeList {
  private:
   static constexpr unsigned kBits = 16;
   static constexpr size_t kMask = (size_t{1} << kBits) - 1;
-  std::vector<std::unique_ptr<Edge[]>> blocks_;
+  std::vector<std::unique_ptr<uint32_t[]>> blocks_;
   size_t size_ = 0;
 };
 
@@ -92,12 +99,18 @@ inline constexpr size_t kObjectsForTwoThreads = size_t{1} << 16;
 Graph build_graph(const Memory& mem, const Census& census,
                   size_t two_threads_from = kObjectsForTwoThreads);
 
+// The references of node `v` (a census object, or the root) with how each is held, read from
+// memory again in the order build_graph stores them: the same edges for a core; a live object
+// may have changed since (callers check the target they expect).
+std::vector<Edge> labelled_edges(const Memory& mem, const Census& census, uint32_t v);
+
 // Immediate dominators over `graph` from its root (Semi-NCA); nodes the root does not
-// reach get kUnreached. Also the DFS preorder of the reached nodes (root first).
+// reach get kUnreached. Also the reached nodes in an order where each follows its immediate
+// dominator (root first): the DFS preorder of those with references, then the leaves.
 inline constexpr uint32_t kUnreached = 0xffffffffu;
 struct Dominators {
   std::vector<uint32_t> idom;
-  std::vector<uint32_t> preorder;
+  std::vector<uint32_t> top_down;
 };
 Dominators dominators(const Graph& graph);
 
@@ -114,7 +127,28 @@ struct SlotName {
 // slot) or the chain is unreadable.
 std::optional<SlotName> name_stack_slot(const Memory& mem, uint64_t L, uint64_t slot);
 
-// Names the path of the shortest references from the root to each node (BFS over `graph`).
+// The labelled edges of the nodes asked for last, up to kMaxEdges of them in all: a memory
+// profile names the slots of one big table one after another, and each would read it whole.
+class EdgeLabelCache {
+ public:
+  EdgeLabelCache(const Memory& mem, const Census& census) : mem_(mem), census_(census) {}
+  const std::vector<Edge>& of(uint32_t v);
+
+ private:
+  static constexpr size_t kMaxEdges = size_t{1} << 20;  // 12 MiB
+  struct Entry {
+    uint32_t node = 0;
+    std::vector<Edge> edges;
+  };
+  const Memory& mem_;
+  const Census& census_;
+  std::list<Entry> recent_;  // most recent first
+  std::unordered_map<uint32_t, std::list<Entry>::iterator> where_;
+  size_t edges_ = 0;
+};
+
+// Names the path of the shortest references from the root to each node (BFS over `graph`, which
+// it does not keep: how an edge is held is read from memory again, labelled_edges).
 class PathNamer {
  public:
   PathNamer(const Memory& mem, const Census& census, const Graph& graph,
@@ -144,11 +178,14 @@ class PathNamer {
 
   const Memory& mem_;
   const Census& census_;
-  const Graph& graph_;
   const ThreadNames& thread_names_;
+  uint32_t root_;
   std::vector<uint32_t> parent_;  // BFS tree; kUnreached when not reached
-  std::vector<uint32_t> via_;     // the index in graph_.edges of the edge from parent_
-  const Edge& via(uint32_t v) const { return graph_.edges[via_[v]]; }
+  std::vector<uint32_t> via_;     // which of parent_'s edges (0: its first) leads to the node
+  mutable EdgeLabelCache labels_;
+  // The edge from parent_[v] to reached node `v` with how it is held; kind Changed when the
+  // parent (a live object) no longer holds it.
+  Edge via(uint32_t v) const;
 };
 
 }  // namespace ljprof::heap

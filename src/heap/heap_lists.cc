@@ -204,11 +204,17 @@ class Lists {
     std::vector<ChainCursor> round, next;
     round.reserve(firsts.size());
     for (uint64_t f : firsts) round.push_back({f, f, 0});
+    // A round's strings are spread over the whole heap, each a fault of 64 KiB of the core: a
+    // checkpoint's worth of them made most of the core resident. The pages behind the sweep are
+    // not read again this round.
+    constexpr size_t kStepsPerRelease = 4096;
+    size_t steps = 0;
     while (!round.empty()) {
       radix_sort(round, [](const ChainCursor& c) { return c.at; });
       next.clear();
       for (ChainCursor c : round) {
         if (step(c, want, list, 0)) next.push_back(c);
+        if (++steps % kStepsPerRelease == 0) mem_.release();
       }
       round.swap(next);
     }

@@ -80,11 +80,18 @@ class Memory {
   bool gc64() const { return info_.ref_size == 8; }
 
   // Called every kObjectsPerCheckpoint objects of a pass that reads the whole heap, and at its
-  // end: the caller drops its resident copies of the memory there (a core file's mapped pages),
-  // so the object graph's arrays do not peak on top of them, and shows progress.
+  // end, after release(): the caller shows progress.
   void on_checkpoint(std::function<void(const HeapCheckpoint&)> f) { checkpoint_ = std::move(f); }
   void checkpoint(const HeapCheckpoint& c) const {
+    release();
     if (checkpoint_) checkpoint_(c);
+  }
+  // `f` drops the reader's resident copies of the memory (a core file's mapped pages), so the
+  // object graph's arrays do not peak on top of them. At every checkpoint, and where a pass
+  // sweeps the heap faster than it counts objects (the string table's chains).
+  void on_release(std::function<void()> f) { release_ = std::move(f); }
+  void release() const {
+    if (release_) release_();
   }
   static constexpr size_t kObjectsPerCheckpoint = size_t{1} << 16;
 
@@ -128,6 +135,7 @@ class Memory {
   ljprof_mem_reader mem_;
   const lj_luajit_info& info_;
   std::function<void(const HeapCheckpoint&)> checkpoint_;
+  std::function<void()> release_;
   std::function<bool(uint64_t, uint64_t)> reread_;
   std::function<InPlace(uint64_t)> find_in_place_;
   mutable InPlace run_;  // the run of the last read outside the previous one

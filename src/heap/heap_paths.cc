@@ -49,7 +49,11 @@ bool restarts(EdgeKind k) {
 
 PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph,
                      const ThreadNames& thread_names)
-    : mem_(mem), census_(census), graph_(graph), thread_names_(thread_names) {
+    : mem_(mem),
+      census_(census),
+      thread_names_(thread_names),
+      root_(graph.root),
+      labels_(mem, census) {
   const size_t n = graph.first.size() - 1;
   parent_.assign(n, kUnreached);
   via_.resize(n);
@@ -59,13 +63,40 @@ PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph
     const uint32_t v = queue.front();
     queue.pop_front();
     for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
-      const uint32_t w = graph.edges[e].to;
+      const uint32_t w = graph.edges[e];
       if (parent_[w] != kUnreached) continue;
       parent_[w] = v;
-      via_[w] = e;
+      via_[w] = e - graph.first[v];
       queue.push_back(w);
     }
   }
+}
+
+const std::vector<Edge>& EdgeLabelCache::of(uint32_t v) {
+  if (auto hit = where_.find(v); hit != where_.end()) {
+    recent_.splice(recent_.begin(), recent_, hit->second);
+    return hit->second->edges;
+  }
+  recent_.push_front({v, labelled_edges(mem_, census_, v)});
+  where_[v] = recent_.begin();
+  edges_ += recent_.front().edges.size();
+  // The newest stays, whatever its size.
+  while (edges_ > kMaxEdges && recent_.size() > 1) {
+    edges_ -= recent_.back().edges.size();
+    where_.erase(recent_.back().node);
+    recent_.pop_back();
+  }
+  return recent_.front().edges;
+}
+
+Edge PathNamer::via(uint32_t v) const {
+  const std::vector<Edge>& edges = labels_.of(parent_[v]);
+  if (via_[v] < edges.size() && edges[via_[v]].to == v) return edges[via_[v]];
+  // A live parent changed since the graph was read: the edge if it still holds it elsewhere.
+  for (const Edge& e : edges) {
+    if (e.to == v) return e;
+  }
+  return {v, 0, EdgeKind::Changed};
 }
 
 std::string PathNamer::string_at(uint64_t s, size_t max) const {
@@ -227,6 +258,8 @@ std::string PathNamer::edge_text(uint32_t parent, const Edge& e, const std::stri
       return "open upvalue of " + thread_name(from);
     case EdgeKind::TraceProto:
       return fmt::format("start of JIT trace {:#x}", from);
+    case EdgeKind::Changed:
+      return before + "[?]";
   }
   return before;
 }
@@ -234,20 +267,18 @@ std::string PathNamer::edge_text(uint32_t parent, const Edge& e, const std::stri
 std::string PathNamer::path(uint32_t v) const {
   if (parent_[v] == kUnreached) return "(unreached)";
   std::vector<uint32_t> chain;
-  for (uint32_t u = v; u != graph_.root && chain.size() < (1u << 20); u = parent_[u]) {
+  for (uint32_t u = v; u != root_ && chain.size() < (1u << 20); u = parent_[u]) {
     chain.push_back(u);
   }
   // Only the part after the last restart matters: find it, then name forward from there.
-  size_t start = chain.size();
+  std::vector<Edge> steps;  // chain[i]'s edge from its parent
   for (size_t i = 0; i < chain.size(); ++i) {
-    if (restarts(via(chain[i]).kind)) {
-      start = i + 1;
-      break;
-    }
+    steps.push_back(via(chain[i]));
+    if (restarts(steps.back().kind)) break;
   }
   std::string text;
-  for (size_t i = start; i-- > 0;) {
-    text = edge_text(parent_[chain[i]], via(chain[i]), text);
+  for (size_t i = steps.size(); i-- > 0;) {
+    text = edge_text(parent_[chain[i]], steps[i], text);
     if (text.size() > kMaxPathText) return text.substr(0, kMaxPathText) + "…";
   }
   return text;
@@ -256,13 +287,14 @@ std::string PathNamer::path(uint32_t v) const {
 std::string PathNamer::step(uint32_t v) const {
   if (parent_[v] == kUnreached) return "(unreached)";
   // A closed upvalue's value adds nothing to a path; as a frame of its own it needs a name.
-  if (via(v).kind == EdgeKind::UpvalueValue) return "[value]";
-  return edge_text(parent_[v], via(v), "");
+  const Edge e = via(v);
+  if (e.kind == EdgeKind::UpvalueValue) return "[value]";
+  return edge_text(parent_[v], e, "");
 }
 
 std::string PathNamer::frame(uint32_t v) const {
   if (parent_[v] == kUnreached) return "(unreached)";
-  const Edge& e = via(v);
+  const Edge e = via(v);
   if (e.kind == EdgeKind::ArraySlot) return "[*]";
   if (e.kind == EdgeKind::HashValue || e.kind == EdgeKind::HashKey) {
     // A record's fields keep their names; a big map's keys (1024 hash slots or more) are one
@@ -286,7 +318,7 @@ namespace {
 // dominator by type, so a table of a million strings is one frame "(string)". Stacks stop
 // growing at kMaxFrames.
 std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& census,
-                                          const Graph& graph, const Dominators& dom,
+                                          uint32_t root, const Dominators& dom,
                                           const std::vector<bool>& dominates) {
   struct Stack {
     uint32_t parent = 0, frame = 0, depth = 0;
@@ -304,8 +336,8 @@ std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& 
     it->second.first += bytes;
     it->second.second += 1;
   };
-  for (uint32_t v : dom.preorder) {
-    if (v == graph.root) continue;
+  for (uint32_t v : dom.top_down) {
+    if (v == root) continue;
     const uint32_t up = stack_of[dom.idom[v]];
     const Object& o = census.objects[v];
     if (!dominates[v]) {
@@ -338,66 +370,87 @@ std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& 
   return out;
 }
 
+struct Pick {
+  uint32_t v = 0;
+  uint64_t retained = 0;
+  uint32_t count = 0;
+};
+
+// Each reached object's retained bytes and objects, summed up the dominator tree, and the
+// biggest `top` of them (0: all), biggest first; the reached and unreached totals into `out`;
+// `dominates[v]`: v is some reached object's immediate dominator.
+std::vector<Pick> pick_retainers(const Census& census, const Dominators& dom, uint32_t root,
+                                 size_t top, Retainers& out, std::vector<bool>& dominates) {
+  const size_t n = census.objects.size();
+  dominates.assign(n + 1, false);
+  std::vector<uint64_t> retained(n + 1, 0);
+  std::vector<uint32_t> count(n + 1, 0);  // at most the census's objects, under 2^27
+  for (uint32_t v : dom.top_down) {
+    if (v == root) continue;
+    retained[v] = census.objects[v].bytes;
+    count[v] = 1;
+    dominates[dom.idom[v]] = true;
+    ++out.reachable_count;
+    out.reachable_bytes += census.objects[v].bytes;
+  }
+  // A dominator precedes what it dominates in top_down: sum in reverse.
+  for (size_t i = dom.top_down.size(); i-- > 1;) {
+    const uint32_t v = dom.top_down[i];
+    retained[dom.idom[v]] += retained[v];
+    count[dom.idom[v]] += count[v];
+  }
+  out.unreached_count = n - out.reachable_count;
+  out.unreached_bytes = census.object_bytes() - out.reachable_bytes;
+  const auto better = [&](uint32_t a, uint32_t b) {
+    return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
+  };
+  // With a `top`, a heap of the best so far whose front is the worst of them, not every object.
+  std::vector<uint32_t> best;
+  for (uint32_t v : dom.top_down) {
+    if (v == root) continue;
+    if (top == 0 || best.size() < top) {
+      best.push_back(v);
+      if (top != 0) std::push_heap(best.begin(), best.end(), better);
+    } else if (better(v, best.front())) {
+      std::pop_heap(best.begin(), best.end(), better);
+      best.back() = v;
+      std::push_heap(best.begin(), best.end(), better);
+    }
+  }
+  if (top == 0) {
+    std::sort(best.begin(), best.end(), better);
+  } else {
+    std::sort_heap(best.begin(), best.end(), better);
+  }
+  std::vector<Pick> picks;
+  picks.reserve(best.size());
+  for (uint32_t v : best) picks.push_back({v, retained[v], count[v]});
+  return picks;
+}
+
 }  // namespace
 
 Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
                          const ThreadNames& thread_names) {
   Retainers out;
-  const Graph graph = build_graph(mem, census);
+  Graph graph = build_graph(mem, census);
   mem.checkpoint({HeapPass::Graph, census.objects.size(), census.objects.size(), true});
   out.edges = graph.edges.size();
   out.unreadable_refs = graph.unreadable_refs;
   out.dropped_edges = graph.dropped_edges;
+  const uint32_t root = graph.root;
   const Dominators dom = dominators(graph);
-  const size_t n = census.objects.size();
-  // Each object's retained bytes and objects, summed up the dominator tree; only the biggest
-  // `top` are kept past this block, so the path tree and the profile do not peak on top of them.
-  struct Pick {
-    uint32_t v = 0;
-    uint64_t retained = 0;
-    uint32_t count = 0;
-  };
-  std::vector<Pick> picks;
-  std::vector<bool> dominates(n + 1);  // v is some reached object's immediate dominator
-  {
-    std::vector<uint64_t> retained(n + 1, 0);
-    std::vector<uint32_t> count(n + 1, 0);  // at most the census's objects, under 2^27
-    for (uint32_t v : dom.preorder) {
-      if (v == graph.root) continue;
-      retained[v] = census.objects[v].bytes;
-      count[v] = 1;
-      dominates[dom.idom[v]] = true;
-      ++out.reachable_count;
-      out.reachable_bytes += census.objects[v].bytes;
-    }
-    // A dominator precedes what it dominates in DFS preorder: sum in reverse.
-    for (size_t i = dom.preorder.size(); i-- > 1;) {
-      const uint32_t v = dom.preorder[i];
-      retained[dom.idom[v]] += retained[v];
-      count[dom.idom[v]] += count[v];
-    }
-    std::vector<uint32_t> order;
-    order.reserve(dom.preorder.size());
-    for (uint32_t v : dom.preorder) {
-      if (v != graph.root) order.push_back(v);
-    }
-    const size_t keep = top == 0 ? order.size() : std::min(top, order.size());
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                      [&](uint32_t a, uint32_t b) {
-                        return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
-                      });
-    picks.reserve(keep);
-    for (size_t i = 0; i < keep; ++i)
-      picks.push_back({order[i], retained[order[i]], count[order[i]]});
-  }
-  out.unreached_count = n - out.reachable_count;
-  out.unreached_bytes = census.object_bytes() - out.reachable_bytes;
   const PathNamer namer(mem, census, graph, thread_names);
+  // The namer reads how each edge is held from memory again: the graph is not needed past here,
+  // and its memory goes before the retained sizes take theirs.
+  graph = Graph{};
+  std::vector<bool> dominates;
+  const std::vector<Pick> picks = pick_retainers(census, dom, root, top, out, dominates);
   for (const Pick& p : picks) {
     const Object& o = census.objects[p.v];
     out.top.push_back({namer.path(p.v), o.addr, o.gct, p.retained, o.bytes, p.count});
   }
-  out.profile = profile_entries(namer, census, graph, dom, dominates);
+  out.profile = profile_entries(namer, census, root, dom, dominates);
   return out;
 }
 

@@ -1,7 +1,10 @@
 // build_graph on two threads (a core's memory allows them) against one thread, on a real luajit
 // core (heap_census.lua): the same references of every object in the same order, the same roots
-// and the same counts, whatever the split.
+// and the same counts, whatever the split. And labelled_edges, which paths read an edge's kind
+// from: the same targets in the same order as the graph's row, for every object and the root.
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "heap/heap_census.h"
 #include "heap/heap_core_setup.h"
@@ -15,9 +18,7 @@ void expect_same_graph(const heap::Graph& want, const heap::Graph& got) {
   ASSERT_EQ(got.first, want.first);
   ASSERT_EQ(got.edges.size(), want.edges.size());
   for (size_t e = 0; e < want.edges.size(); ++e) {
-    ASSERT_EQ(got.edges[e].to, want.edges[e].to) << "edge " << e;
-    ASSERT_EQ(got.edges[e].aux, want.edges[e].aux) << "edge " << e;
-    ASSERT_EQ(got.edges[e].kind, want.edges[e].kind) << "edge " << e;
+    ASSERT_EQ(got.edges[e], want.edges[e]) << "edge " << e;
   }
   EXPECT_EQ(got.unreadable_refs, want.unreadable_refs);
   EXPECT_EQ(got.dropped_edges, want.dropped_edges);
@@ -42,6 +43,28 @@ TEST(HeapGraph, TwoThreadsFollowTheSameReferencesAsOne) {
   threaded.allow_threads(true);
   expect_same_graph(one, heap::build_graph(threaded, census, 2));
   expect_same_graph(one, heap::build_graph(threaded, census, census.objects.size()));
+}
+
+TEST(HeapGraph, LabelledEdgesAreTheGraphsRowsInOrder) {
+  test::HeapCoreSetup s;
+  ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
+  const heap::Memory mem(s.core->mem_reader(), s.info);
+  const heap::Graph g = heap::build_graph(mem, s.census);
+  std::set<heap::EdgeKind> kinds;
+  for (uint32_t v = 0; v <= g.root; ++v) {
+    const std::vector<heap::Edge> labelled = heap::labelled_edges(mem, s.census, v);
+    ASSERT_EQ(labelled.size(), g.first[v + 1] - g.first[v]) << "node " << v;
+    for (size_t k = 0; k < labelled.size(); ++k) {
+      ASSERT_EQ(labelled[k].to, g.edges[g.first[v] + k]) << "node " << v << " edge " << k;
+      kinds.insert(labelled[k].kind);
+    }
+  }
+  // The workload holds tables, closures, upvalues, a suspended coroutine: most kinds occur.
+  for (heap::EdgeKind k :
+       {heap::EdgeKind::RootGlobals, heap::EdgeKind::ArraySlot, heap::EdgeKind::HashValue,
+        heap::EdgeKind::Upvalue, heap::EdgeKind::StackSlot, heap::EdgeKind::Prototype}) {
+    EXPECT_TRUE(kinds.count(k)) << "kind " << static_cast<int>(k);
+  }
 }
 
 }  // namespace
