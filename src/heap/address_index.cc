@@ -13,7 +13,7 @@ size_t AddressIndex::home(uint64_t page) const {
 AddressIndex::AddressIndex(std::span<const Object> objects) {
   size_t pages = 0;
   for (size_t i = 0; i < objects.size(); ++i) {
-    if (i == 0 || (objects[i].addr >> kPageBits) != (objects[i - 1].addr >> kPageBits)) ++pages;
+    if (i == 0 || (objects[i].addr() >> kPageBits) != (objects[i - 1].addr() >> kPageBits)) ++pages;
   }
   if (pages == 0) return;
   const size_t size = std::bit_ceil(2 * pages);
@@ -21,9 +21,9 @@ AddressIndex::AddressIndex(std::span<const Object> objects) {
   buckets_.resize(size);
   const size_t mask = size - 1;
   for (size_t first = 0; first < objects.size();) {
-    const uint64_t page = objects[first].addr >> kPageBits;
+    const uint64_t page = objects[first].addr() >> kPageBits;
     size_t end = first + 1;
-    while (end < objects.size() && (objects[end].addr >> kPageBits) == page) ++end;
+    while (end < objects.size() && (objects[end].addr() >> kPageBits) == page) ++end;
     size_t b = home(page);
     while (buckets_[b].page_plus_one != 0) b = (b + 1) & mask;
     buckets_[b] = {page + 1, static_cast<uint32_t>(first), static_cast<uint32_t>(end)};
@@ -40,9 +40,9 @@ int64_t AddressIndex::find(std::span<const Object> objects, uint64_t addr) const
     if (bucket.page_plus_one == 0) return -1;
     if (bucket.page_plus_one != page + 1) continue;
     const auto begin = objects.begin() + bucket.first, end = objects.begin() + bucket.end;
-    const auto it =
-        std::lower_bound(begin, end, addr, [](const Object& o, uint64_t a) { return o.addr < a; });
-    if (it == end || it->addr != addr) return -1;
+    const auto it = std::lower_bound(begin, end, addr,
+                                     [](const Object& o, uint64_t a) { return o.addr() < a; });
+    if (it == end || it->addr() != addr) return -1;
     return it - objects.begin();
   }
 }

@@ -39,8 +39,8 @@ uint64_t Census::object_bytes() const {
 int64_t Census::index_of(uint64_t addr) const {
   if (!address_index.empty()) return address_index.find(objects, addr);
   auto it = std::lower_bound(objects.begin(), objects.end(), addr,
-                             [](const Object& o, uint64_t a) { return o.addr < a; });
-  if (it == objects.end() || it->addr != addr) return -1;
+                             [](const Object& o, uint64_t a) { return o.addr() < a; });
+  if (it == objects.end() || it->addr() != addr) return -1;
   return it - objects.begin();
 }
 

@@ -56,26 +56,26 @@ class EdgeReader {
   void object(const Object& o) {
     switch (static_cast<Gct>(o.gct)) {
       case Gct::Tab:
-        table(o.addr);
+        table(o.addr());
         break;
       case Gct::Func:
-        function(o.addr);
+        function(o.addr());
         break;
       case Gct::Upval:
-        upvalue(o.addr);
+        upvalue(o.addr());
         break;
       case Gct::Thread:
-        thread(o.addr);
+        thread(o.addr());
         break;
       case Gct::Proto:
-        proto(o.addr);
+        proto(o.addr());
         break;
       case Gct::Udata:
-        ref(o.addr + in_.ud_metatable, EdgeKind::Metatable, 0);
-        ref(o.addr + in_.ud_env, EdgeKind::Env, 0);
+        ref(o.addr() + in_.ud_metatable, EdgeKind::Metatable, 0);
+        ref(o.addr() + in_.ud_env, EdgeKind::Env, 0);
         break;
       case Gct::Trace:
-        ref(o.addr + in_.tr_startpt, EdgeKind::TraceProto, 0);
+        ref(o.addr() + in_.tr_startpt, EdgeKind::TraceProto, 0);
         break;
       case Gct::Str:
       case Gct::Cdata:
@@ -96,7 +96,7 @@ class EdgeReader {
       to(c.gc_roots[i], EdgeKind::RootGcRoot, static_cast<uint32_t>(i));
     }
     for (const Object& o : c.objects) {
-      if (o.gct == static_cast<uint8_t>(Gct::Trace)) to(o.addr, EdgeKind::RootTrace, 0);
+      if (o.gct == static_cast<uint8_t>(Gct::Trace)) to(o.addr(), EdgeKind::RootTrace, 0);
     }
     // Userdata queued for finalization are on no other list the census read.
     if (auto last = mem_.ref(c.g + in_.g_gc_mmudata); last && *last != 0) {

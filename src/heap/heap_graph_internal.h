@@ -132,14 +132,20 @@ std::optional<SlotName> name_stack_slot(const Memory& mem, uint64_t L, uint64_t 
 class EdgeLabelCache {
  public:
   EdgeLabelCache(const Memory& mem, const Census& census) : mem_(mem), census_(census) {}
-  const std::vector<Edge>& of(uint32_t v);
+  // The first of `parent`'s edges (labelled_edges) that leads to `child`: the one a BFS over the
+  // graph took. nullptr when there is none (a live parent changed since the graph was read).
+  const Edge* first_to(uint32_t parent, uint32_t child);
 
  private:
-  static constexpr size_t kMaxEdges = size_t{1} << 20;  // 12 MiB
+  static constexpr size_t kMaxEdges = size_t{1} << 20;  // 16 MiB with their indexes
+  // Rows this long are searched through an index (a big table's slots, each named in turn).
+  static constexpr size_t kIndexFrom = 32;
   struct Entry {
     uint32_t node = 0;
     std::vector<Edge> edges;
+    std::vector<uint32_t> by_target;  // positions in `edges` by target, then position
   };
+  Entry& of(uint32_t v);
   const Memory& mem_;
   const Census& census_;
   std::list<Entry> recent_;  // most recent first
@@ -181,7 +187,6 @@ class PathNamer {
   const ThreadNames& thread_names_;
   uint32_t root_;
   std::vector<uint32_t> parent_;  // BFS tree; kUnreached when not reached
-  std::vector<uint32_t> via_;     // which of parent_'s edges (0: its first) leads to the node
   mutable EdgeLabelCache labels_;
   // The edge from parent_[v] to reached node `v` with how it is held; kind Changed when the
   // parent (a live object) no longer holds it.

@@ -174,6 +174,7 @@ class Lists {
   // The object at `addr` as `list` may hold it (`out`), or why not.
   std::string admit(uint64_t addr, uint8_t want, const char* list, std::optional<Object>& out) {
     const lj_luajit_info& in = mem_.info();
+    if (addr > Object::kMaxAddress) return fmt::format("object above 2^48 on {}", list);
     auto gct = mem_.get<uint8_t>(addr + in.gc_gct);
     if (!gct) return fmt::format("unreadable object on {}", list);
     if (*gct < kMinGct || *gct > kMaxGct || (want != 0 && *gct != want)) {
@@ -342,7 +343,7 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
   lists.chain(mem.ref(g + in.g_gc_root).value_or(0), 0, "gc.root");
   std::vector<uint64_t> threads;
   for (const Object& o : c.objects)
-    if (o.gct == static_cast<uint8_t>(Gct::Thread)) threads.push_back(o.addr);
+    if (o.gct == static_cast<uint8_t>(Gct::Thread)) threads.push_back(o.addr());
   for (uint64_t L : threads) {
     lists.chain(mem.ref(L + in.L_openupval).value_or(0), static_cast<uint8_t>(Gct::Upval),
                 "a thread's open upvalues");
@@ -380,11 +381,12 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
   // of the census comes (the peak of the whole walk otherwise: 105 MiB of pages of a 142 MiB
   // core under 70 MiB of census).
   mem.checkpoint({HeapPass::Census, c.objects.size(), 0, false});
-  radix_sort(c.objects, [](const Object& o) { return o.addr; });
+  radix_sort(c.objects, [](const Object& o) { return o.addr(); });
   const size_t before = c.objects.size();
-  c.objects.erase(std::unique(c.objects.begin(), c.objects.end(),
-                              [](const Object& a, const Object& b) { return a.addr == b.addr; }),
-                  c.objects.end());
+  c.objects.erase(
+      std::unique(c.objects.begin(), c.objects.end(),
+                  [](const Object& a, const Object& b) { return a.addr() == b.addr(); }),
+      c.objects.end());
   if (before != c.objects.size()) c.malformed["object on two lists"] += before - c.objects.size();
   c.objects.shrink_to_fit();  // the census lives as long as the snapshot: no growth slack
   c.address_index = AddressIndex(c.objects);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <numeric>
 #include <unordered_map>
 
 #include "common/printable.h"
@@ -56,7 +57,6 @@ PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph
       labels_(mem, census) {
   const size_t n = graph.first.size() - 1;
   parent_.assign(n, kUnreached);
-  via_.resize(n);
   std::deque<uint32_t> queue{graph.root};
   parent_[graph.root] = graph.root;
   while (!queue.empty()) {
@@ -66,37 +66,51 @@ PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph
       const uint32_t w = graph.edges[e];
       if (parent_[w] != kUnreached) continue;
       parent_[w] = v;
-      via_[w] = e - graph.first[v];
       queue.push_back(w);
     }
   }
 }
 
-const std::vector<Edge>& EdgeLabelCache::of(uint32_t v) {
+EdgeLabelCache::Entry& EdgeLabelCache::of(uint32_t v) {
   if (auto hit = where_.find(v); hit != where_.end()) {
     recent_.splice(recent_.begin(), recent_, hit->second);
-    return hit->second->edges;
+    return *hit->second;
   }
-  recent_.push_front({v, labelled_edges(mem_, census_, v)});
+  recent_.push_front({v, labelled_edges(mem_, census_, v), {}});
+  Entry& fresh = recent_.front();
   where_[v] = recent_.begin();
-  edges_ += recent_.front().edges.size();
+  if (fresh.edges.size() >= kIndexFrom) {
+    fresh.by_target.resize(fresh.edges.size());
+    std::iota(fresh.by_target.begin(), fresh.by_target.end(), 0u);
+    std::stable_sort(fresh.by_target.begin(), fresh.by_target.end(),
+                     [&](uint32_t a, uint32_t b) { return fresh.edges[a].to < fresh.edges[b].to; });
+  }
+  edges_ += fresh.edges.size();
   // The newest stays, whatever its size.
   while (edges_ > kMaxEdges && recent_.size() > 1) {
     edges_ -= recent_.back().edges.size();
     where_.erase(recent_.back().node);
     recent_.pop_back();
   }
-  return recent_.front().edges;
+  return fresh;
+}
+
+const Edge* EdgeLabelCache::first_to(uint32_t parent, uint32_t child) {
+  const Entry& row = of(parent);
+  if (row.by_target.empty()) {
+    for (const Edge& e : row.edges) {
+      if (e.to == child) return &e;
+    }
+    return nullptr;
+  }
+  auto it = std::lower_bound(row.by_target.begin(), row.by_target.end(), child,
+                             [&](uint32_t pos, uint32_t to) { return row.edges[pos].to < to; });
+  return it != row.by_target.end() && row.edges[*it].to == child ? &row.edges[*it] : nullptr;
 }
 
 Edge PathNamer::via(uint32_t v) const {
-  const std::vector<Edge>& edges = labels_.of(parent_[v]);
-  if (via_[v] < edges.size() && edges[via_[v]].to == v) return edges[via_[v]];
-  // A live parent changed since the graph was read: the edge if it still holds it elsewhere.
-  for (const Edge& e : edges) {
-    if (e.to == v) return e;
-  }
-  return {v, 0, EdgeKind::Changed};
+  const Edge* e = labels_.first_to(parent_[v], v);
+  return e != nullptr ? *e : Edge{v, 0, EdgeKind::Changed};
 }
 
 std::string PathNamer::string_at(uint64_t s, size_t max) const {
@@ -196,7 +210,7 @@ std::string PathNamer::key_text(uint64_t raw, bool as_key) const {
 std::optional<uint64_t> PathNamer::hash_key(uint32_t parent, const Edge& e) const {
   const lj_luajit_info& in = mem_.info();
   if (parent >= census_.objects.size()) return std::nullopt;
-  const uint64_t t = census_.objects[parent].addr;
+  const uint64_t t = census_.objects[parent].addr();
   auto node = mem_.ref(t + in.tab_node);
   const uint32_t hmask = mem_.get<uint32_t>(t + in.tab_hmask).value_or(0);
   if (!node || e.aux > hmask) return std::nullopt;
@@ -205,12 +219,12 @@ std::optional<uint64_t> PathNamer::hash_key(uint32_t parent, const Edge& e) cons
   auto key = mem_.get<uint64_t>(at + in.node_key);
   if (!val || !key) return std::nullopt;
   auto held = decode_tvalue(e.kind == EdgeKind::HashKey ? *key : *val, mem_.gc64());
-  if (!held || held->addr != census_.objects[e.to].addr) return std::nullopt;
+  if (!held || held->addr != census_.objects[e.to].addr()) return std::nullopt;
   return *key;
 }
 
 std::string PathNamer::edge_text(uint32_t parent, const Edge& e, const std::string& before) const {
-  const uint64_t from = parent < census_.objects.size() ? census_.objects[parent].addr : 0;
+  const uint64_t from = parent < census_.objects.size() ? census_.objects[parent].addr() : 0;
   switch (e.kind) {
     case EdgeKind::RootGlobals:
       return "_G";
@@ -299,7 +313,7 @@ std::string PathNamer::frame(uint32_t v) const {
   if (e.kind == EdgeKind::HashValue || e.kind == EdgeKind::HashKey) {
     // A record's fields keep their names; a big map's keys (1024 hash slots or more) are one
     // frame.
-    const uint64_t t = census_.objects[parent_[v]].addr;
+    const uint64_t t = census_.objects[parent_[v]].addr();
     const bool map = mem_.get<uint32_t>(t + mem_.info().tab_hmask).value_or(0) >= 1023;
     const auto raw = hash_key(parent_[v], e);
     auto key = raw ? decode_tvalue(*raw, mem_.gc64()) : std::nullopt;
@@ -448,7 +462,7 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
   const std::vector<Pick> picks = pick_retainers(census, dom, root, top, out, dominates);
   for (const Pick& p : picks) {
     const Object& o = census.objects[p.v];
-    out.top.push_back({namer.path(p.v), o.addr, o.gct, p.retained, o.bytes, p.count});
+    out.top.push_back({namer.path(p.v), o.addr(), o.gct, p.retained, o.bytes, p.count});
   }
   out.profile = profile_entries(namer, census, root, dom, dominates);
   return out;

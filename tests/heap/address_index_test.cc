@@ -14,8 +14,8 @@ namespace {
 
 int64_t brute_force(const std::vector<Object>& objects, uint64_t addr) {
   auto it = std::lower_bound(objects.begin(), objects.end(), addr,
-                             [](const Object& o, uint64_t a) { return o.addr < a; });
-  return it != objects.end() && it->addr == addr ? it - objects.begin() : -1;
+                             [](const Object& o, uint64_t a) { return o.addr() < a; });
+  return it != objects.end() && it->addr() == addr ? it - objects.begin() : -1;
 }
 
 std::vector<Object> sorted_objects(const std::set<uint64_t>& addrs) {
@@ -29,12 +29,12 @@ std::vector<Object> sorted_objects(const std::set<uint64_t>& addrs) {
 void expect_same_answers(const std::vector<Object>& objects, std::mt19937_64& rng) {
   const AddressIndex index(objects);
   for (const Object& o : objects) {
-    for (uint64_t a : {o.addr, o.addr - 1, o.addr + 1, o.addr + 4096, o.addr - 4096}) {
+    for (uint64_t a : {o.addr(), o.addr() - 1, o.addr() + 1, o.addr() + 4096, o.addr() - 4096}) {
       ASSERT_EQ(index.find(objects, a), brute_force(objects, a)) << std::hex << a;
     }
   }
-  const uint64_t low = objects.empty() ? 0 : objects.front().addr;
-  const uint64_t span = objects.empty() ? 1 << 20 : objects.back().addr - low + 8192;
+  const uint64_t low = objects.empty() ? 0 : objects.front().addr();
+  const uint64_t span = objects.empty() ? 1 << 20 : objects.back().addr() - low + 8192;
   for (int i = 0; i < 5000; ++i) {
     const uint64_t a = low + rng() % span - 4096;
     ASSERT_EQ(index.find(objects, a), brute_force(objects, a)) << std::hex << a;

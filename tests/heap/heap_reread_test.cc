@@ -74,7 +74,7 @@ TEST(HeapReread, ALinkToAnObjectFreedMeanwhileIsReadAgain) {
   for (int i = 0; i < 10 && prev != 0; ++i) prev = clean.ref(prev).value_or(0);
   ASSERT_NE(prev, 0u);
   // Somewhere else in the heap: an object far down the list.
-  const uint64_t freed = want.objects[want.objects.size() / 2].addr;
+  const uint64_t freed = want.objects[want.objects.size() / 2].addr();
 
   test::PatchedMemory u{s.core->mem_reader(),
                         {{prev, freed, s.info.ref_size}, {freed + s.info.gc_gct, 0, 1}}};
