@@ -56,12 +56,17 @@ struct PageCache {
   std::unique_ptr<uint8_t[]> slots;              // max_pages pages, not initialised
   size_t slot_count = 0;                         // slots allocated
   uint32_t used = 0;                             // slots holding a page since the last reset
+  // The page read last and its slot: most reads are the next field of the object read before,
+  // and need no search of `pages` (a heap walk reads ~10 fields an object).
+  uint64_t last_page = kNoPage;
+  uint32_t last_slot = 0;
   uint8_t* slot(uint32_t i) const { return slots.get() + uint64_t{i} * kPage; }
   // Empties the cache; keeps the block for the next pages.
   void reset() {
     pages.clear();
     used = 0;
     last_miss = kNoPage;
+    last_page = kNoPage;
   }
 };
 

@@ -170,6 +170,7 @@ void CoreFile::cache_pages(bool on, size_t max_pages, bool start_over, uint32_t 
 void CoreFile::forget_cached_pages(uint64_t addr, uint64_t len) const {
   PageCache& cache = state_->page_cache;
   if (len == 0 || cache.pages.empty()) return;
+  cache.last_page = PageCache::kNoPage;
   const uint64_t last = (addr + len - 1) & ~(PageCache::kPage - 1);
   for (uint64_t page = addr & ~(PageCache::kPage - 1); page <= last; page += PageCache::kPage) {
     cache.pages.erase(page);  // its slot stays used until the cache starts over
@@ -189,12 +190,16 @@ int CoreFile::State::read_live(uint64_t addr, void* dst, uint32_t len) const {
     return live->read(addr, dst, len);
   }
   PageCache& cache = page_cache;
-  auto it = cache.pages.find(page);
-  if (it == cache.pages.end()) {
-    if (!cache_missed_pages(page)) return live->read(addr, dst, len);
-    it = cache.pages.find(page);
+  if (page != cache.last_page) {
+    auto it = cache.pages.find(page);
+    if (it == cache.pages.end()) {
+      if (!cache_missed_pages(page)) return live->read(addr, dst, len);
+      it = cache.pages.find(page);
+    }
+    cache.last_page = page;
+    cache.last_slot = it->second;
   }
-  std::memcpy(dst, cache.slot(it->second) + (addr - page), len);
+  std::memcpy(dst, cache.slot(cache.last_slot) + (addr - page), len);
   return 0;
 }
 
