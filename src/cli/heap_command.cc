@@ -157,7 +157,6 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   LJ_ASSIGN_OR_RETURN(const lj_luajit_info info, luajit::to_walker_info(*walker.luajit()));
   heap::Memory mem(core.mem_reader(), info);
   mem.on_release([&core] { core.release_resident_pages(); });
-  mem.on_checkpoint(show_progress);
   if (!live) {  // a live process's memory is read through its page cache, one thread at a time
     mem.on_in_place([&core](uint64_t addr) {
       const core::CoreFile::InPlaceBytes run = core.in_place_at(addr);
@@ -179,6 +178,15 @@ Result<Snapshot> take_snapshot(const core::CoreFile& core, const core::CoreWalke
   // then the cache starts over: objects are visited in list order, mostly near the last ones.
   auto empty_page_cache = [&] { core.cache_pages(live, kHeapCachedPages, true, kHeapPagesAhead); };
   empty_page_cache();
+  mem.on_checkpoint([&](const heap::HeapCheckpoint& c) {
+    if (live && c.pass == heap::HeapPass::Graph && c.end) {
+      // Past the graph pass a live walk reads little (the names of paths): the page cache's
+      // block goes before the dominators' arrays come (the walk's peak), back at its next use.
+      core.cache_pages(false);
+      empty_page_cache();
+    }
+    show_progress(c);
+  });
   auto census = heap::take_census(mem, g);
   // gc.root ends at the main thread (lj_state.c: the first object of the VM). A live walk that
   // did not reach it was cut where the program rewrote the list faster than it was read (an

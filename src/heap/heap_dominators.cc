@@ -162,10 +162,11 @@ Dominators dominators(const Graph& graph) {
   Preorder p = depth_first(graph);
   const auto reached = static_cast<uint32_t>(p.vertex.size());
   const size_t nodes = p.num.size();
-  std::vector<uint32_t> idom = p.parent;  // by number; the DFS parent until step 2
+  std::vector<uint32_t> idom;  // by number; the DFS parent until step 2
   {
     const Predecessors preds = predecessors(graph, p);
     std::vector<uint32_t>().swap(p.num);  // numbered now: not needed until the end, rebuilt there
+    idom = p.parent;                      // copied once `num` is gone (the pass's peak)
     std::vector<uint32_t> semi(reached);
     std::iota(semi.begin(), semi.end(), 0u);
     Forest forest{std::move(p.parent), std::vector<uint32_t>(reached), semi, {}};

@@ -151,6 +151,8 @@ class EdgeLabelCache {
   std::list<Entry> recent_;  // most recent first
   std::unordered_map<uint32_t, std::list<Entry>::iterator> where_;
   size_t edges_ = 0;
+  static constexpr size_t kEdgesPerRelease = size_t{1} << 16;  // then Memory::release()
+  size_t read_since_release_ = 0;
 };
 
 // Names the path of the shortest references from the root to each node (BFS over `graph`, which

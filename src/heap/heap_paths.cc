@@ -66,7 +66,9 @@ PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph
       const uint32_t w = graph.edges[e];
       if (parent_[w] != kUnreached) continue;
       parent_[w] = v;
-      queue.push_back(w);
+      // A leaf leads nowhere: not queued (a heap is half leaves, and the queue's widest level
+      // is mostly them).
+      if (graph.first[w] != graph.first[w + 1]) queue.push_back(w);
     }
   }
 }
@@ -78,6 +80,13 @@ EdgeLabelCache::Entry& EdgeLabelCache::of(uint32_t v) {
   }
   recent_.push_front({v, labelled_edges(mem_, census_, v), {}});
   Entry& fresh = recent_.front();
+  // The rows read for names leave the core's pages they touched resident (a big table's array
+  // part: 100 MiB of a 1 GiB heap's core, after the walk's arrays had gone down).
+  read_since_release_ += fresh.edges.size() + 1;
+  if (read_since_release_ >= kEdgesPerRelease) {
+    mem_.release();
+    read_since_release_ = 0;
+  }
   where_[v] = recent_.begin();
   if (fresh.edges.size() >= kIndexFrom) {
     fresh.by_target.resize(fresh.edges.size());
@@ -390,55 +399,69 @@ struct Pick {
   uint32_t count = 0;
 };
 
-// Each reached object's retained bytes and objects, summed up the dominator tree, and the
-// biggest `top` of them (0: all), biggest first; the reached and unreached totals into `out`;
-// `dominates[v]`: v is some reached object's immediate dominator.
-std::vector<Pick> pick_retainers(const Census& census, const Dominators& dom, uint32_t root,
-                                 size_t top, Retainers& out, std::vector<bool>& dominates) {
-  const size_t n = census.objects.size();
-  dominates.assign(n + 1, false);
-  std::vector<uint64_t> retained(n + 1, 0);
-  std::vector<uint32_t> count(n + 1, 0);  // at most the census's objects, under 2^27
+// Per node, `own(v)` of each reached object summed up the dominator tree: its own and that of
+// everything it dominates.
+template <typename T, typename Own>
+std::vector<T> sum_up_dominators(const Dominators& dom, uint32_t root, Own own) {
+  std::vector<T> sum(dom.idom.size(), 0);
   for (uint32_t v : dom.top_down) {
-    if (v == root) continue;
-    retained[v] = census.objects[v].bytes;
-    count[v] = 1;
-    dominates[dom.idom[v]] = true;
-    ++out.reachable_count;
-    out.reachable_bytes += census.objects[v].bytes;
+    if (v != root) sum[v] = own(v);
   }
   // A dominator precedes what it dominates in top_down: sum in reverse.
   for (size_t i = dom.top_down.size(); i-- > 1;) {
     const uint32_t v = dom.top_down[i];
-    retained[dom.idom[v]] += retained[v];
-    count[dom.idom[v]] += count[v];
+    sum[dom.idom[v]] += sum[v];
+  }
+  return sum;
+}
+
+// The `top` objects retaining the most bytes (0: all), most first, and the reached and
+// unreached totals into `out`; `dominates[v]`: v is some reached object's immediate dominator.
+// Retained bytes, then objects, summed one after the other (never both arrays at once).
+std::vector<Pick> pick_retainers(const Census& census, const Dominators& dom, uint32_t root,
+                                 size_t top, Retainers& out, std::vector<bool>& dominates) {
+  const size_t n = census.objects.size();
+  dominates.assign(n + 1, false);
+  for (uint32_t v : dom.top_down) {
+    if (v == root) continue;
+    dominates[dom.idom[v]] = true;
+    ++out.reachable_count;
+    out.reachable_bytes += census.objects[v].bytes;
   }
   out.unreached_count = n - out.reachable_count;
   out.unreached_bytes = census.object_bytes() - out.reachable_bytes;
-  const auto better = [&](uint32_t a, uint32_t b) {
-    return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
-  };
-  // With a `top`, a heap of the best so far whose front is the worst of them, not every object.
-  std::vector<uint32_t> best;
-  for (uint32_t v : dom.top_down) {
-    if (v == root) continue;
-    if (top == 0 || best.size() < top) {
-      best.push_back(v);
-      if (top != 0) std::push_heap(best.begin(), best.end(), better);
-    } else if (better(v, best.front())) {
-      std::pop_heap(best.begin(), best.end(), better);
-      best.back() = v;
-      std::push_heap(best.begin(), best.end(), better);
-    }
-  }
-  if (top == 0) {
-    std::sort(best.begin(), best.end(), better);
-  } else {
-    std::sort_heap(best.begin(), best.end(), better);
-  }
   std::vector<Pick> picks;
-  picks.reserve(best.size());
-  for (uint32_t v : best) picks.push_back({v, retained[v], count[v]});
+  {
+    const std::vector<uint64_t> retained = sum_up_dominators<uint64_t>(
+        dom, root, [&](uint32_t v) { return uint64_t{census.objects[v].bytes}; });
+    const auto better = [&](uint32_t a, uint32_t b) {
+      return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
+    };
+    // With a `top`, a heap of the best so far whose front is the worst of them.
+    std::vector<uint32_t> best;
+    for (uint32_t v : dom.top_down) {
+      if (v == root) continue;
+      if (top == 0 || best.size() < top) {
+        best.push_back(v);
+        if (top != 0) std::push_heap(best.begin(), best.end(), better);
+      } else if (better(v, best.front())) {
+        std::pop_heap(best.begin(), best.end(), better);
+        best.back() = v;
+        std::push_heap(best.begin(), best.end(), better);
+      }
+    }
+    if (top == 0) {
+      std::sort(best.begin(), best.end(), better);
+    } else {
+      std::sort_heap(best.begin(), best.end(), better);
+    }
+    picks.reserve(best.size());
+    for (uint32_t v : best) picks.push_back({v, retained[v], 0});
+  }
+  // At most the census's objects: under 2^32.
+  const std::vector<uint32_t> count =
+      sum_up_dominators<uint32_t>(dom, root, [](uint32_t) { return uint32_t{1}; });
+  for (Pick& p : picks) p.count = count[p.v];
   return picks;
 }
 
