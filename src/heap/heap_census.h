@@ -31,6 +31,7 @@ namespace ljprof::heap {
 struct TypeTotal {
   uint64_t count = 0;
   uint64_t bytes = 0;
+  bool operator==(const TypeTotal&) const = default;
 };
 
 struct CensusLimits {
@@ -62,7 +63,11 @@ struct Census {
 // Reads the census of the VM whose global_State is at `g`. Fails (naming the address and the
 // rule) when g itself cannot be proven: fields missing from the layout, g->gc.total or the
 // string table unreadable or absurd, no main thread at the GG_State place.
-Result<Census> take_census(const Memory& mem, uint64_t g);
+// With mem.threads_allowed() and at least `strings_thread_from` strings (g->strnum), the string
+// table is walked on a second thread beside gc.root (the census is the same).
+inline constexpr size_t kStringsForThread = size_t{1} << 16;
+Result<Census> take_census(const Memory& mem, uint64_t g,
+                           size_t strings_thread_from = kStringsForThread);
 
 // What sizes depend on beyond the layout: the C type table (g->ctype_state->tab, lj_ctype.h
 // CTState: `CType *tab; CTypeID top`) that sizes cdata (tab 0 when the VM has no FFI state: no

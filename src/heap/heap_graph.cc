@@ -29,13 +29,6 @@ struct TargetSink {
   }
 };
 
-// How many references labelled_edges will find (its vector sized once: a big table's are
-// millions, and a vector doubling to hold them peaks at twice their bytes).
-struct CountSink {
-  uint64_t& count;
-  void add(uint32_t, EdgeKind, uint32_t) { ++count; }
-};
-
 // Where labelled_edges puts one object's references: whole, up to the same budget.
 struct LabelSink {
   std::vector<Edge>& edges;
@@ -347,13 +340,18 @@ void read_edges(const Memory& mem, const Census& census, uint32_t v, Sink sink) 
 }  // namespace
 
 std::vector<Edge> labelled_edges(const Memory& mem, const Census& census, uint32_t v) {
-  const uint64_t budget =
-      v < census.objects.size() ? object_budget(census, v, v + 1) : root_budget(census, 0);
-  uint64_t count = 0;
-  read_edges(mem, census, v, CountSink{count});
   std::vector<Edge> edges;
-  edges.reserve(std::min(count, budget));  // a live object may have changed between the reads
-  read_edges(mem, census, v, LabelSink{edges, budget});
+  if (v < census.objects.size()) {
+    // Sized once (a big table's are millions, and a vector doubling to hold them peaks at twice
+    // their bytes): an edge comes from a slot of the object's own bytes, a TValue of 8 (a hash
+    // node's key and value two in 24); only small objects' 4-byte GCRefs without GC64 (a
+    // function's upvalues) can make more, and the vector grows for those.
+    const uint64_t budget = object_budget(census, v, v + 1);
+    edges.reserve(std::min<uint64_t>(budget, census.objects[v].bytes / 8 + 16));
+    read_edges(mem, census, v, LabelSink{edges, budget});
+  } else {
+    read_edges(mem, census, v, LabelSink{edges, root_budget(census, 0)});
+  }
   return edges;
 }
 

@@ -143,7 +143,11 @@ class EdgeLabelCache {
   struct Entry {
     uint32_t node = 0;
     std::vector<Edge> edges;
-    std::vector<uint32_t> by_target;  // positions in `edges` by target, then position
+    std::vector<uint32_t> by_target;    // positions in `edges` by target, then position
+    std::vector<bool> first_of_target;  // by position: no edge before it has its target
+    // The position after the last one found: a profile names a table's slots in order, and
+    // this is the next one's, no search needed.
+    size_t next = 0;
   };
   Entry& of(uint32_t v);
   const Memory& mem_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "heap/heap_census.h"
@@ -311,9 +312,50 @@ Status read_globals(const Memory& mem, uint64_t g, Census& c) {
   return Ok{};
 }
 
+// The string table's chains (`anchors` GCRefs at `strtab`) into `lists`' census `c`.
+void walk_string_table(const Memory& mem, Lists& lists, Census& c, uint64_t strtab,
+                       uint64_t anchors) {
+  // The anchors (GCRefs: 4 bytes without GC64), read in pieces; the low bit of an anchor is
+  // upstream's "secondary hash" flag.
+  const uint64_t ref = mem.info().ref_size;
+  std::vector<uint8_t> piece(std::min<uint64_t>(kStrTabChunk, anchors * ref));
+  std::vector<uint64_t> heads;
+  auto walk_heads = [&] {
+    lists.chains(heads, static_cast<uint8_t>(Gct::Str), "the string table");
+    heads.clear();
+  };
+  for (uint64_t at = 0; at < anchors * ref; at += piece.size()) {
+    if (!mem.read(strtab + at, piece.data(), piece.size())) {
+      ++c.malformed["unreadable string table"];
+      break;
+    }
+    for (uint64_t i = 0; i < piece.size(); i += ref) {
+      uint64_t h = 0;
+      std::memcpy(&h, piece.data() + i, ref);
+      if ((h & ~uint64_t{1}) != 0) heads.push_back(h & ~uint64_t{1});
+    }
+    if (heads.size() >= kHeadsPerBatch) walk_heads();
+  }
+  walk_heads();
+}
+
+// `strings`' objects after `c`'s, and what its walk refused; the objects over `cap` dropped (the
+// two walks each stopped at it, so together they can pass it).
+void join_strings(Census& c, Census&& strings, uint64_t cap) {
+  c.objects.insert(c.objects.end(), strings.objects.begin(), strings.objects.end());
+  std::vector<Object>().swap(strings.objects);
+  for (const auto& [why, n] : strings.malformed) c.malformed[why] += n;
+  c.reread_objects += strings.reread_objects;
+  if (c.objects.size() > cap) {
+    c.malformed[fmt::format("more objects than gc.total can hold ({}): list not followed", cap)] +=
+        c.objects.size() - cap;
+    c.objects.resize(cap);
+  }
+}
+
 }  // namespace
 
-Result<Census> take_census(const Memory& mem, uint64_t g) {
+Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_from) {
   const lj_luajit_info& in = mem.info();
   Census c;
   LJ_TRY(read_globals(mem, g, c));
@@ -339,6 +381,22 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
     ctypes.tab = mem.get<uint64_t>(*cts).value_or(0);
     ctypes.top = mem.get<uint32_t>(*cts + 8).value_or(0);
   }
+  // A core's string table is walked on a second thread while gc.root is (its objects go after
+  // gc.root's and the open upvalues', as one thread lists them): a third of a heap's objects are
+  // strings, each a read somewhere else in the heap, and their walk was a fifth of the whole.
+  Census strings;  // what admitting an object reads of the census: the VM's total, its main thread
+  strings.vm_total = c.vm_total;
+  strings.main_thread = c.main_thread;
+  Memory strings_mem = mem;
+  strings_mem.on_checkpoint(nullptr);  // the progress is gc.root's
+  std::thread worker;
+  if (mem.threads_allowed() && c.strnum >= strings_thread_from &&
+      std::thread::hardware_concurrency() >= 2) {
+    worker = std::thread([&strings_mem, &strings, &ctypes, cap, strtab = *strtab, anchors] {
+      Lists string_lists(strings_mem, strings, ctypes, cap);
+      walk_string_table(strings_mem, string_lists, strings, strtab, anchors);
+    });
+  }
   Lists lists(mem, c, ctypes, cap);
   lists.chain(mem.ref(g + in.g_gc_root).value_or(0), 0, "gc.root");
   std::vector<uint64_t> threads;
@@ -348,28 +406,12 @@ Result<Census> take_census(const Memory& mem, uint64_t g) {
     lists.chain(mem.ref(L + in.L_openupval).value_or(0), static_cast<uint8_t>(Gct::Upval),
                 "a thread's open upvalues");
   }
-  // The anchors (GCRefs: 4 bytes without GC64), read in pieces; the low bit of an anchor is
-  // upstream's "secondary hash" flag.
-  const uint64_t ref = in.ref_size;
-  std::vector<uint8_t> piece(std::min<uint64_t>(kStrTabChunk, anchors * ref));
-  std::vector<uint64_t> heads;
-  auto walk_heads = [&] {
-    lists.chains(heads, static_cast<uint8_t>(Gct::Str), "the string table");
-    heads.clear();
-  };
-  for (uint64_t at = 0; at < anchors * ref; at += piece.size()) {
-    if (!mem.read(*strtab + at, piece.data(), piece.size())) {
-      ++c.malformed["unreadable string table"];
-      break;
-    }
-    for (uint64_t i = 0; i < piece.size(); i += ref) {
-      uint64_t h = 0;
-      std::memcpy(&h, piece.data() + i, ref);
-      if ((h & ~uint64_t{1}) != 0) heads.push_back(h & ~uint64_t{1});
-    }
-    if (heads.size() >= kHeadsPerBatch) walk_heads();
+  if (worker.joinable()) {
+    worker.join();
+    join_strings(c, std::move(strings), cap);
+  } else {
+    walk_string_table(mem, lists, c, *strtab, anchors);
   }
-  walk_heads();
   // g->gc.mmudata points at the last of a circular list (lj_gc.c gc_finalize).
   if (auto last = mem.ref(g + in.g_gc_mmudata); last && *last != 0) {
     if (auto first = mem.ref(*last); first) {

@@ -74,11 +74,12 @@ PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph
 }
 
 EdgeLabelCache::Entry& EdgeLabelCache::of(uint32_t v) {
+  if (!recent_.empty() && recent_.front().node == v) return recent_.front();
   if (auto hit = where_.find(v); hit != where_.end()) {
     recent_.splice(recent_.begin(), recent_, hit->second);
     return *hit->second;
   }
-  recent_.push_front({v, labelled_edges(mem_, census_, v), {}});
+  recent_.push_front({v, labelled_edges(mem_, census_, v), {}, {}, 0});
   Entry& fresh = recent_.front();
   // The rows read for names leave the core's pages they touched resident (a big table's array
   // part: 100 MiB of a 1 GiB heap's core, after the walk's arrays had gone down).
@@ -93,6 +94,13 @@ EdgeLabelCache::Entry& EdgeLabelCache::of(uint32_t v) {
     std::iota(fresh.by_target.begin(), fresh.by_target.end(), 0u);
     std::stable_sort(fresh.by_target.begin(), fresh.by_target.end(),
                      [&](uint32_t a, uint32_t b) { return fresh.edges[a].to < fresh.edges[b].to; });
+    fresh.first_of_target.assign(fresh.edges.size(), false);
+    for (size_t i = 0; i < fresh.by_target.size(); ++i) {
+      const uint32_t pos = fresh.by_target[i];
+      if (i == 0 || fresh.edges[fresh.by_target[i - 1]].to != fresh.edges[pos].to) {
+        fresh.first_of_target[pos] = true;
+      }
+    }
   }
   edges_ += fresh.edges.size();
   // The newest stays, whatever its size.
@@ -105,16 +113,22 @@ EdgeLabelCache::Entry& EdgeLabelCache::of(uint32_t v) {
 }
 
 const Edge* EdgeLabelCache::first_to(uint32_t parent, uint32_t child) {
-  const Entry& row = of(parent);
+  Entry& row = of(parent);
   if (row.by_target.empty()) {
     for (const Edge& e : row.edges) {
       if (e.to == child) return &e;
     }
     return nullptr;
   }
+  if (row.next < row.edges.size() && row.edges[row.next].to == child &&
+      row.first_of_target[row.next]) {
+    return &row.edges[row.next++];
+  }
   auto it = std::lower_bound(row.by_target.begin(), row.by_target.end(), child,
                              [&](uint32_t pos, uint32_t to) { return row.edges[pos].to < to; });
-  return it != row.by_target.end() && row.edges[*it].to == child ? &row.edges[*it] : nullptr;
+  if (it == row.by_target.end() || row.edges[*it].to != child) return nullptr;
+  row.next = *it + 1;
+  return &row.edges[*it];
 }
 
 Edge PathNamer::via(uint32_t v) const {
@@ -353,11 +367,41 @@ std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& 
   std::vector<uint32_t> stack_of(census.objects.size() + 1, 0);
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> groups;  // bytes, objects
   std::vector<uint64_t> order;
+  // The group added to last: objects come in runs of one group (a big table's entries), and a
+  // hash lookup per object was most of this pass. Elements of an unordered_map stay put.
+  uint64_t last_key = UINT64_MAX;
+  std::pair<uint64_t, uint64_t>* last_group = nullptr;
+  // The stack of frame `name` under stack `up`; the last one asked for first (a big table's
+  // entries are one frame under one stack, a million times in a row).
+  uint64_t last_stack_key = UINT64_MAX;
+  uint32_t last_stack = 0;
+  std::string last_name;
+  uint32_t last_name_id = 0;
+  auto stack_id = [&](uint32_t up, std::string name) {
+    if (names.empty() || name != last_name) {
+      auto [it, fresh_name] = name_ids.try_emplace(name, names.size());
+      if (fresh_name) names.push_back(name);
+      last_name = std::move(name);
+      last_name_id = it->second;
+    }
+    const uint64_t key = (uint64_t{up} << 32) | last_name_id;
+    if (key != last_stack_key) {
+      auto [id, fresh] = stack_ids.try_emplace(key, stacks.size());
+      if (fresh) stacks.push_back({up, last_name_id, stacks[up].depth + 1});
+      last_stack_key = key;
+      last_stack = id->second;
+    }
+    return last_stack;
+  };
   auto add = [&](uint64_t key, uint64_t bytes) {
-    auto [it, fresh] = groups.try_emplace(key, 0, 0);
-    if (fresh) order.push_back(key);
-    it->second.first += bytes;
-    it->second.second += 1;
+    if (key != last_key) {
+      auto [it, fresh] = groups.try_emplace(key, 0, 0);
+      if (fresh) order.push_back(key);
+      last_key = key;
+      last_group = &it->second;
+    }
+    last_group->first += bytes;
+    last_group->second += 1;
   };
   for (uint32_t v : dom.top_down) {
     if (v == root) continue;
@@ -370,11 +414,7 @@ std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& 
     if (stacks[up].depth + 1 >= kMaxFrames) {
       stack_of[v] = up;
     } else {
-      auto [name, fresh_name] = name_ids.try_emplace(namer.frame(v), names.size());
-      if (fresh_name) names.push_back(name->first);
-      auto [id, fresh] = stack_ids.try_emplace((uint64_t{up} << 32) | name->second, stacks.size());
-      if (fresh) stacks.push_back({up, name->second, stacks[up].depth + 1});
-      stack_of[v] = id->second;
+      stack_of[v] = stack_id(up, namer.frame(v));
     }
     add(uint64_t{stack_of[v]} << 8, o.bytes);
   }

@@ -1,7 +1,8 @@
 // The census's list walks on a real luajit core (heap_census.lua) whose memory is altered under
 // the reader: a string table chain made to loop back to its first string is cut where Brent's
 // detection meets it, with the objects before the cut kept once and nothing else lost. Oracle:
-// the census of the unaltered core.
+// the census of the unaltered core. And the string table walked on a second thread beside
+// gc.root (as `ljprof heap CORE` does): the same census as one thread takes, loop and all.
 #include <gtest/gtest.h>
 
 #include "heap/heap_census.h"
@@ -9,6 +10,17 @@
 
 namespace ljprof {
 namespace {
+
+void expect_same_census(const heap::Census& want, const heap::Census& got) {
+  EXPECT_EQ(got.malformed, want.malformed);
+  ASSERT_EQ(got.objects.size(), want.objects.size());
+  for (size_t i = 0; i < want.objects.size(); ++i) {
+    ASSERT_EQ(got.objects[i].addr(), want.objects[i].addr()) << "object " << i;
+    ASSERT_EQ(got.objects[i].bytes, want.objects[i].bytes) << "object " << i;
+    ASSERT_EQ(got.objects[i].gct, want.objects[i].gct) << "object " << i;
+  }
+  EXPECT_EQ(got.types, want.types);
+}
 
 TEST(HeapLists, AStringChainThatLoopsIsCutWhereItMeetsItself) {
   test::HeapCoreSetup s;
@@ -43,6 +55,24 @@ TEST(HeapLists, AStringChainThatLoopsIsCutWhereItMeetsItself) {
   EXPECT_EQ(cut->objects.size(), want.objects.size() - (chain_length - 2));
   EXPECT_GE(cut->index_of(first), 0);
   EXPECT_GE(cut->index_of(second), 0);
+
+  heap::Memory threaded(patch.reader(), s.info);
+  threaded.allow_threads(true);
+  auto beside = heap::take_census(threaded, s.g, 1);
+  ASSERT_TRUE(beside.ok()) << beside.message();
+  expect_same_census(*cut, *beside);
+}
+
+TEST(HeapLists, TheStringTableBesideGcRootGivesTheSameCensus) {
+  test::HeapCoreSetup s;
+  ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
+  heap::Memory threaded(s.core->mem_reader(), s.info);
+  threaded.allow_threads(true);
+  auto beside = heap::take_census(threaded, s.g, 1);
+  ASSERT_TRUE(beside.ok()) << beside.message();
+  const heap::Census& want = s.census;  // one thread
+  ASSERT_GT(want.strnum, 100u);
+  expect_same_census(want, *beside);
 }
 
 }  // namespace
