@@ -208,16 +208,21 @@ class Lists {
     for (uint64_t f : firsts) round.push_back({f, f, 0});
     // A round's strings are spread over the whole heap, each a fault of 64 KiB of the core: a
     // checkpoint's worth of them made most of the core resident. The pages behind the sweep are
-    // not read again this round.
-    constexpr size_t kStepsPerRelease = 4096;
-    size_t steps = 0;
+    // not read again this round: released every kReleaseSpan of addresses swept (every so many
+    // strings let a late round, a few strings a MiB, make 300 MiB of a core resident).
+    constexpr uint64_t kReleaseSpan = uint64_t{16} << 20;
     while (!round.empty()) {
       radix_sort(round, [](const ChainCursor& c) { return c.at; });
       next.clear();
+      uint64_t released_at = round.front().at;
       for (ChainCursor c : round) {
+        if (c.at - released_at >= kReleaseSpan) {
+          mem_.release();
+          released_at = c.at;
+        }
         if (step(c, want, list, 0)) next.push_back(c);
-        if (++steps % kStepsPerRelease == 0) mem_.release();
       }
+      mem_.release();
       round.swap(next);
     }
   }
