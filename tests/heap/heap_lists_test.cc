@@ -2,7 +2,8 @@
 // the reader: a string table chain made to loop back to its first string is cut where Brent's
 // detection meets it, with the objects before the cut kept once and nothing else lost. Oracle:
 // the census of the unaltered core. And the string table walked on a second thread beside
-// gc.root (as `ljprof heap CORE` does): the same census as one thread takes, loop and all.
+// gc.root (as `ljprof heap CORE` does): the same census as one thread takes, loop and all, and
+// with objects on gc.mmudata too (sorted in after the two parts are merged).
 #include <gtest/gtest.h>
 
 #include "heap/heap_census.h"
@@ -73,6 +74,29 @@ TEST(HeapLists, TheStringTableBesideGcRootGivesTheSameCensus) {
   const heap::Census& want = s.census;  // one thread
   ASSERT_GT(want.strnum, 100u);
   expect_same_census(want, *beside);
+}
+
+// g->gc.mmudata pointed at a userdata of gc.root: the list from the object after it runs along
+// gc.root (its userdata listed twice) until an object that is not userdata is refused.
+TEST(HeapLists, UserdataBeingFinalizedJoinTheThreadedCensusAsOneThreadListsThem) {
+  test::HeapCoreSetup s;
+  ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
+  uint64_t udata = 0;
+  for (const heap::Object& o : s.census.objects) {
+    if (o.gct == static_cast<uint8_t>(heap::Gct::Udata)) udata = o.addr();
+  }
+  ASSERT_NE(udata, 0u) << "no userdata in the workload's heap";
+  test::PatchedMemory patch{s.core->mem_reader(),
+                            {{s.g + s.info.g_gc_mmudata, udata, s.info.ref_size}}};
+  const heap::Memory one(patch.reader(), s.info);
+  auto want = heap::take_census(one, s.g);
+  ASSERT_TRUE(want.ok()) << want.message();
+  EXPECT_GE(want->malformed["object on two lists"], 1u);
+  heap::Memory threaded(patch.reader(), s.info);
+  threaded.allow_threads(true);
+  auto got = heap::take_census(threaded, s.g, 1);
+  ASSERT_TRUE(got.ok()) << got.message();
+  expect_same_census(*want, *got);
 }
 
 }  // namespace
