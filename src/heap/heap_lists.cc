@@ -369,10 +369,16 @@ void merge_strings(Census& c, Census&& strings, uint64_t cap) {
 
 }  // namespace
 
-Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_from) {
+namespace {
+
+// The string table: where its anchors are and how many (a power of two).
+struct StringTable {
+  uint64_t anchors_at = 0;
+  uint64_t anchors = 0;
+};
+
+Result<StringTable> read_string_table(const Memory& mem, uint64_t g, Census& c) {
   const lj_luajit_info& in = mem.info();
-  Census c;
-  LJ_TRY(read_globals(mem, g, c));
   auto strtab = mem.get<uint64_t>(g + in.g_strhash);
   auto strmask = mem.get<uint32_t>(g + in.g_strmask);
   auto strnum = mem.get<uint32_t>(g + in.g_strmask + 4);
@@ -386,15 +392,25 @@ Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_
   }
   c.strnum = *strnum;
   c.string_table_bytes = anchors * in.ref_size;
-  // An object takes at least 16 bytes of gc.total (the smallest, a non-GC64 cdata header, 8,
-  // plus its payload; strings 17): more objects than that means the lists are not the VM's.
-  const uint64_t cap = std::min(CensusLimits::kMaxObjects, c.vm_total / 8 + 1024);
+  return StringTable{*strtab, anchors};
+}
+
+SizeContext size_context(const Memory& mem, uint64_t g, const Census& c) {
   SizeContext ctypes;
   ctypes.lua_state_size = g - c.main_thread;
-  if (auto cts = mem.ref(g + in.g_ctype_state); cts && *cts != 0) {
+  if (auto cts = mem.ref(g + mem.info().g_ctype_state); cts && *cts != 0) {
     ctypes.tab = mem.get<uint64_t>(*cts).value_or(0);
     ctypes.top = mem.get<uint32_t>(*cts + 8).value_or(0);
   }
+  return ctypes;
+}
+
+// Every object of the VM's lists into c.objects, sorted by address (an object on two lists
+// twice, the first listed first): gc.root, each thread's open upvalues, the string table,
+// gc.mmudata, at most `cap` objects.
+void list_objects(const Memory& mem, uint64_t g, Census& c, const SizeContext& ctypes, uint64_t cap,
+                  const StringTable& strtab, size_t strings_thread_from) {
+  const lj_luajit_info& in = mem.info();
   // A core's string table is walked on a second thread while gc.root is (its objects go after
   // gc.root's and the open upvalues', as one thread lists them): a third of a heap's objects are
   // strings, each a read somewhere else in the heap, and their walk was a fifth of the whole.
@@ -406,9 +422,9 @@ Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_
   std::thread worker;
   if (mem.threads_allowed() && c.strnum >= strings_thread_from &&
       std::thread::hardware_concurrency() >= 2) {
-    worker = std::thread([&strings_mem, &strings, &ctypes, cap, strtab = *strtab, anchors] {
+    worker = std::thread([&strings_mem, &strings, &ctypes, cap, strtab] {
       Lists string_lists(strings_mem, strings, ctypes, cap);
-      walk_string_table(strings_mem, string_lists, strings, strtab, anchors);
+      walk_string_table(strings_mem, string_lists, strings, strtab.anchors_at, strtab.anchors);
       radix_sort(strings.objects, kByAddress);
     });
   }
@@ -432,7 +448,7 @@ Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_
     merge_strings(c, std::move(strings), cap);
     sorted = c.objects.size();
   } else {
-    walk_string_table(mem, lists, c, *strtab, anchors);
+    walk_string_table(mem, lists, c, strtab.anchors_at, strtab.anchors);
   }
   // g->gc.mmudata points at the last of a circular list (lj_gc.c gc_finalize).
   if (auto last = mem.ref(g + in.g_gc_mmudata); last && *last != 0) {
@@ -446,11 +462,13 @@ Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_
     radix_sort(c.objects, kByAddress);
   } else if (sorted < c.objects.size()) {  // a few userdata being finalized, after the rest
     auto mid = c.objects.begin() + static_cast<ptrdiff_t>(sorted);
-    std::stable_sort(mid, c.objects.end(),
-                     [](const Object& a, const Object& b) { return a.addr() < b.addr(); });
-    std::inplace_merge(c.objects.begin(), mid, c.objects.end(),
-                       [](const Object& a, const Object& b) { return a.addr() < b.addr(); });
+    std::stable_sort(mid, c.objects.end(), kAddressLess);
+    std::inplace_merge(c.objects.begin(), mid, c.objects.end(), kAddressLess);
   }
+}
+
+// The listed objects each once (counted when listed twice), indexed and summed by type.
+void index_objects(Census& c) {
   const size_t before = c.objects.size();
   c.objects.erase(
       std::unique(c.objects.begin(), c.objects.end(),
@@ -463,6 +481,19 @@ Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_
     c.types[o.gct].count += 1;
     c.types[o.gct].bytes += o.bytes;
   }
+}
+
+}  // namespace
+
+Result<Census> take_census(const Memory& mem, uint64_t g, size_t strings_thread_from) {
+  Census c;
+  LJ_TRY(read_globals(mem, g, c));
+  LJ_ASSIGN_OR_RETURN(const StringTable strtab, read_string_table(mem, g, c));
+  // An object takes at least 16 bytes of gc.total (the smallest, a non-GC64 cdata header, 8,
+  // plus its payload; strings 17): more objects than that means the lists are not the VM's.
+  const uint64_t cap = std::min(CensusLimits::kMaxObjects, c.vm_total / 8 + 1024);
+  list_objects(mem, g, c, size_context(mem, g, c), cap, strtab, strings_thread_from);
+  index_objects(c);
   c.registry = find_registry(mem, g);
   c.gc_roots = find_gc_roots(mem, g);
   return c;

@@ -16,6 +16,82 @@ namespace {
 
 constexpr size_t kMaxFrames = 48;  // frames of one memory-profile stack
 
+// A memory profile as it is built: stacks of frames (each a parent stack and a frame name; 0 is
+// the root, no frame) and groups of objects (a stack, or a stack and a type) with their bytes
+// and counts. Each asks the last one asked for first: objects come in runs (a big table's
+// entries are one frame under one stack, a million times in a row), and a hash lookup per
+// object was most of the pass.
+class ProfileBuilder {
+ public:
+  uint32_t depth(uint32_t stack) const { return stacks_[stack].depth; }
+
+  // The stack of frame `name` under stack `up`.
+  uint32_t stack(uint32_t up, std::string name) {
+    if (names_.empty() || name != last_name_) {
+      auto [it, fresh] = name_ids_.try_emplace(name, names_.size());
+      if (fresh) names_.push_back(name);
+      last_name_ = std::move(name);
+      last_name_id_ = it->second;
+    }
+    const uint64_t key = (uint64_t{up} << 32) | last_name_id_;
+    if (key != last_stack_key_) {
+      auto [id, fresh] = stack_ids_.try_emplace(key, stacks_.size());
+      if (fresh) stacks_.push_back({up, last_name_id_, stacks_[up].depth + 1});
+      last_stack_key_ = key;
+      last_stack_ = id->second;
+    }
+    return last_stack_;
+  }
+
+  // One object of `bytes` in the group of `stack` (and of type `gct`, when not 0).
+  void add(uint32_t stack, uint8_t gct, uint64_t bytes) {
+    const uint64_t key = (uint64_t{stack} << 8) | gct;
+    if (key != last_key_) {
+      auto [it, fresh] = groups_.try_emplace(key, 0, 0);
+      if (fresh) order_.push_back(key);
+      last_key_ = key;
+      last_group_ = &it->second;  // an unordered_map's elements stay put
+    }
+    last_group_->first += bytes;
+    last_group_->second += 1;
+  }
+
+  // The groups in the order they came, each its frames root first.
+  std::vector<ProfileEntry> entries() const {
+    std::vector<ProfileEntry> out;
+    for (uint64_t key : order_) {
+      ProfileEntry e;
+      const auto& [bytes, count] = groups_.at(key);
+      e.bytes = bytes;
+      e.count = count;
+      if ((key & 0xff) != 0) e.frames.push_back(fmt::format("({})", gct_name(key & 0xff)));
+      for (uint32_t s = static_cast<uint32_t>(key >> 8); s != 0; s = stacks_[s].parent) {
+        e.frames.push_back(names_[stacks_[s].frame]);
+      }
+      std::reverse(e.frames.begin(), e.frames.end());
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+ private:
+  struct Stack {
+    uint32_t parent = 0, frame = 0, depth = 0;
+  };
+  std::vector<Stack> stacks_ = std::vector<Stack>(1);
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> name_ids_;
+  std::unordered_map<uint64_t, uint32_t> stack_ids_;
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> groups_;  // bytes, objects
+  std::vector<uint64_t> order_;
+  std::string last_name_;
+  uint32_t last_name_id_ = 0;
+  uint64_t last_stack_key_ = UINT64_MAX;
+  uint32_t last_stack_ = 0;
+  uint64_t last_key_ = UINT64_MAX;
+  std::pair<uint64_t, uint64_t>* last_group_ = nullptr;
+};
+
 // The memory profile: objects grouped by their chain of dominators, each dominator named by
 // the step that reaches it (PathNamer::frame: table slots of arrays and big maps as "[*]"), so
 // equal chains are one stack; an object that dominates nothing else is grouped under its
@@ -24,80 +100,20 @@ constexpr size_t kMaxFrames = 48;  // frames of one memory-profile stack
 std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& census,
                                           uint32_t root, const Dominators& dom,
                                           const std::vector<bool>& dominates) {
-  struct Stack {
-    uint32_t parent = 0, frame = 0, depth = 0;
-  };
-  std::vector<Stack> stacks(1);  // 0: the root, no frame
-  std::vector<std::string> names;
-  std::unordered_map<std::string, uint32_t> name_ids;
-  std::unordered_map<uint64_t, uint32_t> stack_ids;
+  ProfileBuilder profile;
   std::vector<uint32_t> stack_of(census.objects.size() + 1, 0);
-  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> groups;  // bytes, objects
-  std::vector<uint64_t> order;
-  // The group added to last: objects come in runs of one group (a big table's entries), and a
-  // hash lookup per object was most of this pass. Elements of an unordered_map stay put.
-  uint64_t last_key = UINT64_MAX;
-  std::pair<uint64_t, uint64_t>* last_group = nullptr;
-  // The stack of frame `name` under stack `up`; the last one asked for first (a big table's
-  // entries are one frame under one stack, a million times in a row).
-  uint64_t last_stack_key = UINT64_MAX;
-  uint32_t last_stack = 0;
-  std::string last_name;
-  uint32_t last_name_id = 0;
-  auto stack_id = [&](uint32_t up, std::string name) {
-    if (names.empty() || name != last_name) {
-      auto [it, fresh_name] = name_ids.try_emplace(name, names.size());
-      if (fresh_name) names.push_back(name);
-      last_name = std::move(name);
-      last_name_id = it->second;
-    }
-    const uint64_t key = (uint64_t{up} << 32) | last_name_id;
-    if (key != last_stack_key) {
-      auto [id, fresh] = stack_ids.try_emplace(key, stacks.size());
-      if (fresh) stacks.push_back({up, last_name_id, stacks[up].depth + 1});
-      last_stack_key = key;
-      last_stack = id->second;
-    }
-    return last_stack;
-  };
-  auto add = [&](uint64_t key, uint64_t bytes) {
-    if (key != last_key) {
-      auto [it, fresh] = groups.try_emplace(key, 0, 0);
-      if (fresh) order.push_back(key);
-      last_key = key;
-      last_group = &it->second;
-    }
-    last_group->first += bytes;
-    last_group->second += 1;
-  };
   for (uint32_t v : dom.top_down) {
     if (v == root) continue;
     const uint32_t up = stack_of[dom.idom[v]];
     const Object& o = census.objects[v];
     if (!dominates[v]) {
-      add((uint64_t{up} << 8) | o.gct, o.bytes);
+      profile.add(up, o.gct, o.bytes);
       continue;
     }
-    if (stacks[up].depth + 1 >= kMaxFrames) {
-      stack_of[v] = up;
-    } else {
-      stack_of[v] = stack_id(up, namer.frame(v));
-    }
-    add(uint64_t{stack_of[v]} << 8, o.bytes);
+    stack_of[v] = profile.depth(up) + 1 >= kMaxFrames ? up : profile.stack(up, namer.frame(v));
+    profile.add(stack_of[v], 0, o.bytes);
   }
-  std::vector<ProfileEntry> out;
-  for (uint64_t key : order) {
-    ProfileEntry e;
-    e.bytes = groups[key].first;
-    e.count = groups[key].second;
-    if ((key & 0xff) != 0) e.frames.push_back(fmt::format("({})", gct_name(key & 0xff)));
-    for (uint32_t s = static_cast<uint32_t>(key >> 8); s != 0; s = stacks[s].parent) {
-      e.frames.push_back(names[stacks[s].frame]);
-    }
-    std::reverse(e.frames.begin(), e.frames.end());
-    out.push_back(std::move(e));
-  }
-  return out;
+  return profile.entries();
 }
 
 struct Pick {
