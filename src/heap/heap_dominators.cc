@@ -194,8 +194,8 @@ Dominators dominators(const Graph& graph) {
   for (uint32_t i = 0; i < reached; ++i) out.idom[p.vertex[i]] = p.vertex[idom[i]];
   out.top_down = std::move(p.vertex);
   out.top_down.reserve(reached + leaves);
-  for (uint32_t w = 0; w < nodes; ++w) {
-    if (is_leaf(graph, w) && out.idom[w] != kNone) out.top_down.push_back(w);
+  for (uint32_t w = 0; w < nodes; ++w) {  // the root is first already, even without references
+    if (w != graph.root && is_leaf(graph, w) && out.idom[w] != kNone) out.top_down.push_back(w);
   }
   return out;
 }

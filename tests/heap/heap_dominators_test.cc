@@ -111,6 +111,13 @@ TEST(HeapDominators, EqualTheDefinitionOnRandomHeapShapedGraphs) {
   }
 }
 
+TEST(HeapDominators, ARootWithoutReferencesReachesOnlyItself) {
+  const Adjacency adj(4);  // three objects and the root, no references at all
+  const Dominators d = dominators(graph_of(adj));
+  EXPECT_EQ(d.top_down, std::vector<uint32_t>{3});
+  EXPECT_EQ(d.idom, (std::vector<uint32_t>{kUnreached, kUnreached, kUnreached, 3}));
+}
+
 TEST(HeapDominators, ALongChainIsWalkedWithoutRecursion) {
   const uint32_t n = 1u << 20;
   Adjacency adj(n + 1);
