@@ -167,6 +167,8 @@ class PathNamer {
             const ThreadNames& thread_names);
   // The full path text of node `v` ("_G.cache[3]").
   std::string path(uint32_t v) const;
+  // `v`'s parent in the paths' tree (the root's: itself; kUnreached when not reached).
+  uint32_t parent(uint32_t v) const { return parent_[v]; }
   // One frame's text for node `v` in a memory profile: what its parent edge adds (".cache",
   // "upvalue 'x' of function <a.lua:3>").
   std::string step(uint32_t v) const;

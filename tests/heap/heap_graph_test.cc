@@ -2,6 +2,8 @@
 // core (heap_census.lua): the same references of every object in the same order, the same roots
 // and the same counts, whatever the split. And labelled_edges, which paths read an edge's kind
 // from: the same targets in the same order as the graph's row, for every object and the root.
+// And a path through a slot a live program emptied after the graph was read: named "[?]" there,
+// never as another slot.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -65,6 +67,42 @@ TEST(HeapGraph, LabelledEdgesAreTheGraphsRowsInOrder) {
         heap::EdgeKind::Upvalue, heap::EdgeKind::StackSlot, heap::EdgeKind::Prototype}) {
     EXPECT_TRUE(kinds.count(k)) << "kind " << static_cast<int>(k);
   }
+}
+
+TEST(HeapGraph, APathThroughASlotEmptiedSinceTheGraphSaysSo) {
+  test::HeapCoreSetup s;
+  ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
+  const heap::Memory mem(s.core->mem_reader(), s.info);
+  const heap::Graph g = heap::build_graph(mem, s.census);
+  const heap::PathNamer namer(mem, s.census, g, {});
+  // An object reached through an array slot of a table: the first edge of its tree parent's row
+  // that leads to it is that slot.
+  uint32_t v = 0, parent = 0;
+  heap::Edge slot;
+  for (uint32_t w = 0; w < g.root && slot.kind != heap::EdgeKind::ArraySlot; ++w) {
+    parent = namer.parent(w);
+    if (parent == heap::kUnreached || parent == g.root) continue;
+    for (const heap::Edge& e : heap::labelled_edges(mem, s.census, parent)) {
+      if (e.to != w) continue;
+      if (e.kind == heap::EdgeKind::ArraySlot) slot = e;
+      break;
+    }
+    v = w;
+  }
+  ASSERT_EQ(slot.kind, heap::EdgeKind::ArraySlot) << "no object held by an array slot";
+  const std::string before = namer.path(v);
+  const std::string index = "[" + std::to_string(slot.aux) + "]";
+  ASSERT_EQ(before.substr(before.size() - index.size()), index) << before;
+
+  // The slot now nil (all ones is nil with GC64 and without: its high word is LJ_TNIL).
+  const uint64_t array = mem.ref(s.census.objects[parent].addr() + s.info.tab_array).value_or(0);
+  ASSERT_NE(array, 0u);
+  test::PatchedMemory patch{s.core->mem_reader(), {{array + 8 * slot.aux, ~uint64_t{0}, 8}}};
+  const heap::Memory changed(patch.reader(), s.info);
+  const heap::PathNamer renamed(changed, s.census, g, {});
+  const std::string after = renamed.path(v);
+  EXPECT_EQ(after, before.substr(0, before.size() - index.size()) + "[?]");
+  EXPECT_EQ(renamed.step(v), "[?]") << before << " -> " << after;
 }
 
 }  // namespace
