@@ -119,7 +119,7 @@ class EdgeReader {
   // `each(index, raw)`.
   template <typename F>
   void tvalues(uint64_t at, uint32_t n, F each) {
-    std::vector<uint64_t> buf;
+    std::vector<uint64_t>& buf = buffer_;
     for (uint64_t done = 0; done < n;) {
       const uint64_t k = std::min(kChunk, n - done);
       buf.resize(k);
@@ -150,7 +150,7 @@ class EdgeReader {
     // A Node is val, key (, next) in node_size bytes: read the nodes as TValue words.
     const uint64_t words = static_cast<uint64_t>(in_.node_size) / kTValueBytes;
     const uint64_t key_word = static_cast<uint64_t>(in_.node_key) / kTValueBytes;
-    std::vector<uint64_t> nodes;
+    std::vector<uint64_t>& nodes = buffer_;
     for (uint64_t done = 0, n = uint64_t{hmask} + 1; done < n;) {
       const uint64_t k = std::min(kChunk, n - done);
       nodes.resize(k * words);
@@ -245,6 +245,9 @@ class EdgeReader {
   const Census& census_;
   Sink sink_;
   uint64_t& unreadable_;
+  // The pieces of arrays and hash parts read (at most kChunk TValues or nodes): kept from object
+  // to object, not allocated for each of millions of small tables.
+  std::vector<uint64_t> buffer_;
 };
 
 // The references an honest heap's objects [begin, end) can hold: a TValue slot or GCRef lies
