@@ -143,8 +143,10 @@ class EdgeLabelCache {
   struct Entry {
     uint32_t node = 0;
     std::vector<Edge> edges;
-    std::vector<uint32_t> by_target;    // positions in `edges` by target, then position
     std::vector<bool> first_of_target;  // by position: no edge before it has its target
+    // Positions in `edges` by target, then position: made when a name is asked out of the
+    // row's order (a profile names a table's slots in order: the sort is seldom needed).
+    std::vector<uint32_t> by_target;
     // The position after the last one found: a profile names a table's slots in order, and
     // this is the next one's, no search needed.
     size_t next = 0;
@@ -154,6 +156,7 @@ class EdgeLabelCache {
   const Census& census_;
   std::list<Entry> recent_;  // most recent first
   std::unordered_map<uint32_t, std::list<Entry>::iterator> where_;
+  std::vector<uint64_t> seen_;  // a bit per node, all clear between rows
   size_t edges_ = 0;
   static constexpr size_t kEdgesPerRelease = size_t{1} << 16;  // then Memory::release()
   size_t read_since_release_ = 0;

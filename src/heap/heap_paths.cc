@@ -89,17 +89,17 @@ EdgeLabelCache::Entry& EdgeLabelCache::of(uint32_t v) {
   }
   where_[v] = recent_.begin();
   if (fresh.edges.size() >= kIndexFrom) {
-    fresh.by_target.resize(fresh.edges.size());
-    std::iota(fresh.by_target.begin(), fresh.by_target.end(), 0u);
-    std::stable_sort(fresh.by_target.begin(), fresh.by_target.end(),
-                     [&](uint32_t a, uint32_t b) { return fresh.edges[a].to < fresh.edges[b].to; });
-    fresh.first_of_target.assign(fresh.edges.size(), false);
-    for (size_t i = 0; i < fresh.by_target.size(); ++i) {
-      const uint32_t pos = fresh.by_target[i];
-      if (i == 0 || fresh.edges[fresh.by_target[i - 1]].to != fresh.edges[pos].to) {
-        fresh.first_of_target[pos] = true;
-      }
+    // Which positions are the first to their target, in one pass: a bit per node, set for the
+    // row's targets as they come, cleared after.
+    if (seen_.empty()) seen_.assign(census_.objects.size() / 64 + 1, 0);
+    fresh.first_of_target.resize(fresh.edges.size());
+    for (size_t i = 0; i < fresh.edges.size(); ++i) {
+      const uint32_t to = fresh.edges[i].to;
+      const uint64_t bit = uint64_t{1} << (to % 64);
+      fresh.first_of_target[i] = (seen_[to / 64] & bit) == 0;
+      seen_[to / 64] |= bit;
     }
+    for (const Edge& e : fresh.edges) seen_[e.to / 64] = 0;
   }
   edges_ += fresh.edges.size();
   // The newest stays, whatever its size.
@@ -113,7 +113,7 @@ EdgeLabelCache::Entry& EdgeLabelCache::of(uint32_t v) {
 
 const Edge* EdgeLabelCache::first_to(uint32_t parent, uint32_t child) {
   Entry& row = of(parent);
-  if (row.by_target.empty()) {
+  if (row.first_of_target.empty()) {  // a short row
     for (const Edge& e : row.edges) {
       if (e.to == child) return &e;
     }
@@ -122,6 +122,12 @@ const Edge* EdgeLabelCache::first_to(uint32_t parent, uint32_t child) {
   if (row.next < row.edges.size() && row.edges[row.next].to == child &&
       row.first_of_target[row.next]) {
     return &row.edges[row.next++];
+  }
+  if (row.by_target.empty()) {  // the first name asked out of the row's order
+    row.by_target.resize(row.edges.size());
+    std::iota(row.by_target.begin(), row.by_target.end(), 0u);
+    std::stable_sort(row.by_target.begin(), row.by_target.end(),
+                     [&](uint32_t a, uint32_t b) { return row.edges[a].to < row.edges[b].to; });
   }
   auto it = std::lower_bound(row.by_target.begin(), row.by_target.end(), child,
                              [&](uint32_t pos, uint32_t to) { return row.edges[pos].to < to; });
