@@ -315,7 +315,7 @@ Graph build_graph(const Memory& mem, const Census& census, size_t two_threads_fr
     Graph upper;
     Memory upper_mem = mem;
     // The upper half releases pages too: the lower half may end first, and its checkpoints with
-    // it (the core's pages the upper half went on reading stayed resident, +50 MiB at 20 M).
+    // it (the core's pages the upper half went on reading stayed resident to the pass's end).
     upper_mem.on_checkpoint(nullptr);
     std::thread worker([&upper_mem, &census, &upper, half, n] {
       follow_objects(upper_mem, census, half, n, upper, false);

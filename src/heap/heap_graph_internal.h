@@ -137,8 +137,9 @@ class EdgeLabelCache {
   const Edge* first_to(uint32_t parent, uint32_t child);
 
  private:
-  static constexpr size_t kMaxEdges = size_t{1} << 20;  // 16 MiB with their indexes
-  // Rows this long are searched through an index (a big table's slots, each named in turn).
+  static constexpr size_t kMaxEdges = size_t{1} << 20;  // 12 MiB, 16 with rows' indexes
+  // Rows this long are found in through the next-slot hint and their first-edge marks, or an
+  // index by target (a big table's slots, each named in turn), not a scan from the start.
   static constexpr size_t kIndexFrom = 32;
   struct Entry {
     uint32_t node = 0;
