@@ -23,10 +23,6 @@ namespace {
 
 constexpr uint32_t kNone = kUnreached;
 
-bool is_leaf(const Graph& graph, uint32_t v) {
-  return graph.first[v] == graph.first[v + 1];
-}
-
 // Preorder numbers from the root of the nodes that are not leaves (num[node], kNone when not
 // reached or a leaf), those nodes by number and each number's DFS parent (the root's: itself).
 struct Preorder {
@@ -48,7 +44,7 @@ Preorder depth_first(const Graph& graph) {
       continue;
     }
     const uint32_t w = graph.edges[e++];
-    if (p.num[w] != kNone || is_leaf(graph, w)) continue;
+    if (p.num[w] != kNone || graph.is_leaf(w)) continue;
     p.num[w] = static_cast<uint32_t>(p.vertex.size());
     p.vertex.push_back(w);
     p.parent.push_back(p.num[v]);
@@ -142,14 +138,14 @@ size_t dominate_leaves(const Graph& graph, const std::vector<uint32_t>& vertex,
     const uint32_t v = vertex[i];
     for (uint32_t e = graph.first[v]; e < graph.first[v + 1]; ++e) {
       const uint32_t w = graph.edges[e];
-      if (!is_leaf(graph, w)) continue;
+      if (!graph.is_leaf(w)) continue;
       uint32_t& d = idom_by_node[w];
       d = d == kNone ? i : nearest_common(idom, d, i);
     }
   }
   size_t leaves = 0;
   for (uint32_t w = 0; w < idom_by_node.size(); ++w) {
-    if (idom_by_node[w] == kNone || !is_leaf(graph, w)) continue;
+    if (idom_by_node[w] == kNone || !graph.is_leaf(w)) continue;
     idom_by_node[w] = vertex[idom_by_node[w]];
     ++leaves;
   }
@@ -195,7 +191,7 @@ Dominators dominators(const Graph& graph) {
   out.top_down = std::move(p.vertex);
   out.top_down.reserve(reached + leaves);
   for (uint32_t w = 0; w < nodes; ++w) {  // the root is first already, even without references
-    if (w != graph.root && is_leaf(graph, w) && out.idom[w] != kNone) out.top_down.push_back(w);
+    if (w != graph.root && graph.is_leaf(w) && out.idom[w] != kNone) out.top_down.push_back(w);
   }
   return out;
 }

@@ -91,6 +91,8 @@ struct Graph {
   EdgeList edges;
   uint64_t unreadable_refs = 0;
   uint64_t dropped_edges = 0;  // over the budget the objects' own bytes justify
+  // No references from `v` (a string, an empty table): it lies on no path to anything else.
+  bool is_leaf(uint32_t v) const { return first[v] == first[v + 1]; }
 };
 
 // With mem.threads_allowed() and at least `two_threads_from` objects, the upper half of the

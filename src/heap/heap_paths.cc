@@ -67,7 +67,7 @@ PathNamer::PathNamer(const Memory& mem, const Census& census, const Graph& graph
       parent_[w] = v;
       // A leaf leads nowhere: not queued (a heap is half leaves, and the queue's widest level
       // is mostly them).
-      if (graph.first[w] != graph.first[w + 1]) queue.push_back(w);
+      if (!graph.is_leaf(w)) queue.push_back(w);
     }
   }
 }
