@@ -48,7 +48,8 @@
  *   negative nres has no frame). The Lua frames at L->base belong to the next VM frame out:
  *   the walker notes this L and its cframe link, emits nothing, and steps over the frame.
  * LJ_CFI_VM_CUR_L: a VM pc where rsp is not the C frame (the trace exit handler after
- *   lj_trace_exit, BC_JLOOP's `sub rsp` before the trace, vm_exit_interp before `add rsp`):
+ *   lj_trace_exit, BC_JLOOP's `sub rsp` before the trace, vm_exit_interp before `add rsp` or,
+ *   GC64, at its `lea rcx, [rsp+16]`):
  *   the C frame is the running lua_State's, G->cur_L->cframe (lj_frame.h CFRAME_RAWMASK);
  *   the walker enters it like a Keep frame there (BASE/PC registers only at the leaf) and
  *   steps over it with the interpreter's blanket rule. The rule below is not used.

@@ -151,7 +151,8 @@ void add_unlinked_entry_window(Finder& f, VmCode code, const std::map<uint64_t, 
 // return address, is VM_CUR_L: L->base is set by then (return-address lookups use pc - 1).
 // Where the code joins vm_exit_interp's `1:` label before `mov rsp, reg` (GC64:
 // `lea rcx, [rsp+16]` / `1: mov r13, [rcx-8]; mov r12, [rcx]; mov rsp, rcx`), the loads there
-// run with BASE and PC in their registers on both paths: VM_CUR_L. The rest stays Invalid.
+// run with BASE and PC in their registers on both paths: VM_CUR_L, and so does the `lea`, which
+// only traces jump to. The rest stays Invalid.
 void add_exit_handler(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index, size_t first,
                       size_t mov_rsp, uint64_t stop, int64_t frame, int32_t blanket_fp) {
   const char* what = "trace exit handler (all GPRs pushed, rsp from the trace)";
@@ -189,7 +190,22 @@ void add_exit_handler(Finder& f, VmCode code, const std::map<uint64_t, size_t>& 
     f.add(code[call].end(), stop, what, how, invalid());
     return;
   }
-  f.add(code[call].end(), code[label].address, what, how, invalid());
+  // GC64's vm_exit_interp entry, `lea reg, [rsp+N]` between the handler's `jmp >1` and the
+  // label: reached only from a trace's tail, with BASE and PC in their registers and the C frame
+  // at rsp + N (the loads after the label take it from `reg`, `mov rsp, reg` moves there).
+  size_t invalid_end = label;
+  const Insn& entry = code[label - 1];
+  if (label >= call + 3 && is_jmp(code[label - 2]) && entry.kind == InsnKind::Lea &&
+      entry.op_count == 2 && entry.ops[0].kind == OpKind::Reg && entry.ops[0].size == 8 &&
+      entry.ops[1].kind == OpKind::Mem && entry.ops[1].base == kX86Rsp &&
+      entry.ops[1].index == disasm::kNoReg && entry.ops[1].disp > 0 && entry.ops[1].disp <= 4096 &&
+      is_reg(code[mov_rsp], 1, entry.ops[0].reg)) {
+    invalid_end = label - 1;
+    f.add(entry.address, entry.end(), "trace exit to interpreter (vm_exit_interp entry)", how,
+          sp_row(static_cast<int32_t>(frame + entry.ops[1].disp), LJ_CFI_RULE_AT_CFA, blanket_fp,
+                 LJ_CFI_VM_CUR_L));
+  }
+  f.add(code[call].end(), code[invalid_end].address, what, how, invalid());
   f.add(code[label].address, stop, "trace exit to interpreter, C frame in a register", how, cur_l);
 }
 
@@ -461,9 +477,77 @@ void detect_x86(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
   if (jit_extra > 0) add_x86_exit_interp_entry(f, code, frame, blanket_fp, jit_extra);
 }
 
+namespace {
+
+// The rows of a C-callable leaf helper at [begin, end): called like a C function, so CFA = rsp
+// + 8 + pushes, not the C frame. Any rsp change other than push/pop makes the helper Invalid.
+void add_x86_leaf_helper(Finder& f, VmCode code, const std::string& name, uint64_t begin,
+                         uint64_t end, const char* how) {
+  std::vector<cfi::Overlay> rows;
+  int64_t depth = 8;
+  bool ok = true;
+  uint64_t covered = begin;
+  bool keeps_vm_regs = true;
+  for (const Insn& insn : code) {
+    if (insn.address >= begin && insn.address < end) keeps_vm_regs &= !writes_vm_regs(insn);
+  }
+  for (const Insn& insn : code) {
+    if (insn.address < begin || insn.address >= end) continue;
+    if (insn.address != covered || insn.kind == InsnKind::Gap) ok = false;
+    covered = insn.end();
+    if (!ok || x_writes_rsp(insn) || depth < 8) {
+      ok = false;
+      break;
+    }
+    lj_cfi_row r = sp_row(static_cast<int32_t>(depth), LJ_CFI_RULE_SAME, 0,
+                          keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK);
+    if (!rows.empty() && rows.back().row.cfa_offset == r.cfa_offset) {
+      rows.back().end = insn.end();
+    } else {
+      rows.push_back(
+          {insn.address, insn.end(), fmt::format("{}: C-callable leaf helper", name), how, r});
+    }
+    if (x_push(insn)) depth += 8;
+    if (x_pop(insn)) depth -= 8;
+    if (insn.kind == InsnKind::Ret) depth = 8;  // a later path starts from the entry depth
+  }
+  if (!ok || covered != end) {
+    f.add(begin, end, fmt::format("{}: unexpected stack use", name), how, invalid());
+    return;
+  }
+  for (cfi::Overlay& r : rows) f.add(std::move(r));
+}
+
+// vm_x64.dasc ->lj_vm_cpuid, byte for byte as DynASM encodes it for every non-Windows x86-64
+// build (`mov eax, CARG1d; push rbx; xor ecx, ecx; cpuid; mov [rsi], eax; mov [rsi+4], ebx;
+// mov [rsi+8], ecx; mov [rsi+12], edx; pop rbx; ret`). lj_jit.c's CPU detection calls it from
+// C at start-up, where `cpuid` traps to the hypervisor on a virtual machine and so draws
+// samples; stripped builds (Debian's luajit, libluajit) name it nowhere. The sequence holds the
+// VM's only `cpuid`: matched whole, at instruction boundaries, or not at all.
+constexpr uint8_t kCpuidHelper[] = {0x89, 0xf8, 0x53, 0x31, 0xc9, 0x0f, 0xa2, 0x89, 0x06, 0x89,
+                                    0x5e, 0x04, 0x89, 0x4e, 0x08, 0x89, 0x56, 0x0c, 0x5b, 0xc3};
+
+std::optional<uint64_t> find_cpuid_helper(VmCode code) {
+  for (size_t i = 0; i < code.size(); ++i) {
+    size_t matched = 0, k = i;
+    while (k < code.size() && matched < sizeof kCpuidHelper) {
+      const std::span<const uint8_t> b = code[k].byte_span();
+      if (matched + b.size() > sizeof kCpuidHelper ||
+          !std::equal(b.begin(), b.end(), kCpuidHelper + matched)) {
+        break;
+      }
+      matched += b.size();
+      ++k;
+    }
+    if (matched == sizeof kCpuidHelper) return code[i].address;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 // C-callable leaf helpers that live inside the VM FDE (vm_x64.dasc "Math helper functions",
-// lj_vm_cpuid): called like C functions, so CFA = rsp + 8 + pushes, not the C frame. Only with
-// symbols; any rsp change other than push/pop makes the helper Invalid.
+// lj_vm_cpuid), by symbol; lj_vm_cpuid also by its bytes when no symbol names it.
 void add_x86_symbol_leaf_helpers(Finder& f, VmCode code) {
   for (const char* name :
        {"lj_vm_floor", "lj_vm_ceil", "lj_vm_trunc", "lj_vm_floor_sse", "lj_vm_ceil_sse",
@@ -472,41 +556,11 @@ void add_x86_symbol_leaf_helpers(Finder& f, VmCode code) {
     if (s == nullptr || s->size == 0 || s->value < f.vm.begin || s->value + s->size > f.vm.end) {
       continue;
     }
-    std::vector<cfi::Overlay> rows;
-    int64_t depth = 8;
-    bool ok = true;
-    uint64_t covered = s->value;
-    bool keeps_vm_regs = true;
-    for (const Insn& insn : code) {
-      if (insn.address >= s->value && insn.address < s->value + s->size)
-        keeps_vm_regs &= !writes_vm_regs(insn);
-    }
-    for (const Insn& insn : code) {
-      if (insn.address < s->value || insn.address >= s->value + s->size) continue;
-      if (insn.address != covered || insn.kind == InsnKind::Gap) ok = false;
-      covered = insn.end();
-      if (!ok || x_writes_rsp(insn) || depth < 8) {
-        ok = false;
-        break;
-      }
-      lj_cfi_row r = sp_row(static_cast<int32_t>(depth), LJ_CFI_RULE_SAME, 0,
-                            keeps_vm_regs ? LJ_CFI_VM_LEAF : LJ_CFI_OK);
-      if (!rows.empty() && rows.back().row.cfa_offset == r.cfa_offset) {
-        rows.back().end = insn.end();
-      } else {
-        rows.push_back({insn.address, insn.end(), fmt::format("{}: C-callable leaf helper", name),
-                        "symbol", r});
-      }
-      if (x_push(insn)) depth += 8;
-      if (x_pop(insn)) depth -= 8;
-      if (insn.kind == InsnKind::Ret) depth = 8;  // a later path starts from the entry depth
-    }
-    if (!ok || covered != s->value + s->size) {
-      f.add(s->value, s->value + s->size, fmt::format("{}: unexpected stack use", name), "symbol",
-            invalid());
-      continue;
-    }
-    for (cfi::Overlay& r : rows) f.add(std::move(r));
+    add_x86_leaf_helper(f, code, name, s->value, s->value + s->size, "symbol");
+  }
+  if (f.file.find_symbol("lj_vm_cpuid") != nullptr) return;
+  if (const std::optional<uint64_t> at = find_cpuid_helper(code); at && !f.covers(*at)) {
+    add_x86_leaf_helper(f, code, "lj_vm_cpuid", *at, *at + sizeof kCpuidHelper, "pattern");
   }
 }
 

@@ -225,9 +225,11 @@ const ModuleView* ProcessContext::module_at(uint64_t pc) const {
 
 namespace {
 
-// One executable file mapping of a signature ("" for any other mapping).
+// One executable file mapping, or the vDSO, of a signature ("" for any other mapping). The vDSO
+// is the last code an exec maps (after the executable and its interpreter): maps read in the
+// middle of an exec lack it.
 std::string signature_entry(const proc::MapEntry& m) {
-  if (!m.executable || !m.file_backed()) return {};
+  if (!m.executable || (!m.file_backed() && m.path != "[vdso]")) return {};
   return fmt::format("{:x}-{:x}:{}:{};", m.start, m.end, m.inode, m.offset);
 }
 

@@ -165,7 +165,8 @@ struct ProcessContext {
   const ModuleView* module_at(uint64_t pc) const;
 };
 
-// A key describing the executable file mappings of `maps` (changes on dlopen/exec).
+// A key describing the executable file mappings and the vDSO of `maps` (changes on
+// dlopen/exec).
 std::string executable_signature(const std::vector<proc::MapEntry>& maps);
 // Whether every executable file mapping of `signature` (executable_signature) is still in
 // `maps`: false after an exec or an munmap, true when code was only mapped in addition.

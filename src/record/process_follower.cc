@@ -87,6 +87,20 @@ void ProcessFollower::publish(uint32_t pid, FollowedProcess& p) {
   // interpreter, prove the global_State its JIT traces are found by, and its mmap notifications
   // bring the rest.
   auto now_maps = proc::read_proc_maps(pid);
+  // Code mapped while it was read: maps read in the middle of an exec (the executable mapped,
+  // not yet its interpreter and vDSO) or of ld.so's loading. Published as read, it would replace
+  // the kernel's context, which the kernel keeps whole (an exec's template, each library at its
+  // mmap), with one whose walks end in the code it lacks until the next notification is handled
+  // — after a short-lived process has exited. Its files are cached by now: read again.
+  for (int again = 0; again < kRereadsWhileMapping && now_maps.ok() &&
+                      still_mapped((*ctx)->signature, *now_maps) &&
+                      executable_signature(*now_maps) != (*ctx)->signature;
+       ++again) {
+    auto reread = build_process_context(pid, cache_);
+    if (!reread.ok()) break;
+    ctx = std::move(reread);
+    now_maps = proc::read_proc_maps(pid);
+  }
   if (now_maps.ok() && !still_mapped((*ctx)->signature, *now_maps)) {
     // Or ld.so changed a code mapping while it was read: an AArch64 library is mapped whole
     // first and its data over the tail after, which shrinks the code mapping and brings no

@@ -154,6 +154,8 @@ class ProcessFollower {
   // -a: selected processes that exec'd without LuaJIT yet -> loop rounds left to look again.
   std::map<uint32_t, int> exec_candidates_;
   static constexpr int kCandidateRounds = 5;
+  // How many times publish reads a process again whose code mappings grew while it was read.
+  static constexpr int kRereadsWhileMapping = 3;
   // With -a: processes looked at that map no LuaJIT (or the filters reject), skipped by the
   // /proc scan (reading every process's maps every scan was most of -a's CPU on an idle host);
   // a notification of an exec or executable mmap looks at one again, and the scan forgets

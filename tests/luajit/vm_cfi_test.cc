@@ -310,7 +310,8 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
     if (j - i >= 8) {
       // Exit handler: VM_EXIT through its last call (lj_trace_exit), VM_CUR_L from the call's
       // return address and, when a jmp after that call lands on a run of loads right before
-      // `mov rsp,reg` (vm_exit_interp's `1:`), for those loads; Invalid in between.
+      // `mov rsp,reg` (vm_exit_interp's `1:`), for those loads and vm_exit_interp's entry;
+      // Invalid in between.
       size_t k = j, call = 0, label = 0;
       while (k < code.size() && !starts(code[k].second, "mov rsp,")) ++k;
       ASSERT_LT(k, code.size());
@@ -330,15 +331,29 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
         if (!std::regex_match(code[q].second, std::regex(R"(mov r\w+,QWORD PTR \[r\w+(-0x8)?\])")))
           label = 0;
       }
+      // GC64: vm_exit_interp's entry `lea rcx,[rsp+0xN]` right after that jmp, before the
+      // label, is where traces jump to: VM_CUR_L, the C frame N bytes above rsp.
+      std::smatch lea;
+      const size_t entry = label >= 2 && starts(code[label - 2].second, "jmp ") &&
+                                   std::regex_match(code[label - 1].second, lea,
+                                                    std::regex(R"(lea rcx,\[rsp\+0x([0-9a-f]+)\])"))
+                               ? label - 1
+                               : 0;
       for (size_t q = i; q <= k; ++q) {
-        const uint8_t want = q <= call                    ? LJ_CFI_VM_EXIT
-                             : (label != 0 && q >= label) ? LJ_CFI_VM_CUR_L
-                                                          : LJ_CFI_INVALID;
+        const uint8_t want = q <= call                                    ? LJ_CFI_VM_EXIT
+                             : (label != 0 && (q >= label || q == entry)) ? LJ_CFI_VM_CUR_L
+                                                                          : LJ_CFI_INVALID;
         EXPECT_EQ(row(code[q].first)->hint, want) << std::hex << code[q].first;
       }
+      if (entry != 0) {
+        EXPECT_EQ(row(code[entry].first)->cfa_offset, frame + std::stoll(lea[1], nullptr, 16));
+      }
       EXPECT_EQ(row(code[call].first + 1)->hint, LJ_CFI_VM_CUR_L) << std::hex << code[call].first;
-      std::printf("[ vm ranges ] %s: exit handler %#lx, lj_trace_exit call %#lx, label %#lx\n",
-                  path.c_str(), code[i].first, code[call].first, label ? code[label].first : 0);
+      std::printf(
+          "[ vm ranges ] %s: exit handler %#lx, lj_trace_exit call %#lx, label %#lx, "
+          "vm_exit_interp entry %#lx\n",
+          path.c_str(), code[i].first, code[call].first, label ? code[label].first : 0,
+          entry ? code[entry].first : 0);
       ++exit_handlers;
       i = k;
       continue;
@@ -557,6 +572,61 @@ TEST(VmSubRanges, StrippedTarantoolHelpersMatchSymbols) {
   }
   EXPECT_TRUE(found.count("lj_vm_mod"));
   std::remove(stripped.c_str());
+}
+
+// lj_vm_cpuid, which C code calls at start-up (its `cpuid` traps to a hypervisor and draws
+// samples), gets the same leaf rows from its bytes as from its symbol: in a stripped copy of
+// tarantool at every instruction of nm's range, and in Debian's stripped luajit and libluajit
+// at objdump's only `cpuid` of the VM, one push (objdump's) above the return address.
+TEST(VmSubRanges, StrippedCpuidHelperByItsBytes) {
+  const std::string stripped =
+      testing::TempDir() + "/tarantool-stripped-cpuid-" + std::to_string(getpid());
+  ASSERT_EQ(test::run({"strip", "-o", stripped, "/usr/bin/tarantool"}).exit_code, 0);
+  auto named = elf::ElfFile::open("/usr/bin/tarantool");
+  auto bare = elf::ElfFile::open(stripped);
+  ASSERT_TRUE(named.ok() && bare.ok());
+  ASSERT_EQ((*bare)->find_symbol("lj_vm_cpuid"), nullptr);
+  auto named_table = vm_table(**named);
+  auto bare_table = vm_table(**bare);
+  ASSERT_TRUE(named_table.ok() && bare_table.ok());
+  std::smatch m;
+  const std::string nm = test::run({"nm", "-S", "/usr/bin/tarantool"}).out;
+  ASSERT_TRUE(std::regex_search(nm, m, std::regex("([0-9a-f]+) ([0-9a-f]+) t lj_vm_cpuid\n")));
+  const uint64_t at = std::stoull(m[1], nullptr, 16), size = std::stoull(m[2], nullptr, 16);
+  const auto code = objdump("objdump", "/usr/bin/tarantool", at, at + size, true);
+  ASSERT_FALSE(code.empty());
+  for (const auto& [pc, text] : code) {
+    const lj_cfi_row *a = named_table->row_at(pc), *b = bare_table->row_at(pc);
+    ASSERT_TRUE(a != nullptr && b != nullptr);
+    EXPECT_EQ(b->hint, a->hint) << std::hex << pc << " " << text;
+    EXPECT_EQ(b->cfa_offset, a->cfa_offset) << std::hex << pc << " " << text;
+  }
+  std::remove(stripped.c_str());
+
+  for (const std::string path :
+       {"/usr/bin/luajit", "/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2"}) {
+    auto file = elf::ElfFile::open(path);
+    ASSERT_TRUE(file.ok());
+    auto fde = find_interpreter_fde(**file);
+    ASSERT_TRUE(fde.ok()) << fde.message();
+    auto table = vm_table(**file);
+    ASSERT_TRUE(table.ok());
+    const auto vm = objdump("objdump", path, fde->pc_begin, fde->pc_end, true);
+    int cpuids = 0;
+    for (size_t i = 0; i < vm.size(); ++i) {
+      if (vm[i].second != "cpuid") continue;
+      ++cpuids;
+      int64_t depth = 8;
+      for (size_t k = i; k-- > 0 && vm[k].second != "ret";)
+        depth += vm[k].second.rfind("push ", 0) == 0 ? 8 : 0;
+      const lj_cfi_row* r = table->row_at(vm[i].first);
+      ASSERT_NE(r, nullptr);
+      EXPECT_EQ(r->hint, LJ_CFI_OK) << path;
+      EXPECT_EQ(r->cfa_offset, depth) << path;
+      EXPECT_EQ(depth, 16) << path;
+    }
+    EXPECT_EQ(cpuids, 1) << path;
+  }
 }
 
 TEST(VmSubRanges, StrippedLuajitByObjdumpPatterns) {

@@ -74,7 +74,8 @@ TEST(ProcessContext, VdsoUnwindRowsMatchReadelf) {
 // The -a filters and the agent's labels, against this test's own process: /proc/self/cgroup
 // (read here with plain file I/O) and the environment set below.
 // A context is withheld when a mapping it was built from is gone (an exec, an munmap), not when
-// code was only mapped in addition (ld.so loading libraries): over this process's own maps.
+// code was only mapped in addition (ld.so loading libraries), and read again when its maps
+// grew (an exec's, read before its vDSO): over this process's own maps.
 TEST(ProcessContext, StillMappedIsAboutTheMappingsASignatureNames) {
   auto maps = proc::read_proc_maps(static_cast<uint32_t>(getpid()));
   ASSERT_TRUE(maps.ok()) << maps.message();
@@ -94,6 +95,14 @@ TEST(ProcessContext, StillMappedIsAboutTheMappingsASignatureNames) {
   moved.front().start += 0x1000;
   EXPECT_FALSE(still_mapped(all, moved));
   EXPECT_TRUE(still_mapped("", {}));
+  // The vDSO, the last code an exec maps, is part of it: maps read before it differ.
+  std::vector<proc::MapEntry> no_vdso;
+  for (const proc::MapEntry& m : *maps) {
+    if (m.path != "[vdso]") no_vdso.push_back(m);
+  }
+  ASSERT_LT(no_vdso.size(), maps->size()) << "this process has a [vdso] mapping";
+  EXPECT_NE(executable_signature(no_vdso), executable_signature(*maps));
+  EXPECT_FALSE(still_mapped(executable_signature(*maps), no_vdso));
 }
 
 TEST(ProcessIdentity, CgroupPrefixesMatchWholePathComponents) {

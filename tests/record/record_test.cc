@@ -767,11 +767,14 @@ TEST_P(RecordShortLived, LuaFramesNamedAndOnTheVmsLines) {
   // The storm's walks reach a root: forks and execs of a known executable are walked from their
   // first instruction (kernel-built contexts), libraries from their mmap (the kernel adds them
   // from the recorder's templates), and the start-up and exit code without CFI by rows its
-  // instructions prove. Measured on this 2-core host (2026-12-06): 5 ms 98.5-99.6%, 15 ms
-  // 99.0-99.5%, 50 ms 99.7-100% (10-20 unrooted walks of ~1250 in the 5 ms group, mostly
-  // _dl_fixup under the lazy-binding trampoline and fork's child); the same under a load of 7,
-  // with the whole test held to 0.4 CPU (2.5x slower: 98.7%, 99.3%, 99.7%) and with ljprof alone
-  // held to 0.15 CPU (98.8%, 99.5%). Why the share does not move with the machine's speed: each
+  // instructions prove. Measured on this 2-core host (2026-12-07): 5 ms 99.5-99.7%, 15 ms
+  // 99.6-99.9%, 50 ms 99.9-100% (2-7 unrooted walks of ~650 in the 5 ms group, mostly
+  // _dl_fixup under the lazy-binding trampoline, whose CFA is rbx-based and rbx of a caller
+  // frame is not tracked; before the recorder read a process again whose code grew while it was
+  // read — maps read mid-exec — and before lj_vm_cpuid had its leaf rows in stripped builds,
+  // 97.9-99.6%, which once failed); earlier (2026-12-06), the same under a load of 7,
+  // with the whole test held to 0.4 CPU (2.5x slower) and with ljprof alone held to 0.15 CPU
+  // the shares did not move. Why the share does not move with the machine's speed: each
   // process runs MS of its own CPU clock, so a faster or slower machine gives it as many
   // samples, and its start-up and exit (ld.so, page faults, exit handlers) are CPU work that
   // scales with it; what does not scale, the recorder's reaction time, no longer matters: every
