@@ -47,7 +47,10 @@ TEST(RecordSignal, HandlerSamplesContinueIntoTheInterruptedLuaLoop) {
   // the signal frame name the loop's line) or in os.clock's system call, whose return delivers
   // a signal that arrived while the thread was off the CPU (more of them on a busy machine).
   EXPECT_GE(t.at_loop + t.at_clock, 0.95 * t.in_handler) << test::read_text(folded);
-  EXPECT_GE(t.at_loop, 0.2 * t.in_handler) << test::read_text(folded);
+  // Some at the loop, so resuming into bytecode is exercised: how many land in the system call
+  // depends on the machine's load, not on the walk (this 2-core host: 97-98% at the loop when
+  // idle, 15% while it also compiled, the handler then holding 91% of the samples).
+  EXPECT_GE(t.at_loop, 0.05 * t.in_handler) << test::read_text(folded);
 }
 
 }  // namespace
