@@ -98,7 +98,6 @@ TEST(FiberStacks, SuspendedFibersShowTheirFullStacks) {
         std::string::npos)
         << text.out;
   }
-  fs::remove_all(d.dir);
 }
 
 // The switched-out fiber `id` of the cord thread `tid` runs (cords' names repeat: every coio
@@ -157,7 +156,6 @@ TEST(FiberStacks, EveryCordsFibersWithTheirStacks) {
   size_t with_cord = 0;
   for (const Json& t : j["threads"]) with_cord += t.contains("cord") ? 1 : 0;
   EXPECT_EQ(with_cord, cords.size());
-  fs::remove_all(d.dir);
 }
 
 }  // namespace

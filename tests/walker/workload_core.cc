@@ -18,6 +18,11 @@ void PrintTo(const Target& target, std::ostream* os) {
   *os << target.label;
 }
 
+Dump::~Dump() {
+  std::error_code ignored;
+  if (!dir.empty()) fs::remove_all(dir, ignored);
+}
+
 bool is_live(const std::string& workload) {
   return workload.rfind("spin_", 0) == 0;
 }

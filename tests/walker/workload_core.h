@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traceback_oracle.h"
@@ -22,10 +23,20 @@ struct Target {
 // gtest prints parameters in test names and failures: show the target, not its bytes.
 void PrintTo(const Target& target, std::ostream* os);
 
+// A core dumped in a directory of its own (dir, from mkdtemp), removed with the Dump: a test
+// that stops early (a failed ASSERT) leaves nothing behind either — cores are tens of MB.
 struct Dump {
   std::string dir;
   std::string core;
   std::string out;
+
+  Dump() = default;
+  Dump(Dump&& other) noexcept
+      : dir(std::exchange(other.dir, {})), core(std::move(other.core)), out(std::move(other.out)) {}
+  Dump(const Dump&) = delete;
+  Dump& operator=(const Dump&) = delete;
+  Dump& operator=(Dump&&) = delete;
+  ~Dump();
 };
 
 // Workloads named spin_* never crash: they loop in Lua after printing their traceback and are
