@@ -12,6 +12,7 @@ typedef __u8 uint8_t;
 typedef __u16 uint16_t;
 typedef __u32 uint32_t;
 typedef __u64 uint64_t;
+typedef __s16 int16_t;
 typedef __s32 int32_t;
 typedef __s64 int64_t;
 

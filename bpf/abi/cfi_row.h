@@ -113,9 +113,10 @@ LJ_STATIC_ASSERT(LJ_SIGCONTEXT_A64_SP == LJ_SIGCONTEXT_A64_X0 + 31 * 8 &&
 /* cfa_base: the register the CFA is computed from. */
 #define LJ_CFI_REG_SP 0 /* x86-64 rsp (DWARF 7), AArch64 sp (DWARF 31) */
 #define LJ_CFI_REG_FP 1 /* x86-64 rbp (DWARF 6), AArch64 x29 (DWARF 29) */
-/* x86-64 rbx (DWARF 3), known to the walker at the sampled pc only (lj_native_regs bx_valid):
- * glibc's lazy-binding trampoline keeps its entry rsp there while it aligns rsp for xsave
- * (sysdeps/x86_64/dl-trampoline.h _dl_runtime_resolve: cfi_def_cfa_register(%rbx)). */
+/* x86-64 rbx (DWARF 3), known to the walker at the sampled pc and, in caller frames, through
+ * each step's bx_rule (lj_native_regs bx_valid): glibc's lazy-binding trampoline keeps its entry
+ * rsp there while it aligns rsp for xsave (sysdeps/x86_64/dl-trampoline.h _dl_runtime_resolve:
+ * cfi_def_cfa_register(%rbx)), and _dl_fixup below it saves rbx before using it. */
 #define LJ_CFI_REG_BX 2
 
 /* ra_rule / fp_rule: where the caller's value of that register is.
@@ -137,15 +138,33 @@ LJ_STATIC_ASSERT(LJ_SIGCONTEXT_A64_SP == LJ_SIGCONTEXT_A64_X0 + 31 * 8 &&
 #define LJ_CFI_RULE_VAL_CFA 3
 #define LJ_CFI_RULE_UNKNOWN 4
 
+/* bx_rule: where the caller's x86-64 rbx is (zero: not known, so a row built without one, an
+ * AArch64 row included, never claims it). Only what a caller-frame CFA of LJ_CFI_REG_BX needs.
+ *
+ * LJ_CFI_BX_UNKNOWN: the caller's rbx is not known (a rule this format cannot express, code
+ *   whose rows no CFI backs).
+ * LJ_CFI_BX_SAME: unchanged: the FDE never saved it (DWARF's "same value" for a callee-saved
+ *   register the CIE and FDE do not mention).
+ * LJ_CFI_BX_AT_CFA: saved in memory at cfa + bx_offset.
+ */
+#define LJ_CFI_BX_UNKNOWN 0
+#define LJ_CFI_BX_SAME 1
+#define LJ_CFI_BX_AT_CFA 2
+
+/* Register save slots lie next to the CFA (pushes and stores in the prologue): an offset that
+ * does not fit 16 bits makes the RA rule Invalid and the FP and rbx rules unknown (table.cc). */
 struct lj_cfi_row {
   uint64_t pc_start;  /* first link-time pc this row covers */
   int32_t cfa_offset; /* CFA = cfa_base register + cfa_offset (bytes) */
-  int32_t ra_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
-  int32_t fp_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
+  int16_t ra_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
+  int16_t fp_offset;  /* for LJ_CFI_RULE_AT_CFA / VAL_CFA: offset from the CFA (bytes) */
+  int16_t bx_offset;  /* for LJ_CFI_BX_AT_CFA: offset from the CFA (bytes) */
   uint8_t hint;       /* LJ_CFI_OK / _INVALID / _STOP / _KEEP / _VM_LEAF / _VM_EMPTY / _VM_CUR_L */
-  uint8_t cfa_base;   /* LJ_CFI_REG_SP / LJ_CFI_REG_FP (0 in INVALID rows) */
+  uint8_t cfa_base;   /* LJ_CFI_REG_SP / LJ_CFI_REG_FP / LJ_CFI_REG_BX (0 in INVALID rows) */
   uint8_t ra_rule;    /* LJ_CFI_RULE_* for the return address */
   uint8_t fp_rule;    /* LJ_CFI_RULE_* for the caller's frame pointer */
+  uint8_t bx_rule;    /* LJ_CFI_BX_* for the caller's x86-64 rbx */
+  uint8_t reserved;   /* 0 */
 };
 LJ_STATIC_ASSERT(sizeof(struct lj_cfi_row) == 24, "lj_cfi_row: 24 bytes, no padding");
 

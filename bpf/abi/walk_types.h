@@ -40,7 +40,9 @@ struct lj_native_regs {
   uint8_t lr_valid;
   uint8_t fp_valid; /* 0 once a row said the caller's FP cannot be recovered */
   uint8_t dispatch_valid;
-  /* x86-64: vm_pc holds the sampled rbx (cfi_row.h LJ_CFI_REG_BX); the first step clears it. */
+  /* x86-64: vm_pc holds this frame's rbx (cfi_row.h LJ_CFI_REG_BX): the sampled one, then each
+   * step's per its row's bx_rule (native_step.h lj_step_bx); 0 once lost or overwritten with
+   * something else (an interpreter PC the walker made up). */
   uint8_t bx_valid;
   uint8_t pad[4];
 };

@@ -96,6 +96,22 @@ LJ_INLINE int lj_read_ra_fp(struct lj_walk_env* env, const struct lj_cfi_row* ro
   return LJ_STEP_OK;
 }
 
+/* The caller's x86-64 rbx (in r->vm_pc, the interpreter's PC register) by the row's bx_rule:
+ * kept, read from its save slot, or lost. Only a later LJ_CFI_REG_BX CFA needs it, so a slot
+ * that cannot be read loses it rather than ending the walk. */
+LJ_INLINE void lj_step_bx(struct lj_walk_env* env, const struct lj_cfi_row* row, uint64_t cfa,
+                          struct lj_native_regs* r) {
+  uint64_t bx = 0;
+  if (row->bx_rule == LJ_CFI_BX_SAME) return;
+  if (row->bx_rule == LJ_CFI_BX_AT_CFA &&
+      lj_walk_read(env, &bx, sizeof(bx), cfa + (int64_t)row->bx_offset) == 0) {
+    r->vm_pc = bx;
+    r->bx_valid = 1;
+    return;
+  }
+  r->bx_valid = 0;
+}
+
 /* Resumes at the registers a signal interrupted (cfi_row.h LJ_CFI_SIGNAL): the kernel saved
  * them in the `struct sigcontext` at sp + row->cfa_offset. Two reads of adjacent registers per
  * layout (x86-64 rbp, rbx, rdx and rsp, rip; AArch64 x19..x21 and x29, x30, sp, pc) into a
@@ -152,7 +168,7 @@ LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* r
     if (!r->fp_valid) return LJ_STEP_FP_UNKNOWN;
     cfa = r->fp + (int64_t)row->cfa_offset;
   } else if (row->cfa_base == LJ_CFI_REG_BX) {
-    if (!r->bx_valid) return LJ_STEP_NO_CFI; /* rbx of a caller frame: not tracked */
+    if (!r->bx_valid) return LJ_STEP_NO_CFI; /* an inner frame's rule lost rbx */
     cfa = r->vm_pc + (int64_t)row->cfa_offset;
   } else {
     cfa = r->sp + (int64_t)row->cfa_offset;
@@ -181,10 +197,10 @@ LJ_INLINE int lj_native_step(struct lj_walk_env* env, const struct lj_cfi_row* r
    * user-space addresses fit in 48 bits on both architectures. */
   ra &= 0x0000ffffffffffffULL;
   if (ra == 0) return LJ_STEP_RA_ZERO;
+  lj_step_bx(env, row, cfa, r);
   r->pc = ra;
   r->sp = cfa;
   r->lr_valid = 0;
-  r->bx_valid = 0;
   return LJ_STEP_OK;
 }
 

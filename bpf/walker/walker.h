@@ -242,6 +242,7 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_ctx* c) {
     if (base == 0) return LJ_END_NO_MODULE;
     regs->vm_base = base;
     regs->vm_pc = LJ_PC_UNKNOWN;
+    regs->bx_valid = 0;
     st->vm_regs_live = 1;
     st->mode = LJ_MODE_LOCATE;
     return -1;
@@ -260,6 +261,7 @@ LJ_INLINE int lj_enter_trace(struct lj_walk_ctx* c) {
   regs->sp = regs->sp + 16 + spadjust;
   regs->vm_base = base;
   regs->vm_pc = 0;
+  regs->bx_valid = 0;
   if (c->out->g == 0) c->out->g = g;
   st->vm_row = row;
   st->enter_trace = t;
@@ -379,6 +381,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = regs->vm_pc;
       regs->vm_pc = 0;
+      regs->bx_valid = 0;
     } else if (row->hint == LJ_CFI_VM_LINK_PENDING) {
       /* Only a sampled pc can be here (a store, no call). */
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
@@ -402,6 +405,7 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       if (!st->leaf) return lj_finish(c, LJ_END_NO_CFI);
       regs->vm_base = 0;           /* taken from G->jit_base once G is found */
       regs->vm_pc = LJ_PC_UNKNOWN; /* the exit's pc is known only to lj_trace_exit */
+      regs->bx_valid = 0;
       st->base_from_jit_base = 1;
       st->vm_regs_live = 1;
       st->mode = LJ_MODE_LOCATE;

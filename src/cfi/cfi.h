@@ -93,6 +93,7 @@ struct CfiRow {
   CfaRule cfa;
   RegisterRule ra;  // the CIE's return address register (x86-64 rip 16, AArch64 x30)
   RegisterRule fp;  // x86-64 rbp (6), AArch64 x29 (29)
+  RegisterRule bx;  // x86-64 rbx (3); AArch64: not read (SameValue)
 };
 
 struct FdeSummary {
@@ -188,7 +189,7 @@ struct Overlay {
 // call only by pushes and constant adjustments) and the caller's frame pointer per
 // fp_rule/fp_off.
 lj_cfi_row invalid_row(uint64_t pc);
-lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint);
+lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int16_t fp_off, uint8_t hint);
 
 // The walker row the table takes for `pc` from the file's CFI alone (no overlays), and the range
 // of the FDE it comes from; nullopt when no FDE covers pc. Fails like build_unwind_table when

@@ -202,6 +202,18 @@ Result<std::vector<CfiRow>> FdeRowReader::rows(const FdeSummary& fde) const {
                               internal::libdw_error()));
     }
     row.fp = register_from_ops(ops_mem, ops, nops);
+    if (state_->arch == elf::Arch::X86_64) {
+      if (dwarf_frame_register(frame, static_cast<int>(kX86DwarfRbx), ops_mem, &ops, &nops) != 0) {
+        return fail(
+            fmt::format("libdw has no rbx rule at pc {:#x}: {}", addr, internal::libdw_error()));
+      }
+      row.bx = register_from_ops(ops_mem, ops, nops);
+      // libdw's x86-64 ABI defaults mark DWARF register 0 (rax), meant as rbx, same value
+      // (elfutils backends/x86_64_cfi.c: `ULEB128_7 (0), /* %rbx */`), so an rbx the CFI never
+      // mentions comes back undefined. It is callee-saved (psABI §3.2.1): unchanged, as
+      // libgcc's unwinder takes an unmentioned register. readelf prints both as "u".
+      if (row.bx.kind == RegisterRule::Kind::Undefined) row.bx.kind = RegisterRule::Kind::SameValue;
+    }
     rows.push_back(row);
     addr = end;
   }

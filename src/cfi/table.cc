@@ -18,6 +18,9 @@ constexpr uint64_t kNoFde = std::numeric_limits<uint64_t>::max();
 bool fits_i32(int64_t v) {
   return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
 }
+bool fits_i16(int64_t v) {
+  return v >= std::numeric_limits<int16_t>::min() && v <= std::numeric_limits<int16_t>::max();
+}
 
 // Converts one full rule into the walker's form; anything the walker cannot evaluate with
 // sp/fp/pc and plain memory reads becomes Invalid. An explicitly undefined return address is
@@ -41,10 +44,10 @@ lj_cfi_row compact(const CfiRow& r, elf::Arch arch) {
   switch (r.ra.kind) {
     case RegisterRule::Kind::AtCfa:
     case RegisterRule::Kind::ValCfa:
-      if (!fits_i32(r.ra.offset)) return row;
+      if (!fits_i16(r.ra.offset)) return row;
       row.ra_rule =
           r.ra.kind == RegisterRule::Kind::AtCfa ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_VAL_CFA;
-      row.ra_offset = static_cast<int32_t>(r.ra.offset);
+      row.ra_offset = static_cast<int16_t>(r.ra.offset);
       break;
     case RegisterRule::Kind::SameValue:
       // AArch64: the RA is still in x30 (leaf code, prologue). x86-64 has no RA register.
@@ -66,10 +69,10 @@ lj_cfi_row compact(const CfiRow& r, elf::Arch arch) {
       break;
     case RegisterRule::Kind::AtCfa:
     case RegisterRule::Kind::ValCfa:
-      if (fits_i32(r.fp.offset)) {
+      if (fits_i16(r.fp.offset)) {
         row.fp_rule =
             r.fp.kind == RegisterRule::Kind::AtCfa ? LJ_CFI_RULE_AT_CFA : LJ_CFI_RULE_VAL_CFA;
-        row.fp_offset = static_cast<int32_t>(r.fp.offset);
+        row.fp_offset = static_cast<int16_t>(r.fp.offset);
       } else {
         row.fp_rule = LJ_CFI_RULE_UNKNOWN;
       }
@@ -78,6 +81,14 @@ lj_cfi_row compact(const CfiRow& r, elf::Arch arch) {
       row.fp_rule = LJ_CFI_RULE_UNKNOWN;
       break;
   }
+  // rbx, for a caller's rbx-based CFA (cfi_row.h LJ_CFI_REG_BX): x86-64 only.
+  if (arch == elf::Arch::X86_64 && r.bx.kind == RegisterRule::Kind::SameValue) {
+    row.bx_rule = LJ_CFI_BX_SAME;
+  } else if (arch == elf::Arch::X86_64 && r.bx.kind == RegisterRule::Kind::AtCfa &&
+             fits_i16(r.bx.offset)) {
+    row.bx_rule = LJ_CFI_BX_AT_CFA;
+    row.bx_offset = static_cast<int16_t>(r.bx.offset);
+  }
   row.hint = row.ra_rule == LJ_CFI_RULE_UNDEFINED ? LJ_CFI_STOP : LJ_CFI_OK;
   return row;
 }
@@ -85,7 +96,7 @@ lj_cfi_row compact(const CfiRow& r, elf::Arch arch) {
 bool same_rule(const lj_cfi_row& a, const lj_cfi_row& b) {
   return a.hint == b.hint && a.cfa_base == b.cfa_base && a.cfa_offset == b.cfa_offset &&
          a.ra_rule == b.ra_rule && a.ra_offset == b.ra_offset && a.fp_rule == b.fp_rule &&
-         a.fp_offset == b.fp_offset;
+         a.fp_offset == b.fp_offset && a.bx_rule == b.bx_rule && a.bx_offset == b.bx_offset;
 }
 
 // Whether compaction drops `row` after `last`: the same rule, unless either is a Stop or Keep row
@@ -176,7 +187,7 @@ lj_cfi_row invalid_row(uint64_t pc) {
   return row;
 }
 
-lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int32_t fp_off, uint8_t hint) {
+lj_cfi_row sp_row(int32_t cfa, uint8_t fp_rule, int16_t fp_off, uint8_t hint) {
   lj_cfi_row r{};
   r.hint = hint;
   r.cfa_base = LJ_CFI_REG_SP;
@@ -315,9 +326,12 @@ std::string describe_row(const lj_cfi_row& row, elf::Arch arch) {
   const char* base = row.cfa_base == LJ_CFI_REG_SP   ? regs.sp_name
                      : row.cfa_base == LJ_CFI_REG_FP ? regs.fp_name
                                                      : "rbx";
-  return fmt::format("cfa={}{:+d} ra={} fp={}", base, row.cfa_offset,
+  // rbx only where a frame saved it (where a caller's rbx-based CFA finds it).
+  const std::string bx =
+      row.bx_rule == LJ_CFI_BX_AT_CFA ? fmt::format(" rbx=[cfa{:+d}]", row.bx_offset) : "";
+  return fmt::format("cfa={}{:+d} ra={} fp={}{}", base, row.cfa_offset,
                      rule_text(row.ra_rule, row.ra_offset, regs.ra_name),
-                     rule_text(row.fp_rule, row.fp_offset, regs.fp_name));
+                     rule_text(row.fp_rule, row.fp_offset, regs.fp_name), bx);
 }
 
 void UnwindTable::release_rows() {

@@ -91,9 +91,11 @@ Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
   regs.sp = sp + kSavedWords * 8;  // after coro_transfer's `pop rcx`
   regs.fp = saved(kSavedRbp);
   regs.fp_valid = 1;
-  // vm_x64.dasc keeps PC in rbx; it is used only if the pc is in the VM (it is not: the fiber is
-  // in coro_transfer's caller).
+  // The caller's rbx, as coro_transfer saved it (for an rbx-based CFA above, cfi_row.h
+  // LJ_CFI_REG_BX). vm_x64.dasc keeps PC in rbx too; that is used only if the pc is in the VM
+  // (it is not: the fiber is in coro_transfer's caller).
   regs.vm_pc = saved(kSavedRbx);
+  regs.bx_valid = 1;
   if (luajit_) {
     // DWARF numbers of the callee-saved registers coro_transfer saved (luajit_info.h dispatch_reg).
     const std::pair<uint8_t, uint64_t> callee_saved[] = {

@@ -303,8 +303,8 @@ std::vector<std::pair<size_t, bool>> add_a64_prologues_and_epilogues(Finder& f, 
         is_reg(code[i + 1], 1, kA64Sp)) {
       std::string what = fmt::format("VM entry prologue before mov x29, sp (frame {:#x})", *size);
       lj_cfi_row pushed = a64_sp_row(static_cast<int32_t>(*size), true);
-      pushed.ra_offset = static_cast<int32_t>(8 - *size);
-      pushed.fp_offset = static_cast<int32_t>(-*size);
+      pushed.ra_offset = static_cast<int16_t>(8 - *size);
+      pushed.fp_offset = static_cast<int16_t>(-*size);
       f.add(code[i].address, code[i].end(), what, "pattern", a64_sp_row(0, false));
       f.add(code[i + 1].address, code[i + 1].end(), what, "pattern", pushed);
       entries.emplace_back(i + 2, true);
@@ -316,8 +316,8 @@ std::vector<std::pair<size_t, bool>> add_a64_prologues_and_epilogues(Finder& f, 
     if (const std::optional<int64_t> size = a64_pop_fp_lr(code[i]);
         size && code[i + 1].kind == InsnKind::Ret) {
       lj_cfi_row before = a64_sp_row(static_cast<int32_t>(*size), true);
-      before.ra_offset = static_cast<int32_t>(8 - *size);
-      before.fp_offset = static_cast<int32_t>(-*size);
+      before.ra_offset = static_cast<int16_t>(8 - *size);
+      before.fp_offset = static_cast<int16_t>(-*size);
       f.add(code[i].address, code[i].end(), "VM exit epilogue at ldp x29, x30 (writeback)",
             "pattern", before);
       f.add(code[i + 1].address, code[i + 1].end(), "VM exit epilogue after ldp x29, x30",

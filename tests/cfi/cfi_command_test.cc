@@ -25,10 +25,13 @@ TEST(CfiCommand, AtAddressShowsTheVmRuleAsJson) {
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["rows"].size(), 1u);
   EXPECT_EQ(j["rows"][0]["hint"], "keep");
-  // readelf: the zPR FDE's only row is "rsp+80 ... c-8".
+  // readelf: the zPR FDE's only row is "rsp+80 c-24 c-16 ... c-8" (rbx, rbp, ..., ra).
   auto re = test::run({"readelf", "-wN", "--debug-dump=frames-interp", "/usr/bin/tarantool"});
-  ASSERT_TRUE(std::regex_search(re.out, std::regex("\n0*5eb450 rsp\\+80 ")));
-  EXPECT_EQ(j["rows"][0]["rule"], "cfa=rsp+80 ra=[cfa-8] fp=[cfa-16]");
+  std::smatch row;
+  ASSERT_TRUE(std::regex_search(re.out, row,
+                                std::regex("LOC +CFA +rbx +rbp .*\n0*5eb450 rsp\\+80 +c(-\\d+) ")));
+  EXPECT_EQ(j["rows"][0]["rule"],
+            "cfa=rsp+80 ra=[cfa-8] fp=[cfa-16] rbx=[cfa" + row[1].str() + "]");
   EXPECT_EQ(j["vm_cframe"]["cfa"], "rsp+80");
   EXPECT_TRUE(j["fde_errors"].empty());
 }

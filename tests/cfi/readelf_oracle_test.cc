@@ -1,8 +1,8 @@
-// Oracle: binutils. For every FDE of the real binaries, the CFA and return-address rules of
-// every row equal what `readelf --debug-dump=frames-interp` (aarch64-linux-gnu-readelf for
-// AArch64) prints, in both directions (each of our row starts checked against readelf's rule
-// in effect there, each readelf row start against ours). Stop rows must be exactly the FDEs
-// whose raw CFI (`--debug-dump=frames`) has DW_CFA_undefined for the return address column.
+// Oracle: binutils. For every FDE of the real binaries, the CFA, return-address and (x86-64)
+// rbx rules of every row equal what `readelf --debug-dump=frames-interp` (aarch64-linux-gnu-readelf
+// for AArch64) prints, in both directions (each of our row starts checked against readelf's rule in
+// effect there, each readelf row start against ours). Stop rows must be exactly the FDEs whose raw
+// CFI (`--debug-dump=frames`) has DW_CFA_undefined for the return address column.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -25,6 +25,7 @@ struct OracleRow {
   uint64_t loc = 0;
   std::string cfa;
   std::string ra;  // "" when readelf prints no ra column (never referenced)
+  std::string bx;  // x86-64 rbx, likewise
 };
 
 struct OracleEntry {
@@ -101,6 +102,7 @@ std::map<uint64_t, OracleEntry> parse_frames_interp(const std::string& text,
       for (size_t i = 1; i < header.size() && i < t.size(); ++i) {
         if (header[i] == "CFA") row.cfa = t[i];
         if (header[i] == "ra") row.ra = t[i];
+        if (header[i] == "rbx") row.bx = t[i];
       }
       if (!cur->rows.empty() && cur->rows.back().loc == row.loc) cur->rows.pop_back();
       cur->rows.push_back(row);
@@ -330,7 +332,7 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
   ASSERT_TRUE(table.ok()) << table.message();
   EXPECT_TRUE(table->fde_errors().empty()) << table->fde_errors().front().message;
 
-  uint64_t compared = 0, rows_compared = 0, mismatches = 0, rbx_rows = 0;
+  uint64_t compared = 0, rows_compared = 0, mismatches = 0, rbx_rows = 0, rbx_saves = 0;
   for (CfiSection section : {CfiSection::EhFrame, CfiSection::DebugFrame}) {
     const std::string name = cfi_section_name(section);
     auto scan = scan_cfi(**file, section, false);
@@ -388,14 +390,18 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
       auto check = [&](const CfiRow* ours, const OracleRow* theirs, uint64_t pc) {
         ++rows_compared;
         if (ours == nullptr || theirs == nullptr || cfa_text(ours->cfa, arch) != theirs->cfa ||
-            !ra_matches(ours->ra, theirs->ra, arch)) {
+            !ra_matches(ours->ra, theirs->ra, arch) ||
+            (arch == elf::Arch::X86_64 && !ra_matches(ours->bx, theirs->bx, arch))) {
           ++mismatches;
           ADD_FAILURE() << target.path << " " << name << "+0x" << std::hex << fde.section_offset
                         << " pc 0x" << pc << ": ours "
                         << (ours ? cfa_text(ours->cfa, arch) : "none") << " ra kind "
                         << (ours ? static_cast<int>(ours->ra.kind) : -1) << " off "
-                        << (ours ? ours->ra.offset : 0) << " readelf "
-                        << (theirs ? theirs->cfa + " ra " + theirs->ra : "none");
+                        << (ours ? ours->ra.offset : 0) << " rbx kind "
+                        << (ours ? static_cast<int>(ours->bx.kind) : -1) << " off "
+                        << (ours ? ours->bx.offset : 0) << " readelf "
+                        << (theirs ? theirs->cfa + " ra " + theirs->ra + " rbx " + theirs->bx
+                                   : "none");
         }
       };
       for (const CfiRow& r : *rows) check(&r, oracle_at(r.pc_begin), r.pc_begin);
@@ -415,6 +421,16 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
             EXPECT_EQ(t->hint, LJ_CFI_OK) << std::hex << r.pc_begin;
             EXPECT_EQ(t->cfa_offset, r.cfa.offset) << std::hex << r.pc_begin;
             EXPECT_EQ(t->ra_offset, r.ra.offset) << std::hex << r.pc_begin;
+            // rbx as readelf has it (checked above), for a caller's rbx-based CFA.
+            if (arch == elf::Arch::X86_64 && r.bx.kind == RegisterRule::Kind::AtCfa) {
+              EXPECT_EQ(t->bx_rule, LJ_CFI_BX_AT_CFA) << std::hex << r.pc_begin;
+              EXPECT_EQ(t->bx_offset, r.bx.offset) << std::hex << r.pc_begin;
+              ++rbx_saves;
+            } else if (arch == elf::Arch::X86_64 && r.bx.kind == RegisterRule::Kind::SameValue) {
+              EXPECT_EQ(t->bx_rule, LJ_CFI_BX_SAME) << std::hex << r.pc_begin;
+            } else {
+              EXPECT_EQ(t->bx_rule, LJ_CFI_BX_UNKNOWN) << std::hex << r.pc_begin;
+            }
           }
           // x86-64 rbx (glibc's lazy-binding trampoline): the walker evaluates it at the leaf.
           if (simple && arch == elf::Arch::X86_64 && r.cfa.reg == 3) {
@@ -489,10 +505,14 @@ TEST_P(ReadelfOracle, EveryFdeRowMatchesFramesInterp) {
   EXPECT_EQ(stop_fdes, undefined_ra);
   std::printf(
       "[ readelf ] %s: %llu FDEs compared, %llu row checks, %llu mismatches, %zu Stop "
-      "FDEs, %llu rows with the CFA in rbx\n",
+      "FDEs, %llu rows with the CFA in rbx, %llu with rbx saved\n",
       target.path.c_str(), static_cast<unsigned long long>(compared),
       static_cast<unsigned long long>(rows_compared), static_cast<unsigned long long>(mismatches),
-      stop_fdes.size(), static_cast<unsigned long long>(rbx_rows));
+      stop_fdes.size(), static_cast<unsigned long long>(rbx_rows),
+      static_cast<unsigned long long>(rbx_saves));
+  if (arch == elf::Arch::X86_64) {
+    EXPECT_GT(rbx_saves, 0u);
+  }
   RecordProperty("fdes_compared", static_cast<int>(compared));
   EXPECT_GT(compared, 0u);
   EXPECT_EQ(mismatches, 0u);

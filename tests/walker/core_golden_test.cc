@@ -225,7 +225,6 @@ TEST_P(CoreGolden, MatchesTracebackAndGdb) {
   }
   EXPECT_EQ(ffi, is_live(workload) ? std::vector<std::string>{} : std::vector<std::string>{"abort"})
       << describe(frames);
-  fs::remove_all(d.dir);
 }
 
 const Target kLuajitAmd64{"luajit_amd64", "/usr/bin/luajit", false};
@@ -268,8 +267,61 @@ TEST(CoreGoldenVdso, LeafInsideTheVdso) {
   // The C function in progress is the FFI call of clock_gettime, made after the traceback.
   expect_lua_frames_match(frames, blocks, 0, true);
   expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
-  fs::remove_all(d.dir);
 }
+// A thread stopped inside lazy symbol binding: luajit's first call of `syscall` (through its
+// PLT, from lua_newstate) runs glibc's trampoline, whose CFA is rbx + 32
+// (sysdeps/x86_64/dl-trampoline.h), under _dl_fixup and _dl_lookup_symbol_x, which saved and
+// reused rbx. The walk takes rbx back from _dl_fixup's save slot (its FDE's rule) and goes on
+// to the root; gdb, stopped there by breakpoints, walks the same frames.
+TEST(CoreGoldenLazyBinding, InsideTheResolverUnderGlibcsTrampoline) {
+  char tmpl[] = "/tmp/ljprof-golden-XXXXXX";
+  Dump d;
+  d.dir = mkdtemp(tmpl);
+  d.core = d.dir + "/core";
+  test::CommandResult r = test::run({"gdb",
+                                     "-nx",
+                                     "-batch",
+                                     "-iex",
+                                     "set debuginfod enabled off",
+                                     "-ex",
+                                     "set breakpoint pending on",
+                                     "-ex",
+                                     "break lua_newstate",
+                                     "-ex",
+                                     "run",
+                                     "-ex",
+                                     "delete",
+                                     "-ex",
+                                     "break _dl_fixup",
+                                     "-ex",
+                                     "continue",
+                                     "-ex",
+                                     "delete",
+                                     "-ex",
+                                     "break _dl_lookup_symbol_x",
+                                     "-ex",
+                                     "continue",
+                                     "-ex",
+                                     "generate-core-file " + d.core,
+                                     "-ex",
+                                     "kill",
+                                     "--args",
+                                     kLuajitAmd64.exe,
+                                     "-e",
+                                     "print(1)"});
+  ASSERT_TRUE(fs::exists(d.core)) << r.out << r.err;
+  Json j = ljprof_core(kLuajitAmd64, d);
+  const Json& thread = j["threads"][0];
+  const Json& frames = thread["frames"];
+  ASSERT_GE(frames.size(), 4u) << describe(frames);
+  EXPECT_EQ(frames[0]["symbol"], "_dl_lookup_symbol_x") << describe(frames);
+  EXPECT_EQ(frames[1]["symbol"], "_dl_fixup") << describe(frames);
+  EXPECT_EQ(frames[2]["symbol"].get<std::string>().rfind("_dl_runtime_resolve", 0), 0u)
+      << describe(frames);
+  EXPECT_TRUE(thread["reached_root"].get<bool>()) << thread["end"] << "\n" << describe(frames);
+  expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
+}
+
 // Names of a stripped library's functions: each frame in libc is named by a symbol that readelf
 // lists, with a range holding the frame's address, in libc's .dynsym or — when its separate debug
 // file is installed (Debian's libc6-dbg, found by build-id) — in that file's .symtab; and with
@@ -359,7 +411,6 @@ TEST(CoreGoldenSignal, HandlerStackedOnAnFfiCall) {
   // The C function in progress is the FFI call of park_in_handler, made after the traceback.
   expect_lua_frames_match(frames, blocks, 0, true);
   expect_native_frames_match_gdb(kLuajitAmd64.exe, kLuajitAmd64.exe, d, frames);
-  fs::remove_all(d.dir);
 }
 const Target kLuajitArm64{"luajit_arm64", test::fixture("arm64/usr/bin/luajit"), true};
 const Target kTarantoolAmd64{"tarantool_amd64", "/usr/bin/tarantool", false};
@@ -418,7 +469,6 @@ TEST(CoreGoldenNginx, WorkerBlockedInCFromAHandler) {
   // The handler's traceback was written before os.execute was called: that C function leads.
   expect_lua_frames_match(frames, blocks, 0, true);
   expect_native_frames_match_gdb("/usr/sbin/nginx", lib, d, frames);
-  fs::remove_all(d.dir);
 }
 
 // --all-fibers: the coroutines suspended_coroutines.lua leaves suspended (found on the GC list
@@ -466,7 +516,6 @@ TEST_P(CoreAllFibers, SuspendedCoroutinesMatchTheirTracebacks) {
     EXPECT_TRUE((*found)["reached_root"].get<bool>()) << (*found)["end"];
     expect_lua_frames_match((*found)["frames"], {blocks[b]}, 0, false);
   }
-  fs::remove_all(d.dir);
 }
 
 // A Tarantool fiber switched out in fiber.sleep: its lua_State is inside a C call, so the Lua-only
@@ -487,7 +536,6 @@ TEST(CoreAllFibersTarantool, SleepingFiberMatchesItsTraceback) {
   EXPECT_EQ((*found)["status"], "normal");
   EXPECT_TRUE((*found)["reached_root"].get<bool>()) << (*found)["end"];
   expect_lua_frames_match((*found)["frames"], {blocks[0]}, 0, true);
-  fs::remove_all(d.dir);
 }
 
 // Tarantool fibers named by --all-fibers: named_fibers.lua prints, from inside each of three
@@ -536,7 +584,6 @@ void expect_every_fiber_named_with_its_frames(const Target& target) {
   EXPECT_NE(text.out.find(fmt::format("Fiber {} \"{}\" (running)", running[0].id, running[0].name)),
             std::string::npos)
       << text.out;
-  fs::remove_all(d.dir);
 }
 
 TEST(CoreFiberNames, EveryFiberNamedWithItsFrames) {
@@ -611,7 +658,6 @@ TEST(CoreFiberNames, CorruptListNamesNothing) {
     EXPECT_NE(text.out.find("Fibers: not named: "), std::string::npos) << text.out;
     EXPECT_EQ(text.out.find("Fiber "), std::string::npos) << text.out;
   }
-  fs::remove_all(d.dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Interpreter, CoreAllFibers,
