@@ -57,8 +57,14 @@ struct Retainers {
 // `fiber 104 "worker"`.
 using ThreadNames = std::map<uint64_t, std::string>;
 
-// `top`: how many retainers to keep (the biggest by retained size; 0: all).
+// Heaps of fewer objects take one thread throughout (a second one would not pay for itself).
+inline constexpr size_t kObjectsForTwoThreads = size_t{1} << 16;
+
+// `top`: how many retainers to keep (the biggest by retained size; 0: all). With at least
+// `two_threads_from` objects (and two cores) the retained sizes are summed on a second thread
+// while the memory profile is built (the result is the same).
 Retainers find_retainers(const Memory& mem, const Census& census, size_t top = 200,
-                         const ThreadNames& thread_names = {});
+                         const ThreadNames& thread_names = {},
+                         size_t two_threads_from = kObjectsForTwoThreads);
 
 }  // namespace ljprof::heap

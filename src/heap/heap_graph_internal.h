@@ -97,7 +97,6 @@ struct Graph {
 
 // With mem.threads_allowed() and at least `two_threads_from` objects, the upper half of the
 // objects is followed on a second thread (the graph is the same).
-inline constexpr size_t kObjectsForTwoThreads = size_t{1} << 16;
 Graph build_graph(const Memory& mem, const Census& census,
                   size_t two_threads_from = kObjectsForTwoThreads);
 

@@ -70,11 +70,13 @@ class Memory {
     if (!read(addr, &v, sizeof v)) return std::nullopt;
     return v;
   }
-  // A GCRef/MRef: 8 bytes with GC64, else 4 (zero-extended).
+  // A GCRef/MRef: 8 bytes with GC64, else 4 (zero-extended). Each width a read of its own
+  // constant size: a copy of a size known only at run time was a call (memmove) per reference.
   std::optional<uint64_t> ref(uint64_t addr) const {
-    uint64_t v = 0;
-    if (!read(addr, &v, info_.ref_size)) return std::nullopt;
-    return v;
+    if (info_.ref_size == 8) return get<uint64_t>(addr);
+    const std::optional<uint32_t> v = get<uint32_t>(addr);
+    if (!v) return std::nullopt;
+    return *v;
   }
   const lj_luajit_info& info() const { return info_; }
   bool gc64() const { return info_.ref_size == 8; }

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -92,6 +94,46 @@ class ProfileBuilder {
   std::pair<uint64_t, uint64_t>* last_group_ = nullptr;
 };
 
+// The objects that dominate another (each some reached object's immediate dominator, the root
+// among them), each with a dense slot: what is kept per dominator (a retained size, a profile
+// stack) takes an array of as many, not one entry per object. In a heap of small tables of
+// strings a third of the objects dominate; every other object retains only itself.
+class DominatorSlots {
+ public:
+  explicit DominatorSlots(size_t nodes) : bits_((nodes + 63) / 64, 0) {}
+  void add(uint32_t v) { bits_[v >> 6] |= uint64_t{1} << (v & 63); }
+  // After the last add: the slots are numbered.
+  void number() {
+    before_.resize(bits_.size());
+    uint32_t sum = 0;
+    for (size_t w = 0; w < bits_.size(); ++w) {
+      before_[w] = sum;
+      sum += static_cast<uint32_t>(std::popcount(bits_[w]));
+    }
+    count_ = sum;
+  }
+  bool has(uint32_t v) const { return ((bits_[v >> 6] >> (v & 63)) & 1) != 0; }
+  uint32_t slot(uint32_t v) const {
+    const uint64_t below = bits_[v >> 6] & ((uint64_t{1} << (v & 63)) - 1);
+    return before_[v >> 6] + static_cast<uint32_t>(std::popcount(below));
+  }
+  // slot(v) of an immediate dominator: objects come in runs under one (a table's entries, in
+  // a row), so the last one asked is asked first.
+  uint32_t slot_of_idom(uint32_t idom, uint32_t& last_idom, uint32_t& last_slot) const {
+    if (idom != last_idom) {
+      last_idom = idom;
+      last_slot = slot(idom);
+    }
+    return last_slot;
+  }
+  size_t count() const { return count_; }
+
+ private:
+  std::vector<uint64_t> bits_;
+  std::vector<uint32_t> before_;  // slots of the words before each word
+  size_t count_ = 0;
+};
+
 // The memory profile: objects grouped by their chain of dominators, each dominator named by
 // the step that reaches it (PathNamer::frame: table slots of arrays and big maps as "[*]"), so
 // equal chains are one stack; an object that dominates nothing else is grouped under its
@@ -99,19 +141,22 @@ class ProfileBuilder {
 // growing at kMaxFrames.
 std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& census,
                                           uint32_t root, const Dominators& dom,
-                                          const std::vector<bool>& dominates) {
+                                          const DominatorSlots& dominating) {
   ProfileBuilder profile;
-  std::vector<uint32_t> stack_of(census.objects.size() + 1, 0);
+  std::vector<uint32_t> stack_of(dominating.count(), 0);  // by slot; the root's is 0
+  uint32_t last_idom = kUnreached, last_slot = 0;
   for (uint32_t v : dom.top_down) {
     if (v == root) continue;
-    const uint32_t up = stack_of[dom.idom[v]];
+    const uint32_t up = stack_of[dominating.slot_of_idom(dom.idom[v], last_idom, last_slot)];
     const Object& o = census.objects[v];
-    if (!dominates[v]) {
+    if (!dominating.has(v)) {
       profile.add(up, o.gct, o.bytes);
       continue;
     }
-    stack_of[v] = profile.depth(up) + 1 >= kMaxFrames ? up : profile.stack(up, namer.frame(v));
-    profile.add(stack_of[v], 0, o.bytes);
+    const uint32_t mine =
+        profile.depth(up) + 1 >= kMaxFrames ? up : profile.stack(up, namer.frame(v));
+    stack_of[dominating.slot(v)] = mine;
+    profile.add(mine, 0, o.bytes);
   }
   return profile.entries();
 }
@@ -122,76 +167,92 @@ struct Pick {
   uint32_t count = 0;
 };
 
-// Per node, `own(v)` of each reached object summed up the dominator tree: its own and that of
-// everything it dominates.
+// `own(v)` of each reached object summed up the dominator tree, by dominator slot: a
+// dominator's own and that of everything it dominates. Any other object's sum is its own.
 template <typename T, typename Own>
-std::vector<T> sum_up_dominators(const Dominators& dom, uint32_t root, Own own) {
-  std::vector<T> sum(dom.idom.size(), 0);
-  for (uint32_t v : dom.top_down) {
-    if (v != root) sum[v] = own(v);
-  }
-  // A dominator precedes what it dominates in top_down: sum in reverse.
-  for (size_t i = dom.top_down.size(); i-- > 1;) {
+std::vector<T> sum_up_dominators(const Dominators& dom, uint32_t root,
+                                 const DominatorSlots& dominating, Own own) {
+  std::vector<T> sum(dominating.count(), 0);
+  uint32_t last_idom = kUnreached, last_slot = 0;
+  // A dominator precedes what it dominates in top_down: in reverse, a dominator's slot holds
+  // what it dominates by the time it is met.
+  for (size_t i = dom.top_down.size(); i-- > 0;) {
     const uint32_t v = dom.top_down[i];
-    sum[dom.idom[v]] += sum[v];
+    if (v == root) continue;
+    T mine = own(v);
+    if (dominating.has(v)) {
+      T& slot = sum[dominating.slot(v)];
+      slot += mine;
+      mine = slot;
+    }
+    sum[dominating.slot_of_idom(dom.idom[v], last_idom, last_slot)] += mine;
   }
   return sum;
 }
 
-// The `top` objects retaining the most bytes (0: all), most first, and the reached and
-// unreached totals into `out`; `dominates[v]`: v is some reached object's immediate dominator.
-// Retained bytes, then objects, summed one after the other (never both arrays at once).
-std::vector<Pick> pick_retainers(const Census& census, const Dominators& dom, uint32_t root,
-                                 size_t top, Retainers& out, std::vector<bool>& dominates) {
+// The reached and unreached totals into `out`, and the objects that dominate another.
+DominatorSlots count_reached(const Census& census, const Dominators& dom, uint32_t root,
+                             Retainers& out) {
   const size_t n = census.objects.size();
-  dominates.assign(n + 1, false);
+  DominatorSlots dominating(n + 1);
   for (uint32_t v : dom.top_down) {
     if (v == root) continue;
-    dominates[dom.idom[v]] = true;
+    dominating.add(dom.idom[v]);
     ++out.reachable_count;
     out.reachable_bytes += census.objects[v].bytes;
   }
+  dominating.number();
   out.unreached_count = n - out.reachable_count;
   out.unreached_bytes = census.object_bytes() - out.reachable_bytes;
+  return dominating;
+}
+
+// The `top` objects retaining the most bytes (0: all), most first. Retained bytes, then objects,
+// summed one after the other (never both arrays at once). Reads only the census and the tree.
+std::vector<Pick> pick_retainers(const Census& census, const Dominators& dom, uint32_t root,
+                                 const DominatorSlots& dominating, size_t top) {
   std::vector<Pick> picks;
   {
-    const std::vector<uint64_t> retained = sum_up_dominators<uint64_t>(
-        dom, root, [&](uint32_t v) { return uint64_t{census.objects[v].bytes}; });
-    const auto better = [&](uint32_t a, uint32_t b) {
-      return retained[a] != retained[b] ? retained[a] > retained[b] : a < b;
+    const std::vector<uint64_t> sums = sum_up_dominators<uint64_t>(
+        dom, root, dominating, [&](uint32_t v) { return uint64_t{census.objects[v].bytes}; });
+    // With a `top`, a heap of the best so far whose front is the worst of them; each entry
+    // carries its retained size, looked up once.
+    const auto better = [](const Pick& a, const Pick& b) {
+      return a.retained != b.retained ? a.retained > b.retained : a.v < b.v;
     };
-    // With a `top`, a heap of the best so far whose front is the worst of them.
-    std::vector<uint32_t> best;
     for (uint32_t v : dom.top_down) {
       if (v == root) continue;
-      if (top == 0 || best.size() < top) {
-        best.push_back(v);
-        if (top != 0) std::push_heap(best.begin(), best.end(), better);
-      } else if (better(v, best.front())) {
-        std::pop_heap(best.begin(), best.end(), better);
-        best.back() = v;
-        std::push_heap(best.begin(), best.end(), better);
+      const uint64_t retained =
+          dominating.has(v) ? sums[dominating.slot(v)] : uint64_t{census.objects[v].bytes};
+      const Pick p{v, retained, 1};
+      if (top == 0 || picks.size() < top) {
+        picks.push_back(p);
+        if (top != 0) std::push_heap(picks.begin(), picks.end(), better);
+      } else if (better(p, picks.front())) {
+        std::pop_heap(picks.begin(), picks.end(), better);
+        picks.back() = p;
+        std::push_heap(picks.begin(), picks.end(), better);
       }
     }
     if (top == 0) {
-      std::sort(best.begin(), best.end(), better);
+      std::sort(picks.begin(), picks.end(), better);
     } else {
-      std::sort_heap(best.begin(), best.end(), better);
+      std::sort_heap(picks.begin(), picks.end(), better);
     }
-    picks.reserve(best.size());
-    for (uint32_t v : best) picks.push_back({v, retained[v], 0});
   }
   // At most the census's objects: under 2^32.
-  const std::vector<uint32_t> count =
-      sum_up_dominators<uint32_t>(dom, root, [](uint32_t) { return uint32_t{1}; });
-  for (Pick& p : picks) p.count = count[p.v];
+  const std::vector<uint32_t> counts =
+      sum_up_dominators<uint32_t>(dom, root, dominating, [](uint32_t) { return uint32_t{1}; });
+  for (Pick& p : picks) {
+    if (dominating.has(p.v)) p.count = counts[dominating.slot(p.v)];
+  }
   return picks;
 }
 
 }  // namespace
 
 Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
-                         const ThreadNames& thread_names) {
+                         const ThreadNames& thread_names, size_t two_threads_from) {
   Retainers out;
   Graph graph = build_graph(mem, census);
   mem.checkpoint({HeapPass::Graph, census.objects.size(), census.objects.size(), true});
@@ -204,13 +265,24 @@ Retainers find_retainers(const Memory& mem, const Census& census, size_t top,
   // The namer reads how each edge is held from memory again: the graph is not needed past here,
   // and its memory goes before the retained sizes take theirs.
   graph = Graph{};
-  std::vector<bool> dominates;
-  const std::vector<Pick> picks = pick_retainers(census, dom, root, top, out, dominates);
+  const DominatorSlots dominating = count_reached(census, dom, root, out);
+  // The biggest retainers need the tree and the census only (no reads, no namer): with a second
+  // core they are summed while the profile names its stacks, the two longest steps left.
+  std::vector<Pick> picks;
+  if (census.objects.size() >= two_threads_from && std::thread::hardware_concurrency() >= 2) {
+    std::thread worker([&picks, &census, &dom, &dominating, root, top] {
+      picks = pick_retainers(census, dom, root, dominating, top);
+    });
+    out.profile = profile_entries(namer, census, root, dom, dominating);
+    worker.join();
+  } else {
+    picks = pick_retainers(census, dom, root, dominating, top);
+    out.profile = profile_entries(namer, census, root, dom, dominating);
+  }
   for (const Pick& p : picks) {
     const Object& o = census.objects[p.v];
     out.top.push_back({namer.path(p.v), o.addr(), o.gct, p.retained, o.bytes, p.count});
   }
-  out.profile = profile_entries(namer, census, root, dom, dominates);
   return out;
 }
 

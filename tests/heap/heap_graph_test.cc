@@ -47,6 +47,35 @@ TEST(HeapGraph, TwoThreadsFollowTheSameReferencesAsOne) {
   expect_same_graph(one, heap::build_graph(threaded, census, census.objects.size()));
 }
 
+// The retained sizes summed on a second thread while the profile is built: every retainer, in
+// the same order, and the same profile as on one thread.
+TEST(HeapGraph, TwoThreadsFindTheSameRetainersAndProfileAsOne) {
+  test::HeapCoreSetup s;
+  ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
+  const heap::Memory mem(s.core->mem_reader(), s.info);
+  const heap::Retainers one = heap::find_retainers(mem, s.census, 0, {}, SIZE_MAX);
+  const heap::Retainers two = heap::find_retainers(mem, s.census, 0, {}, 2);
+  ASSERT_GT(one.top.size(), 1000u);
+  ASSERT_EQ(two.top.size(), one.top.size());
+  for (size_t i = 0; i < one.top.size(); ++i) {
+    const heap::Retainer &a = one.top[i], &b = two.top[i];
+    ASSERT_TRUE(a.addr == b.addr && a.path == b.path && a.gct == b.gct &&
+                a.retained_bytes == b.retained_bytes && a.own_bytes == b.own_bytes &&
+                a.count == b.count)
+        << "retainer " << i << ": " << a.path << " / " << b.path;
+  }
+  EXPECT_EQ(two.reachable_count, one.reachable_count);
+  EXPECT_EQ(two.reachable_bytes, one.reachable_bytes);
+  EXPECT_EQ(two.unreached_count, one.unreached_count);
+  EXPECT_EQ(two.unreached_bytes, one.unreached_bytes);
+  ASSERT_EQ(two.profile.size(), one.profile.size());
+  for (size_t i = 0; i < one.profile.size(); ++i) {
+    EXPECT_EQ(two.profile[i].frames, one.profile[i].frames) << "entry " << i;
+    EXPECT_EQ(two.profile[i].bytes, one.profile[i].bytes) << "entry " << i;
+    EXPECT_EQ(two.profile[i].count, one.profile[i].count) << "entry " << i;
+  }
+}
+
 TEST(HeapGraph, LabelledEdgesAreTheGraphsRowsInOrder) {
   test::HeapCoreSetup s;
   ASSERT_NO_FATAL_FAILURE(test::open_heap_core("heap_census.lua", s));
