@@ -78,11 +78,21 @@ void AddressIndex::build_hash(std::span<const Object> objects) {
 
 int64_t AddressIndex::search(std::span<const Object> objects, uint32_t first, uint32_t end,
                              uint64_t addr) const {
-  const auto begin = objects.begin() + first, stop = objects.begin() + end;
-  const auto it =
-      std::lower_bound(begin, stop, addr, [](const Object& o, uint64_t a) { return o.addr() < a; });
-  if (it == stop || it->addr() != addr) return -1;
-  return it - objects.begin();
+  if (first >= end) return -1;
+  // The page's objects are spread over it about evenly: start where the address's place in the
+  // page says and step to it, through neighbouring entries of the census (one or two cache
+  // lines), where a binary search over a page's dozens of objects took five or six misses. At
+  // most a page's entries (no object is under 16 bytes).
+  const uint64_t in_page = addr & ((uint64_t{1} << kPageBits) - 1);
+  uint64_t i = first + ((in_page * (end - first)) >> kPageBits);
+  if (objects[i].addr() < addr) {
+    while (++i < end && objects[i].addr() < addr) {
+    }
+  } else {
+    while (i > first && objects[i - 1].addr() >= addr) --i;
+  }
+  if (i >= end || objects[i].addr() != addr) return -1;
+  return static_cast<int64_t>(i);
 }
 
 int64_t AddressIndex::find(std::span<const Object> objects, uint64_t addr) const {

@@ -2,6 +2,7 @@
 // functions follow them, restricted to objects of the census (a reference to anything else is
 // not followed: it is no object the VM's lists hold).
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "heap/heap_graph_internal.h"
@@ -119,17 +120,30 @@ class EdgeReader {
   // `each(index, raw)`.
   template <typename F>
   void tvalues(uint64_t at, uint32_t n, F each) {
-    std::vector<uint64_t>& buf = buffer_;
     for (uint64_t done = 0; done < n;) {
       const uint64_t k = std::min(kChunk, n - done);
-      buf.resize(k);
-      if (!mem_.read(at + done * kTValueBytes, buf.data(), k * kTValueBytes)) {
+      const uint8_t* buf = words(at + done * kTValueBytes, k);
+      if (buf == nullptr) {
         ++unreadable_;
         return;
       }
-      for (uint64_t i = 0; i < k; ++i) each(static_cast<uint32_t>(done + i), buf[i]);
+      for (uint64_t i = 0; i < k; ++i) each(static_cast<uint32_t>(done + i), word(buf, i));
       done += k;
     }
+  }
+  // `count` 8-byte words at `at`: where they lie in the memory's mapped bytes (a core's), read
+  // there; else copied into buffer_. nullptr when unreadable. Millions of small tables' hash
+  // parts made a copy (a memmove call) each.
+  const uint8_t* words(uint64_t at, uint64_t count) {
+    if (const uint8_t* in_place = mem_.view(at, count * kTValueBytes)) return in_place;
+    buffer_.resize(count);
+    if (!mem_.read(at, buffer_.data(), count * kTValueBytes)) return nullptr;
+    return reinterpret_cast<const uint8_t*>(buffer_.data());
+  }
+  static uint64_t word(const uint8_t* words, uint64_t i) {
+    uint64_t v = 0;
+    std::memcpy(&v, words + i * kTValueBytes, sizeof v);
+    return v;
   }
 
   // lj_gc.c gc_traverse_tab.
@@ -148,18 +162,18 @@ class EdgeReader {
     auto node = mem_.ref(t + in_.tab_node);
     if (hmask == 0 || !node) return;
     // A Node is val, key (, next) in node_size bytes: read the nodes as TValue words.
-    const uint64_t words = static_cast<uint64_t>(in_.node_size) / kTValueBytes;
+    const uint64_t node_words = static_cast<uint64_t>(in_.node_size) / kTValueBytes;
     const uint64_t key_word = static_cast<uint64_t>(in_.node_key) / kTValueBytes;
-    std::vector<uint64_t>& nodes = buffer_;
     for (uint64_t done = 0, n = uint64_t{hmask} + 1; done < n;) {
       const uint64_t k = std::min(kChunk, n - done);
-      nodes.resize(k * words);
-      if (!mem_.read(*node + done * in_.node_size, nodes.data(), k * in_.node_size)) {
+      const uint8_t* nodes = words(*node + done * in_.node_size, k * node_words);
+      if (nodes == nullptr) {
         ++unreadable_;
         return;
       }
       for (uint64_t i = 0; i < k; ++i) {
-        const uint64_t val = nodes[i * words], key = nodes[i * words + key_word];
+        const uint64_t val = word(nodes, i * node_words),
+                       key = word(nodes, i * node_words + key_word);
         const auto slot = static_cast<uint32_t>(done + i);  // hmask is 32-bit
         if (!is_nil(val)) {
           if (!weak_values) value(val, EdgeKind::HashValue, slot);

@@ -122,15 +122,23 @@ void radix_sort(std::vector<T>& items, Key key) {
     high = std::max<uint64_t>(high, key(t));
   }
   const unsigned bits = static_cast<unsigned>(std::bit_width(high - low));
+  const unsigned passes = (bits + kDigitBits - 1) / kDigitBits;
+  if (passes == 0) return;
+  // Every pass's counts in one read of the items (a pass's counts do not depend on the order
+  // the passes before left).
+  std::vector<size_t> start(kBuckets * passes, 0);
+  for (const T& t : items) {
+    const uint64_t k = key(t) - low;
+    for (unsigned p = 0; p < passes; ++p)
+      ++start[p * kBuckets + ((k >> (p * kDigitBits)) & (kBuckets - 1))];
+  }
   std::vector<T> other(items.size());
-  std::vector<size_t> start(kBuckets);
-  for (unsigned shift = 0; shift < bits; shift += kDigitBits) {
-    auto digit = [&](const T& t) { return ((key(t) - low) >> shift) & (kBuckets - 1); };
-    std::fill(start.begin(), start.end(), 0);
-    for (const T& t : items) ++start[digit(t)];
+  for (unsigned p = 0; p < passes; ++p) {
+    const unsigned shift = p * kDigitBits;
+    size_t* pass_start = start.data() + p * kBuckets;
     size_t sum = 0;
-    for (size_t& n : start) sum += std::exchange(n, sum);
-    for (const T& t : items) other[start[digit(t)]++] = t;
+    for (size_t b = 0; b < kBuckets; ++b) sum += std::exchange(pass_start[b], sum);
+    for (const T& t : items) other[pass_start[((key(t) - low) >> shift) & (kBuckets - 1)]++] = t;
     items.swap(other);
   }
 }

@@ -64,6 +64,18 @@ class Memory {
     }
     return read_elsewhere(addr, out, len);
   }
+  // `len` bytes at `addr` where they can be read in place (a core file's mapped segment, see
+  // on_in_place), without a copy; nullptr otherwise (read() them).
+  const uint8_t* view(uint64_t addr, uint64_t len) const {
+    const uint64_t rel = addr - run_.start;
+    if (rel < run_.size && len <= run_.size - rel) return run_.data + rel;
+    if (!find_in_place_) return nullptr;
+    const InPlace run = find_in_place_(addr);
+    const uint64_t at = addr - run.start;
+    if (run.data == nullptr || at >= run.size || len > run.size - at) return nullptr;
+    run_ = run;
+    return run.data + at;
+  }
   template <typename T>
   std::optional<T> get(uint64_t addr) const {
     T v{};
