@@ -1,14 +1,20 @@
 #include "export/agent.h"
 
 #include <fmt/format.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "export/metrics.h"
@@ -381,6 +387,79 @@ std::map<std::string, std::string> profile_labels(const record::ProcessIdentity&
   return labels;
 }
 
+namespace {
+
+// The first SIGTERM or Ctrl-C ends the recording (record::Recorder's handler); the profiles still
+// queued are then delivered for up to the drain timeout. A second one ends that drain at once:
+// the agent still prints its summary and exits 0, where the default action killed it (status
+// 143) mid-drain. Installed before the recording, which saves it and puts it back at its end;
+// until the drain starts it does what the default action does.
+std::atomic<int> g_drain_signal_fd{-1};
+void on_signal_while_draining(int sig) {
+  const int fd = g_drain_signal_fd.load();
+  if (fd < 0) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  const uint64_t one = 1;
+  const int saved = errno;
+  if (::write(fd, &one, sizeof one) < 0) {
+    // The eventfd's counter cannot overflow from signals: nothing to do.
+  }
+  errno = saved;
+}
+
+class DrainSignals {
+ public:
+  DrainSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = &on_signal_while_draining;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~DrainSignals() {
+    g_drain_signal_fd = -1;
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  DrainSignals(const DrainSignals&) = delete;
+  DrainSignals& operator=(const DrainSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+// Stops every queue, each delivering what it holds for up to `timeout_s`; a SIGTERM or Ctrl-C
+// meanwhile stops them all at once.
+void drain_queues(std::vector<std::unique_ptr<UploadQueue>>& queues, double timeout_s,
+                  const std::function<void(const std::string&)>& log) {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) {
+    for (auto& q : queues) q->stop(timeout_s);
+    return;
+  }
+  g_drain_signal_fd = fd;
+  std::atomic<bool> drained{false};
+  std::thread watcher([&queues, &drained, &log, fd] {
+    pollfd p{fd, POLLIN, 0};
+    while (!drained) {
+      if (::poll(&p, 1, 100) <= 0 || (p.revents & POLLIN) == 0) continue;
+      if (log) log("stopping: the profiles still queued are not sent (a second signal)");
+      for (auto& q : queues) q->stop(0);
+      return;
+    }
+  });
+  for (auto& q : queues) q->stop(timeout_s);
+  drained = true;
+  watcher.join();
+  g_drain_signal_fd = -1;
+  ::close(fd);
+}
+
+}  // namespace
+
 Result<AgentSummary> run_agent(AgentOptions o) {
   if (o.record.interval_s <= 0) return make_error("--interval must be positive");
   LJ_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<UploadQueue>> queues, make_queues(o));
@@ -406,6 +485,7 @@ Result<AgentSummary> run_agent(AgentOptions o) {
       walls->watch(pid);
     }
   }
+  const DrainSignals drain_signals;
   o.record.keep_running = true;
   o.record.on_stats = [&state](const record::RecordStats& s) { state.set_stats(s); };
   o.record.on_interval = [&](record::IntervalProfiles&& cut) {
@@ -415,7 +495,7 @@ Result<AgentSummary> run_agent(AgentOptions o) {
   LJ_ASSIGN_OR_RETURN(record::RecordResult recorded, record::record(o.record));
   AgentSummary summary;
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  for (auto& q : queues) q->stop(o.drain_timeout_s);
+  drain_queues(queues, o.drain_timeout_s, o.log);
   summary.stats = recorded;
   walls.reset();
   std::tie(summary.intervals, summary.profiles) = state.intervals_and_profiles();

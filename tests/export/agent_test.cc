@@ -454,6 +454,40 @@ TEST(AgentLive, ABackendThatIsDownOrHangsNeverPausesSampling) {
   EXPECT_LT(rss_hang - rss_before, 4096) << "KiB";
 }
 
+// At SIGTERM the agent still delivers what is queued, for up to a drain timeout (5 s at a 5 s
+// interval); an operator who signals again does not want to wait: the second SIGTERM ends the
+// drain at once, and the agent still prints its summary and exits 0 (the default action killed
+// it with status 143, summary lost). The backend hangs, so the drain would take its whole time.
+TEST(AgentLive, ASecondSigtermEndsTheUploadDrainAndTheSummaryIsStillPrinted) {
+  ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
+  test::TempDir tmp;
+  const std::string dir = tmp.path(), stop = dir + "/stop";
+  test::Background luajit({"/usr/bin/luajit", test::record_workloads_dir() + "/run_split.lua",
+                           "120", dir + "/report", "jit_on", stop},
+                          dir + "/luajit.out");
+  Receiver receiver;
+  receiver.set_mode(Receiver::Mode::Hang);
+  Agent agent(dir, {"-p", std::to_string(luajit.pid()), "-F", "99", "--interval", "5",
+                    "--upload-timeout", "60", "--pyroscope", receiver.url()});
+  ASSERT_TRUE(receiver.wait_for_requests(1, 30)) << agent.log();
+  ::kill(agent.pid(), SIGTERM);
+  sleep_s(0.5);
+  const auto second = std::chrono::steady_clock::now();
+  const int status = agent.terminate();
+  const double after_second =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - second).count();
+  std::ofstream(stop) << "stop\n";
+  EXPECT_EQ(luajit.wait(10000), 0);
+  const std::string log = agent.log();
+  EXPECT_EQ(status, 0) << log;
+  // Well before the 4.5 s the drain had left (the hanging upload is cancelled at once).
+  EXPECT_LT(after_second, 3.0) << log;
+  EXPECT_NE(log.find("a second signal"), std::string::npos) << log;
+  const SinkSummary s = sink_summary(log, "pyroscope");
+  EXPECT_GE(s.queued, 1) << "the profile in flight was not delivered\n" << log;
+  receiver.set_mode(Receiver::Mode::Up);
+}
+
 // (3) 120 short-lived luajit processes under `-a`: they are followed (from their exec) and
 // every one is released — the followed count returns to zero and the agent's memory to within
 // 10% — and the metrics page is valid Prometheus text whose counters equal the summary the
