@@ -333,6 +333,16 @@ TEST(AgentLive, OneProfilePerProcessPerIntervalAddsUpToOneRecording) {
   }
 }
 
+// A luajit busy (run_split.lua, JIT on) until the file `stop` exists, at most 120 s.
+std::vector<std::string> busy_luajit(const std::string& dir, const std::string& stop) {
+  return {"/usr/bin/luajit",
+          test::record_workloads_dir() + "/run_split.lua",
+          "120",
+          dir + "/report",
+          "jit_on",
+          stop};
+}
+
 // (2) The backend goes down for three intervals, comes back, then hangs (accepts, never
 // answers): the queue keeps what fits and drops the oldest beyond it, the backlog arrives when
 // the backend is back, uploads time out while it hangs, and sampling never pauses.
@@ -340,10 +350,7 @@ TEST(AgentLive, ABackendThatIsDownOrHangsNeverPausesSampling) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
   test::TempDir tmp;
   const std::string dir = tmp.path(), stop = dir + "/stop";
-  // Busy until the stop file, at most 120 s.
-  test::Background luajit({"/usr/bin/luajit", test::record_workloads_dir() + "/run_split.lua",
-                           "120", dir + "/report", "jit_on", stop},
-                          dir + "/luajit.out");
+  test::Background luajit(busy_luajit(dir, stop), dir + "/luajit.out");
   Receiver receiver;
   Agent agent(dir, {"-p", std::to_string(luajit.pid()), "-F", "999", "--interval", "1", "--queue",
                     "2", "--upload-timeout", "0.5", "--pyroscope", receiver.url()});
@@ -462,9 +469,7 @@ TEST(AgentLive, ASecondSigtermEndsTheUploadDrainAndTheSummaryIsStillPrinted) {
   ASSERT_EQ(geteuid(), 0u) << "ljprof agent needs root";
   test::TempDir tmp;
   const std::string dir = tmp.path(), stop = dir + "/stop";
-  test::Background luajit({"/usr/bin/luajit", test::record_workloads_dir() + "/run_split.lua",
-                           "120", dir + "/report", "jit_on", stop},
-                          dir + "/luajit.out");
+  test::Background luajit(busy_luajit(dir, stop), dir + "/luajit.out");
   Receiver receiver;
   receiver.set_mode(Receiver::Mode::Hang);
   Agent agent(dir, {"-p", std::to_string(luajit.pid()), "-F", "99", "--interval", "5",
