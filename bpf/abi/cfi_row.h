@@ -57,8 +57,9 @@
  *   results and L->base is not updated yet: the caller's base is in the interpreter's PC
  *   register (vm_x64.dasc vm_return after `neg PC`). Valid only for a sampled (leaf) pc.
  * LJ_CFI_VM_EXIT: the trace exit handler before it calls lj_trace_exit (all GPRs pushed, rsp
- *   from the trace): like VM_CUR_L, with the exiting trace's BASE in G->jit_base and the
- *   innermost pc unknown. Valid only for a sampled (leaf) pc.
+ *   from the trace): like VM_CUR_L, with the exiting trace's BASE in G->jit_base (in L->base
+ *   once the handler has cleared jit_base for the call) and the innermost pc unknown. Valid
+ *   only for a sampled (leaf) pc.
  * LJ_CFI_VM_LINK_PENDING: like KEEP, at a call's `str PC, [BASE, FRAME_PC]` (vm_arm64.dasc
  *   ins_call: BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call; vm_x64.dasc `mov [BASE-8], PC`,
  *   vm_x86.dasc `mov [BASE-4], PC`): BASE is already the callee's
@@ -66,6 +67,11 @@
  *   register, not in the stack slot (which holds whatever an earlier frame left there). The
  *   walker takes that frame's link from PC; the callee has not started, so its own pc is
  *   unknown. Valid only for a sampled (leaf) pc.
+ * LJ_CFI_VM_CUR_L_SAVED: like VM_CUR_L, where BASE and PC are not in their registers yet but
+ *   the running lua_State's L->base and its C frame's saved PC (CFRAME_OFS_PC) hold them: the
+ *   trace exit handler after lj_trace_exit returned (lj_trace.c lj_trace_exit restores the
+ *   interpreter's state there and stores the pc; vm_x64.dasc vm_exit_handler then loads BASE
+ *   and PC from them). The frames are walked as at a return address.
  * LJ_CFI_SIGNAL: a signal trampoline (x86-64 glibc __restore_rt, AArch64 vDSO
  *   __kernel_rt_sigreturn, and the instruction before each that its signal-frame FDE covers for
  *   callers' pc - 1 lookups): the code that calls rt_sigreturn with sp at the frame the kernel
@@ -85,6 +91,7 @@
 #define LJ_CFI_VM_EXIT 8
 #define LJ_CFI_VM_LINK_PENDING 9
 #define LJ_CFI_SIGNAL 10
+#define LJ_CFI_VM_CUR_L_SAVED 11
 
 /* LJ_CFI_SIGNAL rows' ra_rule: the `struct sigcontext` layout, byte offsets from its start.
  * x86-64: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, 8 bytes each (glibc's

@@ -124,11 +124,12 @@ LJ_INLINE int lj_enter_vm(struct lj_walk_env* env, const struct lj_luajit_info* 
       return -1;
     }
     if (leaf && base_from_jit_base) {
-      /* LJ_CFI_VM_EXIT: the exiting trace's BASE is G->jit_base (vm_x64.dasc
-       * vm_exit_handler clears it just before calling lj_trace_exit; those few instructions
-       * stop here). */
-      if (lj_read_ref(env, lj, g + lj->g_jit_base, &base) != 0 || base == 0)
-        return LJ_END_NULL_JIT_BASE;
+      /* LJ_CFI_VM_EXIT: the exiting trace's BASE is G->jit_base; vm_x64.dasc vm_exit_handler
+       * stores it into L->base (`mov L:RB->base, BASE`, read above) before it clears jit_base
+       * to call lj_trace_exit, so from that clear to the call L->base holds it. */
+      uint64_t jit_base = 0;
+      if (lj_read_ref(env, lj, g + lj->g_jit_base, &jit_base) != 0) return LJ_END_NULL_JIT_BASE;
+      if (jit_base != 0) base = jit_base;
       top = maxstack;
       pc = LJ_PC_UNKNOWN;
     } else if (leaf && regs->vm_base != 0) {

@@ -290,8 +290,9 @@ LJ_INLINE int lj_locate_cur_l_cframe(struct lj_walk_ctx* c, struct lj_cfi_row* r
     cframe &= ~(uint64_t)3; /* lj_frame.h CFRAME_RAWMASK */
   }
   /* The C frame lies above the current sp on the same stack (the handler's pushes, BC_JLOOP's
-   * 16 bytes and the trace's spadjust are below it). */
-  if (cframe <= regs->sp || cframe - regs->sp > (1u << 20)) return LJ_END_CFRAME_MISMATCH;
+   * 16 bytes and the trace's spadjust are below it), or at it (a non-GC64 exit handler that has
+   * already moved rsp there, LJ_CFI_VM_CUR_L_SAVED). */
+  if (cframe < regs->sp || cframe - regs->sp > (1u << 20)) return LJ_END_CFRAME_MISMATCH;
   if (lj_walk_lookup(env, lj->vm_begin + st->vm_bias, row) != 0 || row->hint != LJ_CFI_KEEP)
     return LJ_END_NO_LUAJIT;
   regs->sp = cframe;
@@ -397,7 +398,10 @@ static long lj_walk_step(uint64_t index, void* ctx) {
       st->enter_empty = row->hint != LJ_CFI_KEEP;
       st->mode = LJ_MODE_ENTER;
       return 0;
-    } else if (row->hint == LJ_CFI_VM_CUR_L) {
+    } else if (row->hint == LJ_CFI_VM_CUR_L || row->hint == LJ_CFI_VM_CUR_L_SAVED) {
+      /* VM_CUR_L_SAVED: L->base and the C frame's saved PC, not the registers (as for a
+       * return address into the VM). */
+      if (row->hint == LJ_CFI_VM_CUR_L_SAVED) st->leaf = 0;
       st->mode = LJ_MODE_LOCATE;
       return 0;
     } else if (row->hint == LJ_CFI_VM_EXIT) {

@@ -297,6 +297,8 @@ const char* hint_name(uint8_t hint) {
       return "vm-link-pending";
     case LJ_CFI_SIGNAL:
       return "signal";
+    case LJ_CFI_VM_CUR_L_SAVED:
+      return "vm-cur-L-saved";
     default:
       return "bad-hint";
   }

@@ -87,8 +87,9 @@ Status check_rows(std::span<const lj_cfi_row> rows) {
       return make_error("table row {}: pc {:#x} does not follow {:#x}", i, r.pc_start,
                         rows[i - 1].pc_start);
     }
-    if (r.hint > LJ_CFI_SIGNAL || r.cfa_base > LJ_CFI_REG_BX || r.ra_rule > LJ_CFI_RULE_UNKNOWN ||
-        r.fp_rule > LJ_CFI_RULE_UNKNOWN) {
+    if (r.hint > LJ_CFI_VM_CUR_L_SAVED || r.cfa_base > LJ_CFI_REG_BX ||
+        r.ra_rule > LJ_CFI_RULE_UNKNOWN || r.fp_rule > LJ_CFI_RULE_UNKNOWN ||
+        r.bx_rule > LJ_CFI_BX_AT_CFA) {
       return make_error("table row {}: unknown hint, CFA base or rule", i);
     }
     if (r.hint == LJ_CFI_SIGNAL && (r.ra_rule < LJ_CFI_SIGCONTEXT_X86_64 ||

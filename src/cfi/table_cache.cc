@@ -16,7 +16,7 @@ namespace ljprof::cfi {
 
 namespace {
 
-constexpr char kMagic[8] = {'L', 'J', 'P', 'C', 'F', 'I', 0, 3};
+constexpr char kMagic[8] = {'L', 'J', 'P', 'C', 'F', 'I', 0, 4};
 
 // This program's GNU build-id, from its own PT_NOTE in memory (the first object
 // dl_iterate_phdr reports is the main program), as lowercase hex; "" when it has none.

@@ -149,10 +149,11 @@ void add_unlinked_entry_window(Finder& f, VmCode code, const std::map<uint64_t, 
 // `call lj_trace_exit` the C frame is the running lua_State's cframe and the exiting trace's
 // BASE is G->jit_base: hint VM_EXIT (sampled pcs only). The rest of the call instruction, the
 // return address, is VM_CUR_L: L->base is set by then (return-address lookups use pc - 1).
-// Where the code joins vm_exit_interp's `1:` label before `mov rsp, reg` (GC64:
-// `lea rcx, [rsp+16]` / `1: mov r13, [rcx-8]; mov r12, [rcx]; mov rsp, rcx`), the loads there
-// run with BASE and PC in their registers on both paths: VM_CUR_L, and so does the `lea`, which
-// only traces jump to. The rest stays Invalid.
+// After the call, up to its `jmp >1`, BASE and PC are read from L->base and the C frame's saved
+// PC: VM_CUR_L_SAVED. Where the code joins vm_exit_interp's `1:` label before `mov rsp, reg`
+// (GC64: `lea rcx, [rsp+16]` / `1: mov r13, [rcx-8]; mov r12, [rcx]; mov rsp, rcx`), the loads
+// there run with BASE and PC in their registers on both paths: VM_CUR_L, and so does the `lea`,
+// which only traces jump to. Code of any other shape stays Invalid.
 void add_exit_handler(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index, size_t first,
                       size_t mov_rsp, uint64_t stop, int64_t frame, int32_t blanket_fp) {
   const char* what = "trace exit handler (all GPRs pushed, rsp from the trace)";
@@ -173,39 +174,51 @@ void add_exit_handler(Finder& f, VmCode code, const std::map<uint64_t, size_t>& 
         sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_EXIT));
   f.add(code[call].address + 1, code[call].end(), "trace exit handler: return from lj_trace_exit",
         how, cur_l);
-  // The `1:` label: a direct jmp after the call targets it; from there to `mov rsp, reg`
-  // only register loads.
-  size_t label = code.size();
-  for (size_t k = call + 1; k < mov_rsp; ++k) {
-    if (code[k].kind != InsnKind::Jump || !is_imm(code[k], 0)) continue;
-    auto t = index.find(static_cast<uint64_t>(code[k].ops[0].imm));
-    if (t != index.end() && t->second > k && t->second <= mov_rsp) label = t->second;
+  // From lj_trace_exit's return to the handler's `jmp >1`, straight-line code loads BASE and PC
+  // from L->base and the C frame's saved PC, where lj_trace_exit left them (non-GC64 moves rsp
+  // to the C frame first): VM_CUR_L_SAVED.
+  constexpr size_t kMaxLoads = 16;
+  size_t jmp = call + 1;
+  while (jmp < code.size() && jmp <= call + kMaxLoads && !is_transfer(code[jmp])) ++jmp;
+  if (jmp >= code.size() || code[jmp].kind != InsnKind::Jump || !is_imm(code[jmp], 0)) {
+    f.add(code[call].end(), stop, what, how, invalid());
+    return;
   }
+  f.add(code[call].end(), code[jmp].end(),
+        "trace exit handler: BASE and PC in L->base and the C frame", how,
+        sp_row(static_cast<int32_t>(frame), LJ_CFI_RULE_AT_CFA, blanket_fp, LJ_CFI_VM_CUR_L_SAVED));
+  // Non-GC64: rsp is at the C frame before the jmp, and vm_exit_interp (`add rsp, 16` then the
+  // label) has rows of its own.
+  if (code[jmp].end() >= stop) return;
+  // GC64: the jmp's target is the `1:` label; from there to `mov rsp, reg` only register loads.
+  auto target = index.find(static_cast<uint64_t>(code[jmp].ops[0].imm));
+  const size_t label = target != index.end() && target->second > jmp && target->second <= mov_rsp
+                           ? target->second
+                           : code.size();
   bool loads_only = label < code.size();
   for (size_t k = label; loads_only && k < mov_rsp; ++k) {
     loads_only = is_kind(code[k], InsnKind::Mov, 2) && code[k].ops[0].kind == OpKind::Reg &&
                  code[k].ops[1].kind == OpKind::Mem;
   }
   if (!loads_only) {
-    f.add(code[call].end(), stop, what, how, invalid());
+    f.add(code[jmp].end(), stop, what, how, invalid());
     return;
   }
-  // GC64's vm_exit_interp entry, `lea reg, [rsp+N]` between the handler's `jmp >1` and the
-  // label: reached only from a trace's tail, with BASE and PC in their registers and the C frame
-  // at rsp + N (the loads after the label take it from `reg`, `mov rsp, reg` moves there).
-  size_t invalid_end = label;
-  const Insn& entry = code[label - 1];
-  if (label >= call + 3 && is_jmp(code[label - 2]) && entry.kind == InsnKind::Lea &&
-      entry.op_count == 2 && entry.ops[0].kind == OpKind::Reg && entry.ops[0].size == 8 &&
+  // GC64's vm_exit_interp entry, `lea reg, [rsp+N]` between the jmp and the label: reached only
+  // from a trace's tail, with BASE and PC in their registers and the C frame at rsp + N (the
+  // loads after the label take it from `reg`, `mov rsp, reg` moves there).
+  const Insn& entry = code[jmp + 1];
+  if (label == jmp + 2 && entry.kind == InsnKind::Lea && entry.op_count == 2 &&
+      entry.ops[0].kind == OpKind::Reg && entry.ops[0].size == 8 &&
       entry.ops[1].kind == OpKind::Mem && entry.ops[1].base == kX86Rsp &&
       entry.ops[1].index == disasm::kNoReg && entry.ops[1].disp > 0 && entry.ops[1].disp <= 4096 &&
       is_reg(code[mov_rsp], 1, entry.ops[0].reg)) {
-    invalid_end = label - 1;
     f.add(entry.address, entry.end(), "trace exit to interpreter (vm_exit_interp entry)", how,
           sp_row(static_cast<int32_t>(frame + entry.ops[1].disp), LJ_CFI_RULE_AT_CFA, blanket_fp,
                  LJ_CFI_VM_CUR_L));
+  } else {
+    f.add(code[jmp].end(), code[label].address, what, how, invalid());
   }
-  f.add(code[call].end(), code[invalid_end].address, what, how, invalid());
   f.add(code[label].address, stop, "trace exit to interpreter, C frame in a register", how, cur_l);
 }
 

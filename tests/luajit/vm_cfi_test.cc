@@ -311,7 +311,7 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
       // Exit handler: VM_EXIT through its last call (lj_trace_exit), VM_CUR_L from the call's
       // return address and, when a jmp after that call lands on a run of loads right before
       // `mov rsp,reg` (vm_exit_interp's `1:`), for those loads and vm_exit_interp's entry;
-      // Invalid in between.
+      // VM_CUR_L_SAVED from the return to the first jmp.
       size_t k = j, call = 0, label = 0;
       while (k < code.size() && !starts(code[k].second, "mov rsp,")) ++k;
       ASSERT_LT(k, code.size());
@@ -339,10 +339,20 @@ void check_x86_vm(const std::string& path, uint64_t begin, uint64_t end, int64_t
                                                     std::regex(R"(lea rcx,\[rsp\+0x([0-9a-f]+)\])"))
                                ? label - 1
                                : 0;
-      for (size_t q = i; q <= k; ++q) {
-        const uint8_t want = q <= call                                    ? LJ_CFI_VM_EXIT
-                             : (label != 0 && (q >= label || q == entry)) ? LJ_CFI_VM_CUR_L
-                                                                          : LJ_CFI_INVALID;
+      // From lj_trace_exit's return through the handler's first jmp after it, BASE and PC are
+      // loaded from L->base and the C frame's saved PC: VM_CUR_L_SAVED (non-GC64: past the
+      // `mov rsp,` too, up to that jmp).
+      size_t jmp_after = call;
+      while (jmp_after + 1 < code.size() && !starts(code[jmp_after].second, "jmp ")) ++jmp_after;
+      for (size_t q = i; q <= std::max(k, jmp_after); ++q) {
+        uint8_t want = LJ_CFI_INVALID;
+        if (q <= call) {
+          want = LJ_CFI_VM_EXIT;
+        } else if (q <= jmp_after) {
+          want = LJ_CFI_VM_CUR_L_SAVED;
+        } else if (label != 0 && (q >= label || q == entry)) {
+          want = LJ_CFI_VM_CUR_L;
+        }
         EXPECT_EQ(row(code[q].first)->hint, want) << std::hex << code[q].first;
       }
       if (entry != 0) {
