@@ -39,6 +39,8 @@ void read_fibers(MappedObject& obj) {
 void analyse_mapped_file(MappedObject& obj, uint32_t pid, const proc::MapEntry& map,
                          cfi::TableCache* tables) {
   obj.opened_through = pid;
+  obj.opened_start = map.start;
+  obj.opened_end = map.end;
   auto elf = elf::ElfFile::open(proc::map_files_path(pid, map));
   if (!elf.ok()) {
     obj.error = elf.message();
@@ -94,9 +96,13 @@ MappedObject* ObjectCache::get(uint32_t pid, const proc::MapEntry& map) {
   auto key = std::make_tuple(map.dev, map.inode, map.path);
   if (auto it = objects_.find(key); it != objects_.end()) {
     MappedObject* obj = it->second.get();
-    // The process it was first opened through had exited (its map_files gone): another process
-    // mapping the same file tries again, into the same object (contexts may point at it).
-    if (!obj->elf && obj->opened_through != pid) analyse(*obj, pid, map);
+    // The process it was first opened through had exited (its map_files gone), or the mapping
+    // was replaced before the open: another process or another mapping of the same file tries
+    // again, into the same object (contexts may point at it).
+    if (!obj->elf && (obj->opened_through != pid || obj->opened_start != map.start ||
+                      obj->opened_end != map.end)) {
+      analyse(*obj, pid, map);
+    }
     return used(obj);
   }
   auto obj = std::make_unique<MappedObject>();
@@ -301,6 +307,7 @@ Result<std::unique_ptr<ProcessContext>> build_process_context(uint32_t pid, Obje
     MappedObject* obj = vdso ? cache.get_vdso(m, *ctx->mem) : cache.get(pid, m);
     if (!obj->elf) {
       ctx->warnings.push_back(fmt::format("{}: {}", m.path, obj->error));
+      ++ctx->unread_modules;
       continue;
     }
     auto bias = mapping_bias(*obj->elf, m);

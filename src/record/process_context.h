@@ -41,6 +41,10 @@ struct MappedObject {
   elf::LazyDebugFile debug;
   std::string error;            // why `elf` or `table` is missing
   uint32_t opened_through = 0;  // the process whose /proc/PID/map_files it was opened by
+  // The mapping it was opened through: a failed open is tried again through another one (the
+  // loader may have replaced a mapping between the maps read and the open: its map_files entry
+  // is gone).
+  uint64_t opened_start = 0, opened_end = 0;
   std::optional<cfi::UnwindTable> table;
   std::optional<luajit::LuaJITProcInfo> luajit;  // set when this file carries the LuaJIT VM
   std::string luajit_error;
@@ -154,6 +158,8 @@ struct ProcessContext {
   // raw stacks) never outlive an exec or a remap of the same pid.
   uint64_t generation = 0;
   std::vector<std::string> warnings;
+  // Code mappings left out because their file could not be opened (in warnings too).
+  size_t unread_modules = 0;
 
   ProcessContext() = default;
   ProcessContext(const ProcessContext&) = delete;

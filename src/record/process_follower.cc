@@ -122,6 +122,13 @@ void ProcessFollower::publish(uint32_t pid, FollowedProcess& p) {
   p.ctx = std::move(*ctx);
   kernel_.publish_exec_template(pid, *p.ctx);
   kernel_.publish_lib_templates(*p.ctx);
+  // A code mapping whose file could not be opened (the loader replaced it between the maps read
+  // and the open: an AArch64 library whose tail it maps over brings no notification) is tried
+  // again at the next wake-up, a few times: its walks end there until then.
+  if (p.ctx->unread_modules > 0 && p.unread_retries > 0) {
+    --p.unread_retries;
+    retry_.insert(pid);
+  }
 }
 
 // What could not be read of a process's files, once per process; and the table cache's first
@@ -285,7 +292,7 @@ void ProcessFollower::refresh(uint32_t pid, FollowedProcess& p) {
   uint32_t value = 0;
   const bool pending =
       bpf_map_lookup_elem(session_.pids_fd(), &pid, &value) == 0 && needs_context(value);
-  if (!pending && p.ctx) {
+  if (!pending && p.ctx && p.ctx->unread_modules == 0) {
     auto maps = proc::read_proc_maps(pid);
     if (maps.ok() && executable_signature(*maps) == p.ctx->signature) return;
   }

@@ -40,6 +40,8 @@ struct FollowedProcess {
   std::map<std::pair<uint64_t, const MappedObject*>, uint64_t> published_ns;
   // What the kernel copied of it while it was young (kCopyYoungS), read before its memory.
   std::shared_ptr<proc::CapturedMemory> copies = std::make_shared<proc::CapturedMemory>();
+  // Times its context is read again because a code mapping's file could not be opened.
+  int unread_retries = 5;
   Clock::time_point first_copy{};
 };
 

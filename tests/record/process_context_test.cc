@@ -190,5 +190,32 @@ TEST(ObjectCache, AFileUnopenedThroughAnExitedProcessIsOpenedThroughTheNext) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
+// The loader may replace a mapping between the read of /proc/PID/maps and the open of its
+// map_files entry (an AArch64 library whose tail it maps over): that open fails, and the same
+// process's next read, with the mapping as it is now, opens it. Here the stale entry is this
+// process's libc mapping one page longer than it is.
+TEST(ObjectCache, AFileUnopenedThroughAReplacedMappingIsOpenedThroughTheNewOne) {
+  const auto self = static_cast<uint32_t>(::getpid());
+  auto maps = proc::read_proc_maps(self);
+  ASSERT_TRUE(maps.ok()) << maps.message();
+  std::optional<proc::MapEntry> libc;
+  for (const proc::MapEntry& m : *maps) {
+    if (m.executable && m.file_backed() && m.path.find("/libc.so") != std::string::npos) libc = m;
+  }
+  ASSERT_TRUE(libc) << "no libc mapping in this process";
+  proc::MapEntry stale = *libc;
+  stale.end += 0x1000;
+  ObjectCache cache;
+  MappedObject* unopened = cache.get(self, stale);
+  EXPECT_EQ(unopened->elf, nullptr);
+  EXPECT_NE(unopened->error, "");
+  // The same range again is not tried again (a file that cannot be opened stays so).
+  EXPECT_EQ(cache.get(self, stale)->elf, nullptr);
+  MappedObject* obj = cache.get(self, *libc);
+  EXPECT_EQ(obj, unopened);
+  ASSERT_NE(obj->elf, nullptr) << obj->error;
+  EXPECT_TRUE(obj->table.has_value()) << obj->error;
+}
+
 }  // namespace
 }  // namespace ljprof::record
