@@ -123,10 +123,10 @@ void add_agent_command(CommandLine& cli) {
       "Profile every LuaJIT process on this host continuously (tarantool, nginx-lua/OpenResty, "
       "luajit; ones that start later too) and push one pprof profile per process every "
       "interval to Pyroscope and/or a directory. Runs until SIGTERM or Ctrl-C, then sends the "
-      "last, partial interval (a second signal stops the sending). Needs root (or the capabilities "
-      "of "
-      "packaging/ljprof-agent.service). Sampling never waits on a slow or absent backend: "
-      "profiles queue (bounded, oldest dropped first) and are retried with backoff.");
+      "last, partial interval (a second signal stops the sending). Needs root (or the "
+      "capabilities of packaging/ljprof-agent.service). Sampling never waits on a slow or "
+      "absent backend: profiles queue (bounded, oldest dropped first) and are retried with "
+      "backoff.");
   add_pid_option(cmd, f->recording, "Only these processes (comma-separated PIDs)");
   cmd.option("--comm", f->comms,
              "Only processes whose name (comm or executable) is NAME; repeatable")

@@ -57,24 +57,18 @@ class Memory {
   Memory(ljprof_mem_reader mem, const lj_luajit_info& info) : mem_(mem), info_(info) {}
 
   bool read(uint64_t addr, void* out, uint64_t len) const {
-    const uint64_t rel = addr - run_.start;
-    if (rel < run_.size && len <= run_.size - rel) {
-      std::memcpy(out, run_.data + rel, len);
+    if (const uint8_t* in_place = view(addr, len)) {
+      std::memcpy(out, in_place, len);
       return true;
     }
-    return read_elsewhere(addr, out, len);
+    return len <= UINT32_MAX && mem_.read_mem(mem_.ctx, addr, out, static_cast<uint32_t>(len)) == 0;
   }
   // `len` bytes at `addr` where they can be read in place (a core file's mapped segment, see
   // on_in_place), without a copy; nullptr otherwise (read() them).
   const uint8_t* view(uint64_t addr, uint64_t len) const {
     const uint64_t rel = addr - run_.start;
     if (rel < run_.size && len <= run_.size - rel) return run_.data + rel;
-    if (!find_in_place_) return nullptr;
-    const InPlace run = find_in_place_(addr);
-    const uint64_t at = addr - run.start;
-    if (run.data == nullptr || at >= run.size || len > run.size - at) return nullptr;
-    run_ = run;
-    return run.data + at;
+    return view_elsewhere(addr, len);
   }
   template <typename T>
   std::optional<T> get(uint64_t addr) const {
@@ -133,17 +127,15 @@ class Memory {
   bool reread(uint64_t addr, uint64_t len) const { return reread_ && reread_(addr, len); }
 
  private:
-  bool read_elsewhere(uint64_t addr, void* out, uint64_t len) const {
-    if (find_in_place_) {
-      const InPlace run = find_in_place_(addr);
-      const uint64_t rel = addr - run.start;
-      if (run.data != nullptr && rel < run.size && len <= run.size - rel) {
-        run_ = run;
-        std::memcpy(out, run.data + rel, len);
-        return true;
-      }
-    }
-    return len <= UINT32_MAX && mem_.read_mem(mem_.ctx, addr, out, static_cast<uint32_t>(len)) == 0;
+  // view() outside the run found last: the run holding `addr`, remembered when it holds all
+  // `len` bytes.
+  const uint8_t* view_elsewhere(uint64_t addr, uint64_t len) const {
+    if (!find_in_place_) return nullptr;
+    const InPlace run = find_in_place_(addr);
+    const uint64_t rel = addr - run.start;
+    if (run.data == nullptr || rel >= run.size || len > run.size - rel) return nullptr;
+    run_ = run;
+    return run.data + rel;
   }
 
   ljprof_mem_reader mem_;

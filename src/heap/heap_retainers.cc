@@ -117,21 +117,30 @@ class DominatorSlots {
     const uint64_t below = bits_[v >> 6] & ((uint64_t{1} << (v & 63)) - 1);
     return before_[v >> 6] + static_cast<uint32_t>(std::popcount(below));
   }
-  // slot(v) of an immediate dominator: objects come in runs under one (a table's entries, in
-  // a row), so the last one asked is asked first.
-  uint32_t slot_of_idom(uint32_t idom, uint32_t& last_idom, uint32_t& last_slot) const {
-    if (idom != last_idom) {
-      last_idom = idom;
-      last_slot = slot(idom);
-    }
-    return last_slot;
-  }
   size_t count() const { return count_; }
 
  private:
   std::vector<uint64_t> bits_;
   std::vector<uint32_t> before_;  // slots of the words before each word
   size_t count_ = 0;
+};
+
+// DominatorSlots::slot of immediate dominators: objects come in runs under one (a table's
+// entries, in a row), so the last one asked is asked first.
+class IdomSlots {
+ public:
+  explicit IdomSlots(const DominatorSlots& dominating) : dominating_(dominating) {}
+  uint32_t operator()(uint32_t idom) {
+    if (idom != last_idom_) {
+      last_idom_ = idom;
+      last_slot_ = dominating_.slot(idom);
+    }
+    return last_slot_;
+  }
+
+ private:
+  const DominatorSlots& dominating_;
+  uint32_t last_idom_ = kUnreached, last_slot_ = 0;
 };
 
 // The memory profile: objects grouped by their chain of dominators, each dominator named by
@@ -144,10 +153,10 @@ std::vector<ProfileEntry> profile_entries(const PathNamer& namer, const Census& 
                                           const DominatorSlots& dominating) {
   ProfileBuilder profile;
   std::vector<uint32_t> stack_of(dominating.count(), 0);  // by slot; the root's is 0
-  uint32_t last_idom = kUnreached, last_slot = 0;
+  IdomSlots idom_slot(dominating);
   for (uint32_t v : dom.top_down) {
     if (v == root) continue;
-    const uint32_t up = stack_of[dominating.slot_of_idom(dom.idom[v], last_idom, last_slot)];
+    const uint32_t up = stack_of[idom_slot(dom.idom[v])];
     const Object& o = census.objects[v];
     if (!dominating.has(v)) {
       profile.add(up, o.gct, o.bytes);
@@ -173,7 +182,7 @@ template <typename T, typename Own>
 std::vector<T> sum_up_dominators(const Dominators& dom, uint32_t root,
                                  const DominatorSlots& dominating, Own own) {
   std::vector<T> sum(dominating.count(), 0);
-  uint32_t last_idom = kUnreached, last_slot = 0;
+  IdomSlots idom_slot(dominating);
   // A dominator precedes what it dominates in top_down: in reverse, a dominator's slot holds
   // what it dominates by the time it is met.
   for (size_t i = dom.top_down.size(); i-- > 0;) {
@@ -185,7 +194,7 @@ std::vector<T> sum_up_dominators(const Dominators& dom, uint32_t root,
       slot += mine;
       mine = slot;
     }
-    sum[dominating.slot_of_idom(dom.idom[v], last_idom, last_slot)] += mine;
+    sum[idom_slot(dom.idom[v])] += mine;
   }
   return sum;
 }
