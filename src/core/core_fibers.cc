@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/core_walk.h"
+#include "core/thread_pointers.h"
 
 extern "C" {
 #include "abi/walk_types.h"
@@ -21,8 +22,58 @@ namespace {
 // /usr/bin/tarantool 2.6: objdump -d shows push rbp, rbx, r12, r13, r14, r15; mov rsp,(rdi); ...;
 // pop r15..rbp; pop rcx; jmp *rcx): the saved sp points at r15, and the words above it are r14,
 // r13, r12, rbx, rbp, then the return address into coro_transfer's caller.
-constexpr uint64_t kSavedR15 = 0, kSavedR14 = 8, kSavedR13 = 16, kSavedR12 = 24, kSavedRbx = 32,
-                   kSavedRbp = 40, kSavedReturn = 48, kSavedWords = 7;
+constexpr uint64_t kX86SavedR15 = 0, kX86SavedR14 = 1, kX86SavedR13 = 2, kX86SavedR12 = 3,
+                   kX86SavedRbx = 4, kX86SavedRbp = 5, kX86SavedReturn = 6, kX86SavedWords = 7;
+
+// The same file's AArch64 CORO_ASM coro_transfer (NUM_SAVED 20): `sub sp, sp, #8 * 20`, then
+// stp x19..x28, x29/x30, d8..d15 pairs at [sp, #16 * i], and the new sp into prev->sp; resuming
+// reloads them and does `add sp, x3, #8 * 20; ret` (to x30). A context coro_create made and
+// nothing ran yet holds x19 = the function, x20 = its argument, x30 = coro_startup, all else 0.
+constexpr uint64_t kA64SavedX19 = 0, kA64SavedX29 = 10, kA64SavedX30 = 11, kA64SavedWords = 20;
+
+constexpr uint64_t kMaxSavedWords = 20;
+
+// The registers coro_transfer's caller sees once the fiber is switched to again, from the words
+// saved at `sp`.
+lj_native_regs x86_saved_context(const uint64_t* w, uint64_t sp, int dispatch_reg) {
+  lj_native_regs r{};
+  r.pc = w[kX86SavedReturn];
+  r.sp = sp + kX86SavedWords * 8;  // after coro_transfer's `pop rcx`
+  r.fp = w[kX86SavedRbp];
+  r.fp_valid = 1;
+  // The caller's rbx, as coro_transfer saved it (for an rbx-based CFA above, cfi_row.h
+  // LJ_CFI_REG_BX). vm_x64.dasc keeps PC in rbx too; that is used only if the pc is in the VM
+  // (it is not: the fiber is in coro_transfer's caller).
+  r.vm_pc = w[kX86SavedRbx];
+  r.bx_valid = 1;
+  // The callee-saved registers coro_transfer saved, by DWARF number (luajit_info.h
+  // dispatch_reg): rbx 3, rbp 6, r12..r15 12..15.
+  const std::pair<int, uint64_t> callee_saved[] = {{3, w[kX86SavedRbx]},  {6, w[kX86SavedRbp]},
+                                                   {12, w[kX86SavedR12]}, {13, w[kX86SavedR13]},
+                                                   {14, w[kX86SavedR14]}, {15, w[kX86SavedR15]}};
+  for (const auto& [reg, value] : callee_saved) {
+    if (reg != dispatch_reg) continue;
+    r.dispatch = value;
+    r.dispatch_valid = 1;
+  }
+  return r;
+}
+
+lj_native_regs a64_saved_context(const uint64_t* w, uint64_t sp, int dispatch_reg) {
+  lj_native_regs r{};
+  r.pc = w[kA64SavedX30];  // coro_transfer's `ret`
+  r.lr = w[kA64SavedX30];
+  r.lr_valid = 1;
+  r.sp = sp + kA64SavedWords * 8;
+  r.fp = w[kA64SavedX29];
+  r.fp_valid = 1;
+  // x19..x28 (DWARF numbers 19..28) for luajit_info.h dispatch_reg (GL).
+  if (dispatch_reg >= 19 && dispatch_reg <= 28) {
+    r.dispatch = w[kA64SavedX19 + static_cast<uint64_t>(dispatch_reg - 19)];
+    r.dispatch_valid = 1;
+  }
+  return r;
+}
 
 }  // namespace
 
@@ -71,42 +122,21 @@ uint64_t CoreWalker::running_fiber(uint64_t cord) const {
 }
 
 Result<ThreadStack> CoreWalker::walk_fiber(const FiberName& fiber) const {
-  if (core_.arch() != elf::Arch::X86_64) {
-    return make_error("fiber {}: saved contexts are read on x86-64 only (Lua frames only)",
-                      fiber.id);
-  }
+  const bool a64 = core_.arch() == elf::Arch::AArch64;
+  const uint64_t count = a64 ? kA64SavedWords : kX86SavedWords;
   const ljprof_mem_reader mem = core_.mem_reader();
   const uint64_t sp = fiber.saved_sp;
-  uint64_t words[kSavedWords] = {};
-  if (sp == 0 || (sp & 7) != 0 ||
-      mem.read_mem(mem.ctx, sp, words, static_cast<uint32_t>(sizeof words)) != 0) {
+  uint64_t words[kMaxSavedWords] = {};
+  if (sp == 0 || (sp & (a64 ? 15 : 7)) != 0 ||
+      mem.read_mem(mem.ctx, sp, words, static_cast<uint32_t>(count * 8)) != 0) {
     return make_error(
-        "fiber {}: its saved context at fiber.ctx.sp {:#x} is unreadable (coro_transfer's {} "
-        "saved words)",
-        fiber.id, sp, kSavedWords);
+        "fiber {}: its saved context at fiber.ctx.sp {:#x} is unreadable or misaligned "
+        "(coro_transfer's {} saved words)",
+        fiber.id, sp, count);
   }
-  auto saved = [&](uint64_t offset) { return words[offset / 8]; };
-  lj_native_regs regs{};
-  regs.pc = saved(kSavedReturn);
-  regs.sp = sp + kSavedWords * 8;  // after coro_transfer's `pop rcx`
-  regs.fp = saved(kSavedRbp);
-  regs.fp_valid = 1;
-  // The caller's rbx, as coro_transfer saved it (for an rbx-based CFA above, cfi_row.h
-  // LJ_CFI_REG_BX). vm_x64.dasc keeps PC in rbx too; that is used only if the pc is in the VM
-  // (it is not: the fiber is in coro_transfer's caller).
-  regs.vm_pc = saved(kSavedRbx);
-  regs.bx_valid = 1;
-  if (luajit_) {
-    // DWARF numbers of the callee-saved registers coro_transfer saved (luajit_info.h dispatch_reg).
-    const std::pair<uint8_t, uint64_t> callee_saved[] = {
-        {3, saved(kSavedRbx)},  {6, saved(kSavedRbp)},  {12, saved(kSavedR12)},
-        {13, saved(kSavedR13)}, {14, saved(kSavedR14)}, {15, saved(kSavedR15)}};
-    for (const auto& [reg, value] : callee_saved) {
-      if (reg != info_.dispatch_reg) continue;
-      regs.dispatch = value;
-      regs.dispatch_valid = 1;
-    }
-  }
+  const int dispatch_reg = luajit_ ? info_.dispatch_reg : -1;
+  lj_native_regs regs =
+      a64 ? a64_saved_context(words, sp, dispatch_reg) : x86_saved_context(words, sp, dispatch_reg);
   lj_walk_env env = walk_env();
   auto result = std::make_unique<lj_walk_result>();
   lj_walk_native(&env, luajit_ ? &info_ : nullptr, &regs, g_hint_, vm_bias_, result.get());
@@ -141,12 +171,19 @@ Result<int64_t> CoreWalker::cord_ptr_offset() const {
 
 Result<uint64_t> CoreWalker::thread_cord(const Thread& thread) const {
   LJ_ASSIGN_OR_RETURN(const int64_t from_tp, cord_ptr_offset());
-  // AArch64 cores keep TPIDR_EL0 in an NT_ARM_TLS note, which is not read.
-  std::optional<uint64_t> tp =
-      core_.arch() == elf::Arch::X86_64 ? thread.reg("fs_base") : std::nullopt;
+  std::optional<uint64_t> tp = thread.thread_pointer;
   if (!tp || *tp == 0) {
-    return make_error("thread {}: the core has no thread pointer for it (x86-64 fs_base)",
-                      thread.tid);
+    // A qemu-user AArch64 core has no NT_ARM_TLS: glibc's own thread list still names it.
+    auto listed = glibc_threads(core_);
+    if (!listed.ok()) {
+      return make_error("thread {}: the core has no thread pointer for it ({}), and {}", thread.tid,
+                        core_.arch() == elf::Arch::X86_64 ? "fs_base" : "no NT_ARM_TLS note",
+                        listed.message());
+    }
+    for (const ListedThread& t : *listed) {
+      if (t.tid == thread.tid) tp = t.thread_pointer;
+    }
+    if (!tp) return make_error("thread {}: not on glibc's thread list", thread.tid);
   }
   const uint64_t at = *tp + static_cast<uint64_t>(from_tp);
   auto cord = core_.read_u64(at);

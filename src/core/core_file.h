@@ -73,6 +73,9 @@ struct Thread {
   uint64_t sp = 0;     // rsp / sp
   uint64_t fp = 0;     // rbp / x29
   uint64_t lr = 0;     // x30 on AArch64; 0 on x86-64, which has no link register
+  // Where the thread's TLS is found: x86-64 fs_base (in NT_PRSTATUS), AArch64 TPIDR_EL0 (the
+  // thread's NT_ARM_TLS note, which qemu-user cores lack). nullopt when the core has none.
+  std::optional<uint64_t> thread_pointer;
   std::array<uint64_t, kMaxGprs> gprs{};
   uint32_t gpr_count = 0;
 

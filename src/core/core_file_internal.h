@@ -107,6 +107,7 @@ struct CoreFile::State {
   Status parse_note(uint32_t type, std::string_view name, std::span<const uint8_t> desc,
                     uint64_t file_offset);
   Status parse_prstatus(std::span<const uint8_t> desc, uint64_t file_offset);
+  Status parse_arm_tls(std::span<const uint8_t> desc, uint64_t file_offset);
   Status parse_prpsinfo(std::span<const uint8_t> desc, uint64_t file_offset);
   Status parse_siginfo(std::span<const uint8_t> desc, uint64_t file_offset);
   Status parse_auxv(std::span<const uint8_t> desc, uint64_t file_offset);

@@ -37,7 +37,7 @@ constexpr const char* kX86Gprs[] = {"r15",     "r14",      "r13", "r12", "rbp", 
                                     "r10",     "r9",       "r8",  "rax", "rcx",    "rdx", "rsi",
                                     "rdi",     "orig_rax", "rip", "cs",  "eflags", "rsp", "ss",
                                     "fs_base", "gs_base",  "ds",  "es",  "fs",     "gs"};
-constexpr uint32_t kX86Rbp = 4, kX86Rip = 16, kX86Rsp = 19;
+constexpr uint32_t kX86Rbp = 4, kX86Rip = 16, kX86Rsp = 19, kX86FsBase = 21;
 constexpr const char* kA64Gprs[] = {"x0",  "x1",  "x2",  "x3",  "x4",  "x5",  "x6",    "x7",  "x8",
                                     "x9",  "x10", "x11", "x12", "x13", "x14", "x15",   "x16", "x17",
                                     "x18", "x19", "x20", "x21", "x22", "x23", "x24",   "x25", "x26",
@@ -47,6 +47,8 @@ constexpr uint32_t kA64Fp = 29, kA64Lr = 30, kA64Sp = 31, kA64Pc = 32;
 // struct elf_prstatus: pr_reg follows elf_siginfo (12), pr_cursig (2 + 2 pad), pr_sigpend and
 // pr_sighold (8 each), pr_pid/ppid/pgrp/sid (4 each) and four struct timeval (16 each).
 constexpr uint64_t kPrstatusCursig = 12;
+// include/uapi/linux/elf.h NT_ARM_TLS (owner "LINUX").
+constexpr uint32_t kNtArmTls = 0x401;
 constexpr uint64_t kPrstatusPid = 32;
 constexpr uint64_t kPrstatusReg = 112;
 // pr_reg, then int pr_fpvalid, padded to 8.
@@ -137,7 +139,10 @@ Status CoreFile::State::parse_notes() {
 
 Status CoreFile::State::parse_note(uint32_t type, std::string_view name,
                                    std::span<const uint8_t> desc, uint64_t file_offset) {
-  if (name != "CORE") return Ok{};  // LINUX (xstate, arm64 regsets), GDB (tdesc): not needed
+  if (name == "LINUX" && type == kNtArmTls && arch == elf::Arch::AArch64) {
+    return parse_arm_tls(desc, file_offset);
+  }
+  if (name != "CORE") return Ok{};  // other LINUX regsets (xstate, SVE), GDB (tdesc): not needed
   switch (type) {
     case NT_PRSTATUS:
       return parse_prstatus(desc, file_offset);
@@ -152,6 +157,29 @@ Status CoreFile::State::parse_note(uint32_t type, std::string_view name,
     default:
       return Ok{};
   }
+}
+
+// The kernel writes a thread's other regsets right after its NT_PRSTATUS (fs/binfmt_elf.c
+// fill_thread_core_info), so NT_ARM_TLS belongs to the last thread read. Its regset
+// (arch/arm64/kernel/ptrace.c tls_get) is TPIDR_EL0, then TPIDR2_EL0 on kernels with SME.
+Status CoreFile::State::parse_arm_tls(std::span<const uint8_t> desc, uint64_t file_offset) {
+  if (threads.empty()) {
+    return make_error("{}: NT_ARM_TLS at offset {:#x} precedes every NT_PRSTATUS (whose thread?)",
+                      path, file_offset);
+  }
+  Thread& t = threads.back();
+  if (desc.size() < 8) {
+    return make_error("{}: NT_ARM_TLS at offset {:#x}: {} bytes, less than TPIDR_EL0's 8", path,
+                      file_offset, desc.size());
+  }
+  if (t.thread_pointer) {
+    return make_error("{}: second NT_ARM_TLS at offset {:#x} for thread {}", path, file_offset,
+                      t.tid);
+  }
+  uint64_t tpidr = 0;
+  read_struct(desc, 0, &tpidr);
+  t.thread_pointer = tpidr;
+  return Ok{};
 }
 
 Status CoreFile::State::parse_prstatus(std::span<const uint8_t> desc, uint64_t file_offset) {
@@ -178,6 +206,7 @@ Status CoreFile::State::parse_prstatus(std::span<const uint8_t> desc, uint64_t f
     t.pc = t.gprs[kX86Rip];
     t.sp = t.gprs[kX86Rsp];
     t.fp = t.gprs[kX86Rbp];
+    t.thread_pointer = t.gprs[kX86FsBase];
   } else {
     t.pc = t.gprs[kA64Pc];
     t.sp = t.gprs[kA64Sp];

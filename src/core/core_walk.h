@@ -74,24 +74,24 @@ class CoreWalker {
   // The runtime address of main_cord (0 without a fiber layout).
   uint64_t main_cord() const;
   // The struct cord `thread` runs: its TLS cord_ptr (src/lib/core/fiber.c), 0 for a thread that
-  // runs none (a coio worker). An error when the layout has no cord_ptr, the core has no thread
-  // pointer for the thread (AArch64 cores: not read), or the word is unreadable.
+  // runs none (a coio worker). The thread pointer is the core's (fs_base, NT_ARM_TLS) or, when
+  // it has none (a qemu-user AArch64 core), glibc's thread list's. An error when the layout has
+  // no cord_ptr, neither gives the thread's thread pointer, or the word is unreadable.
   Result<uint64_t> thread_cord(const Thread& thread) const;
   // The fiber list of the cord at `cord`, main_cord's when 0 (walk_fibers).
   Result<FiberList> walk_cord_fibers(uint64_t cord) const;
   // The cords other than main_cord that the process's threads run, each once, in address
-  // order, with the thread that runs it: a core's threads' cord_ptr (thread_cord); a live
-  // process's, whose thread pointers are found by glibc's thread control block at the top of
-  // each thread's stack mapping (cord_scan.cc). An error when the layout has no cord_ptr or the
-  // architecture is not x86-64.
+  // order, with the thread that runs it: each thread's cord_ptr at its thread pointer (a core's
+  // threads: thread_cord; a live process's: glibc's thread list, cord_scan.cc). An error when
+  // the layout has no cord_ptr, or a live process's thread list could not be read.
   struct OtherCord {
     uint64_t cord = 0;  // struct cord address
     uint32_t tid = 0;   // the thread whose cord_ptr holds it
   };
   Result<std::vector<OtherCord>> other_cords() const;
   // The full stack (native and Lua frames) of a switched-out fiber of that list, walked from the
-  // registers its coro_transfer saved at fiber.ctx.sp (x86-64 only). An error, one line naming
-  // the fiber and the rule, when the core is not x86-64, the saved words are unreadable or the
+  // registers its coro_transfer saved at fiber.ctx.sp (x86-64 and AArch64 CORO_ASM). An error, one
+  // line naming the fiber and the rule, when the saved words are unreadable or misaligned or the
   // walk does not end at a proven root (the caller keeps the fiber's Lua-only stack then).
   Result<ThreadStack> walk_fiber(const FiberName& fiber) const;
   // The Lua frames of one lua_State, from its own frame chain (walker.h lj_walk_lua_state).

@@ -1,12 +1,14 @@
-// core/thread_pointers.h: the thread pointers of a running process's threads, found in its memory
-// without stopping it (a running thread does not show its fs_base): on x86-64 glibc places a
-// thread's struct pthread, whose first words are its thread control block, at the top of the
-// thread's stack mapping (nptl/allocatestack.c allocate_stack), and that block points at itself
-// twice (sysdeps/x86_64/nptl/tls.h tcbhead_t: `void *tcb` at 0 and `void *self` at 16). A thread
-// that exited keeps its block while glibc caches its stack for reuse, so each one found must
-// also name a live thread: struct pthread's `tid` (at the offset glibc itself publishes for
-// libthread_db, libc's _thread_db_pthread_tid), which the kernel clears when the thread exits
-// (CLONE_CHILD_CLEARTID), must be a thread of the process now.
+// core/thread_pointers.h: a process's threads and their thread pointers as glibc itself lists
+// them, read from memory without stopping anything (a running thread does not show its fs_base
+// or TPIDR_EL0 to a reader that does not stop it). This is libthread_db's way (nptl_db
+// td_ta_thr_iter): every thread's struct pthread is on one of two lists in ld.so's
+// _rtld_global, GL(dl_stack_used) (stacks glibc allocated) and GL(dl_stack_user) (the main
+// thread, user-supplied stacks), linked through its `list` member; the offsets are the ones
+// glibc publishes for libthread_db (libc's _thread_db_* descriptors, nptl_db/structs.def), so
+// no glibc build is assumed. The thread pointer follows from the descriptor's address by the
+// architecture's DB_THREAD_SELF rule (sysdeps/*/nptl/tls.h): x86-64 fs_base is the struct
+// pthread itself (TLS_TCB_AT_TP); AArch64 TPIDR_EL0 is right after it (TLS_DTV_AT_TP,
+// CONST_THREAD_AREA(64, sizeof(struct pthread)), libc's _thread_db_const_thread_area).
 #pragma once
 
 #include <cstdint>
@@ -17,14 +19,17 @@
 
 namespace ljprof::core {
 
-struct LiveThread {
-  uint64_t thread_pointer = 0;  // fs_base
+struct ListedThread {
+  uint64_t thread_pointer = 0;  // fs_base / TPIDR_EL0
   uint32_t tid = 0;
 };
 
-// Threads started by pthread_create (the main thread's block is not on a stack mapping), in
-// address order. An error for a core file, a process that is not x86-64, or one whose libc does
-// not export _thread_db_pthread_tid (exited threads could not be told apart).
-Result<std::vector<LiveThread>> live_threads(const CoreFile& core);
+// The threads on glibc's lists that exist: in a running process, those that are its threads
+// now (a thread that exited and was not joined stays listed until it is); in a core, those with
+// an NT_PRSTATUS. In list order. An error when no mapped ld.so exports _rtld_global or no mapped
+// libc the _thread_db_* descriptors (a static or non-glibc program), a descriptor is not the
+// shape glibc gives it, or a list is unreadable, does not return to its head, or is longer than
+// 1<<14 nodes: a list read while it changed is an error, never a made-up thread.
+Result<std::vector<ListedThread>> glibc_threads(const CoreFile& core);
 
 }  // namespace ljprof::core

@@ -7,15 +7,19 @@
 // of the x86-64 split tests (split_oracle.h): the workload's own per-part os.clock, >= 99% of
 // the samples with an unwind context at a proven root, Lua -> table.sort -> Lua nesting. The
 // kernel's verifier of that arm64 kernel loads the program; the VM boots once for all cases.
+// The same boot writes a kernel core of tests/core/workloads/tls_threads.c, for what qemu-user
+// cores cannot show: each thread's TPIDR_EL0 (NT_ARM_TLS) and glibc's thread list on AArch64.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "signal_oracle.h"
 #include "split_oracle.h"
 #include "support/test_support.h"
+#include "support/tls_threads_oracle.h"
 
 namespace ljprof {
 namespace {
@@ -66,6 +70,13 @@ class RecordArm64Vm : public ::testing::Test {
       vm_.err = "cannot cross-build the signal handler: " + cc.err;
       return;
     }
+    const test::CommandResult tls_cc =
+        test::run({"aarch64-linux-gnu-gcc", "-O1", "-g", "-pthread", "-o", tls_threads_exe(),
+                   test::source_dir() + "/tests/core/workloads/tls_threads.c"});
+    if (tls_cc.exit_code != 0) {
+      vm_.err = "cannot cross-build tls_threads: " + tls_cc.err;
+      return;
+    }
     vm_ = test::run({test::source_dir() + "/scripts/arm64-vm",
                      "--timeout",
                      "900",
@@ -79,6 +90,8 @@ class RecordArm64Vm : public ::testing::Test {
                      tests + "/workloads:/opt/workloads",
                      "--add",
                      signal_lib + ":/opt/libsignal_handler.so",
+                     "--add",
+                     tls_threads_exe() + ":/opt/tls_threads",
                      "--add",
                      tests + "/arm64_vm/guest_record.sh:/opt/guest_record.sh",
                      "--out",
@@ -95,6 +108,7 @@ class RecordArm64Vm : public ::testing::Test {
   }
 
   static std::string file(const std::string& name) { return out_ + "/" + name; }
+  static std::string tls_threads_exe() { return out_ + "/tls_threads"; }
 
   // One recording's exit status and summary, asserted by the caller.
   static void expect_recorded(const std::string& name) {
@@ -219,6 +233,31 @@ TEST_F(RecordArm64Vm, SignalHandlerSamplesContinueIntoTheInterruptedLuaLoop) {
   EXPECT_GE(t.in_handler, 0.2 * t.walked) << test::read_text(file("signal.folded"));
   EXPECT_GE(t.at_loop + t.at_clock, 0.95 * t.in_handler) << test::read_text(file("signal.folded"));
   EXPECT_GE(t.at_loop, 0.05 * t.in_handler) << test::read_text(file("signal.folded"));
+}
+
+// Oracles: the threads' own gettid(), __builtin_thread_pointer() and cord_ptr values, printed
+// before the abort; cord_ptr's place in the TLS block by aarch64-linux-gnu-nm and -readelf.
+TEST_F(RecordArm64Vm, KernelCoreThreadPointersAndGlibcsThreadListAsTheThreadsSawThem) {
+  ASSERT_EQ(vm_.exit_code, 0) << "the VM run failed:\n" << vm_.err << vm_.out;
+  const test::TlsThreadsOutput printed =
+      test::parse_tls_threads(test::read_text(file("tls_threads.out")));
+  core::CoreOptions options;
+  options.exe = tls_threads_exe();
+  auto core = core::CoreFile::open(file("tls_threads.core"), options);
+  ASSERT_TRUE(core.ok()) << core.message();
+  std::map<uint32_t, uint64_t> noted;
+  for (const core::Thread& t : core->threads()) {
+    ASSERT_TRUE(t.thread_pointer.has_value()) << "thread " << t.tid << " has no NT_ARM_TLS";
+    noted[t.tid] = *t.thread_pointer;
+  }
+  ASSERT_EQ(noted.size(), printed.threads.size());
+  for (const test::PrintedThread& p : printed.threads) {
+    EXPECT_EQ(noted[p.tid], p.thread_pointer) << "thread " << p.tid;
+  }
+  auto listed = core::glibc_threads(*core);
+  ASSERT_TRUE(listed.ok()) << listed.message();
+  test::expect_threads_as_printed(*core, *listed, printed,
+                                  test::cord_ptr_tls(tls_threads_exe(), true));
 }
 
 TEST_F(RecordArm64Vm, ProgramsLoadAndNothingIsLeftBehind) {

@@ -5,7 +5,7 @@
 # split of ../workloads/split.lua. Everything the host-side test checks goes to /out: per case the
 # folded stacks, the workload's own per-part CPU clock (*.report), ljprof's exit status and
 # summary; and the number of BPF programs the kernel holds before and after (no leaked
-# programs or links once ljprof exits).
+# programs or links once ljprof exits). Last, a kernel core of a threaded C program.
 #
 #   guest_record.sh LJPROF WORKLOADS_DIR SECONDS [NAME=LUAJIT_EXECUTABLE]...
 #
@@ -176,6 +176,16 @@ mark "signal start"
   "$workloads/signal_interrupted.lua" /opt/libsignal_handler.so 2 1 >"$out/signal.out" \
   2>"$out/signal.log"
 echo $? >"$out/signal.rc"
+
+# A core the arm64 kernel writes (an NT_ARM_TLS note per thread, which qemu-user cores lack) of
+# /opt/tls_threads (tests/core/workloads/tls_threads.c, cross-built by the host test), whose
+# threads print their own thread pointers before it aborts.
+mark "tls core start"
+(
+  ulimit -c unlimited
+  echo "$out/tls_threads.core" >/proc/sys/kernel/core_pattern
+  cd /tmp && /opt/tls_threads abort >"$out/tls_threads.out" 2>&1
+)
 
 mark done
 touch /tmp/recordings-done
