@@ -39,7 +39,8 @@ TlsSymbol cord_ptr_tls(const std::string& binary, bool arm64) {
   const CommandResult re = run({prefix + "readelf", "-lW", binary});
   EXPECT_TRUE(std::regex_search(
       re.out, m,
-      std::regex(R"(TLS\s+0x[0-9a-f]+ 0x[0-9a-f]+ 0x[0-9a-f]+ 0x[0-9a-f]+ (0x[0-9a-f]+) \S+\s+(0x[0-9a-f]+))")))
+      std::regex(
+          R"(TLS\s+0x[0-9a-f]+ 0x[0-9a-f]+ 0x[0-9a-f]+ 0x[0-9a-f]+ (0x[0-9a-f]+) \S+\s+(0x[0-9a-f]+))")))
       << re.out << re.err;
   if (!m.empty()) {
     s.tls_size = std::stoull(m[1], nullptr, 16);

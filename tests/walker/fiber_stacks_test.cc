@@ -112,6 +112,73 @@ const Json* switched_out_fiber(const Json& j, const std::string& cord, uint32_t 
   return cord == "main" ? test::coroutine_of_fiber(j, id) : nullptr;
 }
 
+// arm64, where no package has a Tarantool: workloads/mini_tarantool.c is one in miniature (an
+// executable named tarantool, Tarantool's LuaJIT fork for arm64 from the matrix linked in, 3.3's
+// struct fiber and struct cord, AArch64 coro_transfer/coro_startup as third_party/coro has them),
+// built here and run under qemu-aarch64 until it aborts with three fibers switched out
+// (mini_fibers.lua). Oracles: each fiber's own id, name and debug.traceback(), and the return
+// addresses its C code printed (__builtin_return_address in fiber_yield and fiber_main).
+TEST(FiberStacks, Arm64SuspendedFibersShowTheirFullStacks) {
+  const std::string luajit_src =
+      test::fixture("matrix/tarantool-arm64-gcc-O2/src/third_party/luajit/src");
+  ASSERT_TRUE(test::file_exists(luajit_src + "/libluajit.a"))
+      << "run scripts/luajit-matrix (make test does)";
+  test::TempDir dir;
+  const std::string exe = dir.file("tarantool");
+  const std::string workloads = test::source_dir() + "/tests/walker/workloads";
+  const test::CommandResult cc = test::run(
+      {"aarch64-linux-gnu-gcc", "-O1", "-g", "-DHAVE_MADV_DONTNEED", "-I" + luajit_src,
+       "-I" + test::source_dir() + "/tests/luajit/synthetic", workloads + "/mini_tarantool.c",
+       luajit_src + "/libluajit.a", "-lm", "-ldl", "-o", exe});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  const test::Target target{"mini_tarantool_arm64", exe, true};
+  test::Dump d = test::dump_core(target, "mini_fibers.lua");
+  ASSERT_TRUE(fs::exists(d.core));
+  auto blocks = test::parse_tracebacks(d.out);
+  std::vector<test::PrintedFiber> fibers = test::printed_fibers(d.out, "ljprof-fiber");
+  ASSERT_EQ(blocks.size(), 3u) << d.out;
+  ASSERT_EQ(fibers.size(), 3u) << d.out;
+  const std::vector<std::string> args = {"--sysroot", "/usr/aarch64-linux-gnu", "--exe", exe,
+                                         d.core};
+  std::vector<std::string> argv = {test::ljprof_bin(), "core", "--json", "--all-fibers"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  test::CommandResult r = test::run(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  argv = {test::ljprof_bin(), "core", "--all-fibers"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  test::CommandResult text = test::run(argv);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (size_t i = 0; i < fibers.size(); ++i) {
+    SCOPED_TRACE(fmt::format("fiber {} {}", fibers[i].id, fibers[i].name));
+    const Json* found = test::coroutine_of_fiber(j, fibers[i].id);
+    ASSERT_NE(found, nullptr) << j["coroutines"].dump(1);
+    EXPECT_FALSE(found->contains("full_stack_error")) << (*found)["full_stack_error"];
+    ASSERT_TRUE((*found)["reached_root"].get<bool>()) << (*found)["end"];
+    const Json& frames = (*found)["frames"];
+    ASSERT_GE(frames.size(), 2u);
+    test::expect_lua_frames_match(frames, {blocks[i]}, 0, true);
+    const std::string ra = fmt::format(R"(ljprof-ra {} (\w+) (0x[0-9a-f]+))", fibers[i].id);
+    std::map<std::string, uint64_t> printed;
+    const std::regex ra_line(ra);
+    for (auto it = std::sregex_iterator(d.out.begin(), d.out.end(), ra_line);
+         it != std::sregex_iterator(); ++it) {
+      printed[(*it)[1]] = std::stoull((*it)[2], nullptr, 16);
+    }
+    ASSERT_EQ(printed.size(), 2u) << d.out;
+    // fiber_yield's caller, where the switch-out happened, is the frame after the resume point.
+    EXPECT_EQ(frames[0]["symbol"], "fiber_yield") << test::describe(frames);
+    EXPECT_EQ(test::hex(frames[1]["pc"]), printed["yield"]) << test::describe(frames);
+    EXPECT_EQ(frames.back()["kind"], "root") << test::describe(frames);
+    EXPECT_EQ(frames.back()["symbol"], "coro_startup") << test::describe(frames);
+    EXPECT_EQ(test::hex(frames.back()["pc"]), printed["startup"]) << test::describe(frames);
+    EXPECT_NE(
+        text.out.find(fmt::format("Fiber {} \"{}\" (suspended):\n", fibers[i].id, fibers[i].name)),
+        std::string::npos)
+        << text.out;
+  }
+}
+
 // Every thread's cord, found through its TLS cord_ptr, and every fiber of every cord with its
 // full stack. Oracle: gdb (the cords and fiber lists through its own TLS and DWARF reading, and
 // the return address each switched-out fiber's context saved: the stack's first pc).

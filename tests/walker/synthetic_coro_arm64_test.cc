@@ -37,8 +37,7 @@ uint64_t printed(const std::string& out, const std::string& label) {
 std::pair<uint64_t, uint64_t> nm_range(const std::string& binary, const std::string& function) {
   const test::CommandResult r = test::run({"aarch64-linux-gnu-nm", "-S", binary});
   std::smatch m;
-  if (!std::regex_search(r.out, m,
-                         std::regex("([0-9a-f]+) ([0-9a-f]+) [tT] " + function + "\n"))) {
+  if (!std::regex_search(r.out, m, std::regex("([0-9a-f]+) ([0-9a-f]+) [tT] " + function + "\n"))) {
     ADD_FAILURE() << "nm shows no sized " << function << ":\n" << r.out << r.err;
     return {0, 0};
   }
@@ -50,14 +49,13 @@ class SyntheticCoroArm64 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     exe_ = dir_->file("coro_switch_arm64");
-    const test::CommandResult cc = test::run(
-        {"aarch64-linux-gnu-gcc", "-O1", "-g", "-o", exe_,
-         test::source_dir() + "/tests/walker/workloads/coro_switch_arm64.c"});
+    const test::CommandResult cc =
+        test::run({"aarch64-linux-gnu-gcc", "-O1", "-g", "-o", exe_,
+                   test::source_dir() + "/tests/walker/workloads/coro_switch_arm64.c"});
     ASSERT_EQ(cc.exit_code, 0) << cc.err;
-    const test::CommandResult r =
-        test::run({"env", "-C", dir_->path(), "bash", "-c",
-                   "ulimit -c unlimited; exec qemu-aarch64-static -L /usr/aarch64-linux-gnu \"$0\"",
-                   exe_});
+    const test::CommandResult r = test::run(
+        {"env", "-C", dir_->path(), "bash", "-c",
+         "ulimit -c unlimited; exec qemu-aarch64-static -L /usr/aarch64-linux-gnu \"$0\"", exe_});
     out_ = r.out;
     for (const auto& e : fs::directory_iterator(dir_->path())) {
       if (e.path().extension() == ".core") core_path_ = e.path();
@@ -83,9 +81,7 @@ class SyntheticCoroArm64 : public ::testing::Test {
   }
 
   // The load bias of the executable (PIE) in the core.
-  uint64_t bias() const {
-    return printed(out_, "coro_startup") - nm_range_unsized("coro_startup");
-  }
+  uint64_t bias() const { return printed(out_, "coro_startup") - nm_range_unsized("coro_startup"); }
   uint64_t nm_range_unsized(const std::string& function) const {
     const test::CommandResult r = test::run({"aarch64-linux-gnu-nm", exe_});
     std::smatch m;
