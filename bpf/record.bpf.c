@@ -575,18 +575,26 @@ LJ_INLINE uint32_t fill_sample_header(struct lj_rec_sample* sample,
 }
 
 /* The cord the current thread runs (lj_rec_fiber_layout): its __thread cord_ptr, read at the
- * thread pointer, on x86-64; elsewhere, or without cord_tp_offset, main_cord for the main thread.
+ * thread pointer: x86-64 the task's fsbase; arm64 TPIDR_EL0 as the kernel last saved it
+ * (thread.uw.tp_value: set by clone's CLONE_SETTLS, saved from the register at every switch
+ * out, arch/arm64/kernel/process.c tls_thread_switch; glibc's main thread writes the register
+ * itself at start-up, so until its first switch out the value is 0 and main_cord stands in).
+ * Without cord_tp_offset or a thread pointer, main_cord for the main thread.
  * 0: none (a thread that runs no cord, or a failed read). */
 LJ_INLINE uint64_t current_cord(const struct lj_rec_fiber_layout* f, uint32_t tgid, uint32_t tid) {
-#if defined(__TARGET_ARCH_x86)
+  uint64_t tp = 0, cord = 0;
   if (f->cord_tp_offset != 0) {
     struct task_struct* task = bpf_get_current_task_btf();
-    uint64_t fsbase = BPF_CORE_READ(task, thread.fsbase), cord = 0;
-    if (fsbase == 0 || bpf_probe_read_user(&cord, 8, (void*)(fsbase + f->cord_tp_offset)) != 0)
-      return 0;
+#if defined(__TARGET_ARCH_x86)
+    tp = BPF_CORE_READ(task, thread.fsbase);
+#elif defined(__TARGET_ARCH_arm64)
+    tp = BPF_CORE_READ(task, thread.uw.tp_value);
+#endif
+  }
+  if (tp != 0) {
+    if (bpf_probe_read_user(&cord, 8, (void*)(tp + f->cord_tp_offset)) != 0) return 0;
     return cord;
   }
-#endif
   return tid == tgid ? f->main_cord : 0;
 }
 

@@ -72,8 +72,9 @@ LJ_STATIC_ASSERT(sizeof(struct lj_rec_row_cache_entry) == 40, "lj_rec_row_cache_
 /* Where a Tarantool thread keeps the fiber it runs (src/luajit/fiber_layout.h, from the
  * executable's DWARF or machine code; tarantool src/lib/core/fiber.h struct cord / struct fiber):
  * its cord is the __thread cord_ptr, cord_tp_offset bytes from its thread pointer (x86-64: the
- * task's fsbase), so a sample of any thread running a cord (tx, iproto, WAL, relays) reads its
- * own. Without cord_tp_offset, only the main thread's, through main_cord. */
+ * task's fsbase; arm64: its saved TPIDR_EL0), so a sample of any thread running a cord (tx,
+ * iproto, WAL, relays) reads its own. Without cord_tp_offset, only the main thread's, through
+ * main_cord. */
 #define LJ_REC_FIBER_NAME_MAX 40 /* bytes of fiber.name kept, NUL included (FIBER_NAME_INLINE) */
 struct lj_rec_fiber_layout {
   uint64_t main_cord;     /* runtime address of main_cord; 0: no fiber layout (not Tarantool) */

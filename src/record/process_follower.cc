@@ -164,9 +164,9 @@ lj_rec_fiber_layout fiber_record(const ModuleView& luajit) {
   out.fiber_fid = f->fiber_fid;
   out.fid_size = f->fid_size;
   out.fiber_name = f->fiber_name;
-  // x86-64: every thread's own cord through its thread pointer (record.bpf.c current_cord).
-  if (luajit.object->elf && luajit.object->elf->arch() == elf::Arch::X86_64) {
-    out.cord_tp_offset = luajit::cord_ptr_from_tp(*f, elf::Arch::X86_64).value_or(0);
+  // Every thread's own cord through its thread pointer (record.bpf.c current_cord).
+  if (luajit.object->elf) {
+    out.cord_tp_offset = luajit::cord_ptr_from_tp(*f, luajit.object->elf->arch()).value_or(0);
   }
   return out;
 }

@@ -11,10 +11,15 @@
 // cores cannot show: each thread's TPIDR_EL0 (NT_ARM_TLS) and glibc's thread list on AArch64.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
 
 #include "signal_oracle.h"
 #include "split_oracle.h"
@@ -52,7 +57,7 @@ class RecordArm64Vm : public ::testing::Test {
   static void SetUpTestSuite() {
     out_ = testing::TempDir() + "/ljprof-arm64-vm";
     std::filesystem::remove_all(out_);
-    std::filesystem::create_directories(out_);
+    std::filesystem::create_directories(out_ + "/mini");
     if (!test::file_exists(test::arm64_ljprof_bin())) {
       vm_.err = test::arm64_ljprof_bin() + " missing: run make arm64";
       return;
@@ -70,6 +75,17 @@ class RecordArm64Vm : public ::testing::Test {
       vm_.err = "cannot cross-build the signal handler: " + cc.err;
       return;
     }
+    const std::string luajit_src =
+        test::fixture("matrix/tarantool-arm64-gcc-O2/src/third_party/luajit/src");
+    const test::CommandResult mini_cc = test::run(
+        {"aarch64-linux-gnu-gcc", "-O1", "-g", "-DHAVE_MADV_DONTNEED", "-I" + luajit_src,
+         "-I" + test::source_dir() + "/tests/luajit/synthetic",
+         test::source_dir() + "/tests/walker/workloads/mini_tarantool.c",
+         luajit_src + "/libluajit.a", "-lm", "-ldl", "-pthread", "-o", mini_tarantool_exe()});
+    if (mini_cc.exit_code != 0) {
+      vm_.err = "cannot cross-build the mini Tarantool: " + mini_cc.err;
+      return;
+    }
     const test::CommandResult tls_cc =
         test::run({"aarch64-linux-gnu-gcc", "-O1", "-g", "-pthread", "-o", tls_threads_exe(),
                    test::source_dir() + "/tests/core/workloads/tls_threads.c"});
@@ -77,38 +93,45 @@ class RecordArm64Vm : public ::testing::Test {
       vm_.err = "cannot cross-build tls_threads: " + tls_cc.err;
       return;
     }
-    vm_ = test::run({test::source_dir() + "/scripts/arm64-vm",
-                     "--timeout",
-                     "900",
-                     "--smp",
-                     "2",
-                     "--add",
-                     test::arm64_ljprof_bin() + ":/opt/ljprof/ljprof",
-                     "--add",
-                     tarantool_luajit() + ":/opt/tarantool-luajit/luajit",
-                     "--add",
-                     tests + "/workloads:/opt/workloads",
-                     "--add",
-                     signal_lib + ":/opt/libsignal_handler.so",
-                     "--add",
-                     tls_threads_exe() + ":/opt/tls_threads",
-                     "--add",
-                     tests + "/arm64_vm/guest_record.sh:/opt/guest_record.sh",
-                     "--out",
-                     out_,
-                     "--",
-                     "sh",
-                     "/opt/guest_record.sh",
-                     "/opt/ljprof/ljprof",
-                     "/opt/workloads",
-                     std::to_string(kSeconds),
-                     "luajit=/usr/bin/luajit",
-                     "tarantool_luajit=/opt/tarantool-luajit/luajit"});
+    vm_ = test::run(
+        {test::source_dir() + "/scripts/arm64-vm",
+         "--timeout",
+         "900",
+         "--smp",
+         "2",
+         "--add",
+         test::arm64_ljprof_bin() + ":/opt/ljprof/ljprof",
+         "--add",
+         tarantool_luajit() + ":/opt/tarantool-luajit/luajit",
+         "--add",
+         tests + "/workloads:/opt/workloads",
+         "--add",
+         signal_lib + ":/opt/libsignal_handler.so",
+         "--add",
+         tls_threads_exe() + ":/opt/tls_threads",
+         "--add",
+         mini_tarantool_exe() + ":/opt/mini/tarantool",
+         "--add",
+         test::source_dir() + "/tests/walker/workloads/mini_live.lua:/opt/mini/mini_live.lua",
+         "--add",
+         tests + "/arm64_vm/guest_record.sh:/opt/guest_record.sh",
+         "--out",
+         out_,
+         "--",
+         "sh",
+         "/opt/guest_record.sh",
+         "/opt/ljprof/ljprof",
+         "/opt/workloads",
+         std::to_string(kSeconds),
+         "luajit=/usr/bin/luajit",
+         "tarantool_luajit=/opt/tarantool-luajit/luajit"});
     std::cout << vm_.out;
   }
 
   static std::string file(const std::string& name) { return out_ + "/" + name; }
   static std::string tls_threads_exe() { return out_ + "/tls_threads"; }
+  // Named so, the executable is taken for a Tarantool (luajit/runtime.h).
+  static std::string mini_tarantool_exe() { return out_ + "/mini/tarantool"; }
 
   // One recording's exit status and summary, asserted by the caller.
   static void expect_recorded(const std::string& name) {
@@ -233,6 +256,94 @@ TEST_F(RecordArm64Vm, SignalHandlerSamplesContinueIntoTheInterruptedLuaLoop) {
   EXPECT_GE(t.in_handler, 0.2 * t.walked) << test::read_text(file("signal.folded"));
   EXPECT_GE(t.at_loop + t.at_clock, 0.95 * t.in_handler) << test::read_text(file("signal.folded"));
   EXPECT_GE(t.at_loop, 0.05 * t.in_handler) << test::read_text(file("signal.folded"));
+}
+
+// The Tarantool in miniature (tests/walker/workloads/mini_tarantool.c running mini_live.lua):
+// `ljprof fibers -p` lists both cords' fibers with full stacks. Oracles: the fiber's own printed
+// id, name and debug.traceback() (its Lua frames); the cords and fiber names the workload
+// creates; coro_startup, the proven root.
+TEST_F(RecordArm64Vm, MiniTarantoolLiveFibersOfEveryCordWithFullStacks) {
+  ASSERT_EQ(vm_.exit_code, 0) << "the VM run failed:\n" << vm_.err << vm_.out;
+  const std::string out = test::read_text(file("mini.out"));
+  ASSERT_EQ(test::read_text(file("mini_fibers.rc")), "0\n")
+      << test::read_text(file("mini_fibers.log"));
+  const auto j = nlohmann::json::parse(test::read_text(file("mini_fibers.json")));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(ljprof-fiber (\d+) (\S+))"))) << out;
+  const uint64_t sleeper_id = std::stoull(m[1]);
+  std::vector<std::pair<std::string, int>> traceback;  // innermost first, as frames are
+  static const std::regex line(R"(\t([^\n:]+):(\d+): in )");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
+       ++it) {
+    traceback.emplace_back((*it)[1], std::stoi((*it)[2]));
+  }
+  ASSERT_GE(traceback.size(), 3u) << out;
+  std::map<std::string, const nlohmann::json*> by_name;  // "cord/name"
+  for (const auto& f : j["fibers"]) {
+    by_name[f["cord"].get<std::string>() + "/" + f["name"].get<std::string>()] = &f;
+  }
+  for (const char* name :
+       {"main/sleeper", "main/spin3", "main/spin1", "worker/c-idle", "worker/c-spin"}) {
+    EXPECT_TRUE(by_name.count(name)) << name << " not listed:\n" << j.dump(1);
+  }
+  for (const char* name : {"main/sleeper", "worker/c-idle"}) {
+    SCOPED_TRACE(name);
+    if (!by_name.count(name)) continue;
+    const auto& f = *by_name[name];
+    EXPECT_EQ(f["state"], "suspended");
+    ASSERT_TRUE(f["reached_root"].get<bool>()) << f.dump(1);
+    const auto& frames = f["frames"];
+    EXPECT_EQ(frames.back()["kind"], "root") << f.dump(1);
+    EXPECT_EQ(frames.back()["symbol"], "coro_startup") << f.dump(1);
+    if (std::string(name) != "main/sleeper") continue;
+    EXPECT_EQ(f["id"], sleeper_id);
+    std::vector<std::pair<std::string, int>> lua;
+    for (const auto& frame : frames) {
+      if (frame["kind"] == "lua") lua.emplace_back(frame["source"], frame["line"]);
+    }
+    EXPECT_EQ(lua, traceback) << f.dump(1);
+  }
+  EXPECT_NE(by_name.count("worker/c-idle") ? (*by_name["worker/c-idle"])["tid"] : nlohmann::json(),
+            by_name.count("main/sleeper") ? (*by_name["main/sleeper"])["tid"] : nlohmann::json())
+      << "the worker cord runs on a thread of its own";
+}
+
+// Samples labelled with the fiber they ran on, on both cords: the main thread's through
+// main_cord or its TPIDR_EL0, the worker thread's through its own TPIDR_EL0 (the kernel's saved
+// tp_value). Oracle: the workload's own per-fiber CPU clock (its reports before and after).
+TEST_F(RecordArm64Vm, MiniTarantoolSamplesCarryTheirFibersOnBothCords) {
+  expect_recorded("mini");
+  auto cpu = [&](const std::string& name) {
+    std::map<std::string, double> v;
+    std::istringstream in(test::read_text(file(name)));
+    std::string key;
+    double value = 0;
+    while (in >> key >> value) v[key] = value;
+    return v;
+  };
+  auto before = cpu("mini.before"), after = cpu("mini.after");
+  const double spin3 = after["spin3"] - before["spin3"], spin1 = after["spin1"] - before["spin1"];
+  ASSERT_GT(spin3 + spin1, 0.5) << "the fibers did not spin";
+  std::map<std::string, double> by_group;  // the folded stacks' outermost frame
+  double total = 0;
+  std::istringstream folded(test::read_text(file("mini.folded")));
+  for (std::string l; std::getline(folded, l);) {
+    const size_t space = l.rfind(' ');
+    if (space == std::string::npos) continue;
+    const double n = std::stod(l.substr(space + 1));
+    const std::string first = l.substr(0, l.find(';'));
+    by_group[first.rfind("fiber:", 0) == 0 ? first : "(no fiber)"] += n;
+    total += n;
+  }
+  std::string groups;
+  for (const auto& [g, n] : by_group) groups += fmt::format("  {} {}\n", g, n);
+  const double ours = by_group["fiber:spin3"] / (by_group["fiber:spin3"] + by_group["fiber:spin1"]);
+  std::cout << fmt::format(
+      "mini tarantool: spin3 {:.1f}% of the spinners' samples (its clock {:.1f}%)\n{}", 100 * ours,
+      100 * spin3 / (spin3 + spin1), groups);
+  EXPECT_NEAR(100 * ours, 100 * spin3 / (spin3 + spin1), 5) << groups;
+  EXPECT_GT(by_group["fiber:c-spin (worker)"], 0.2 * total) << groups;
+  EXPECT_LT(by_group["(no fiber)"], 0.05 * total) << groups;
 }
 
 // Oracles: the threads' own gettid(), __builtin_thread_pointer() and cord_ptr values, printed

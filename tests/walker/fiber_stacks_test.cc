@@ -129,7 +129,7 @@ TEST(FiberStacks, Arm64SuspendedFibersShowTheirFullStacks) {
   const test::CommandResult cc = test::run(
       {"aarch64-linux-gnu-gcc", "-O1", "-g", "-DHAVE_MADV_DONTNEED", "-I" + luajit_src,
        "-I" + test::source_dir() + "/tests/luajit/synthetic", workloads + "/mini_tarantool.c",
-       luajit_src + "/libluajit.a", "-lm", "-ldl", "-o", exe});
+       luajit_src + "/libluajit.a", "-lm", "-ldl", "-pthread", "-o", exe});
   ASSERT_EQ(cc.exit_code, 0) << cc.err;
   const test::Target target{"mini_tarantool_arm64", exe, true};
   test::Dump d = test::dump_core(target, "mini_fibers.lua");

@@ -5,7 +5,8 @@
 # split of ../workloads/split.lua. Everything the host-side test checks goes to /out: per case the
 # folded stacks, the workload's own per-part CPU clock (*.report), ljprof's exit status and
 # summary; and the number of BPF programs the kernel holds before and after (no leaked
-# programs or links once ljprof exits). Last, a kernel core of a threaded C program.
+# programs or links once ljprof exits). Then a Tarantool in miniature's fibers, and a kernel
+# core of a threaded C program.
 #
 #   guest_record.sh LJPROF WORKLOADS_DIR SECONDS [NAME=LUAJIT_EXECUTABLE]...
 #
@@ -176,6 +177,25 @@ mark "signal start"
   "$workloads/signal_interrupted.lua" /opt/libsignal_handler.so 2 1 >"$out/signal.out" \
   2>"$out/signal.log"
 echo $? >"$out/signal.rc"
+
+# The Tarantool in miniature (tests/walker/workloads/mini_tarantool.c, built by the host test
+# with the arm64 Tarantool LuaJIT fork; no package has an arm64 tarantool) running mini_live.lua:
+# a live `fibers` snapshot of its two cords, then a recording labelled by fiber, between two of
+# its own reports of its spinning fibers' CPU time.
+if [ -x /opt/mini/tarantool ]; then
+  mark "mini tarantool start"
+  /opt/mini/tarantool /opt/mini/mini_live.lua /tmp/mini.report 300 >"$out/mini.out" 2>&1 &
+  mini=$!
+  wait_for_line "$out/mini.out" '^ready'
+  "$ljprof" fibers -p "$mini" --json >"$out/mini_fibers.json" 2>"$out/mini_fibers.log"
+  echo $? >"$out/mini_fibers.rc"
+  cp /tmp/mini.report "$out/mini.before"
+  "$ljprof" record -p "$mini" -F 999 -d "$seconds" -q --group-by fiber \
+    --folded "$out/mini.folded" >"$out/mini.log" 2>&1
+  echo $? >"$out/mini.rc"
+  cp /tmp/mini.report "$out/mini.after"
+  kill "$mini"
+fi
 
 # A core the arm64 kernel writes (an NT_ARM_TLS note per thread, which qemu-user cores lack) of
 # /opt/tls_threads (tests/core/workloads/tls_threads.c, cross-built by the host test), whose

@@ -9,16 +9,21 @@
  *
  * Lua gets `mini.create(name, fn)` (a fiber on main_cord.alive, fids from 101), `mini.run()`
  * (switches to each live fiber in turn, once, from the scheduler), `mini.yield()` (back to the
- * scheduler), `mini.self()` (the running fiber's id and name) and `mini.crash()` (abort). The C
- * side prints the return addresses a debugger would unwind through (ljprof-ra lines).
+ * scheduler), `mini.park()` (back to it for good), `mini.self()` (the running fiber's id and
+ * name), `mini.crash()` (abort), `mini.cord(name)` (a thread running a cord of C fibers,
+ * cord_thread), `mini.now()` and `mini.thread_cpu()` (CLOCK_MONOTONIC, this thread's CPU
+ * time). The C side prints the return addresses a debugger would unwind through (ljprof-ra
+ * lines).
  *   aarch64-linux-gnu-gcc -O1 -g -DHAVE_MADV_DONTNEED -I<luajit src> -I<synthetic>
- *     mini_tarantool.c libluajit.a -lm -ldl -o tarantool
- *   ./tarantool SCRIPT.lua */
+ *     mini_tarantool.c libluajit.a -lm -ldl -pthread -o tarantool
+ *   ./tarantool SCRIPT.lua [ARG...] */
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "tarantool3_fiber.h"
 /* tarantool3_fiber.h defines coro_context. */
@@ -40,13 +45,15 @@ static void rlist_add_tail(struct rlist* head, struct rlist* item) {
   head->prev = item;
 }
 
-/* Back to the scheduler: the fiber's C stack stays as it is until it is switched to again. Prints
- * "ljprof-ra ID yield ADDRESS", where it returns to once switched to again. */
+/* Back to the scheduler: the fiber's C stack stays as it is until it is switched to again. At a
+ * fiber's first switch-out, prints "ljprof-ra ID yield ADDRESS": where it returns to. */
 __attribute__((noinline)) static void fiber_yield(void) {
   struct cord* cord = cord_ptr;
   struct fiber* self = cord->fiber;
-  printf("ljprof-ra %llu yield %p\n", (unsigned long long)self->fid, __builtin_return_address(0));
-  fflush(stdout);
+  if (self->csw == 1) {
+    printf("ljprof-ra %llu yield %p\n", (unsigned long long)self->fid, __builtin_return_address(0));
+    fflush(stdout);
+  }
   cord->fiber = &cord->sched;
   coro_transfer(&self->ctx, &cord->sched.ctx);
 }
@@ -94,14 +101,43 @@ static int mini_create(lua_State* L) {
   return 1;
 }
 
-static int mini_run(lua_State* L) {
-  struct cord* cord = cord_ptr;
-  (void)L;
+/* A parked fiber (mini.park) is not switched to again; fiber.f_ret, which nothing else here
+ * uses, marks it. */
+static void run_round(struct cord* cord) {
   for (struct rlist* at = cord->alive.next; at != &cord->alive; at = at->next) {
     struct fiber* f = (struct fiber*)((char*)at - offsetof(struct fiber, link));
-    if (!(f->flags & FIBER_IS_DEAD)) fiber_call(f);
+    if (!(f->flags & FIBER_IS_DEAD) && f->f_ret == 0) fiber_call(f);
   }
+}
+
+static int mini_run(lua_State* L) {
+  (void)L;
+  run_round(cord_ptr);
   return 0;
+}
+
+static int mini_park(lua_State* L) {
+  (void)L;
+  cord_ptr->fiber->f_ret = 1;
+  fiber_yield();
+  return 0;
+}
+
+static double clock_seconds(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* This thread's CPU time (os.clock is the whole process's). */
+static int mini_thread_cpu(lua_State* L) {
+  lua_pushnumber(L, clock_seconds(CLOCK_THREAD_CPUTIME_ID));
+  return 1;
+}
+
+static int mini_now(lua_State* L) {
+  lua_pushnumber(L, clock_seconds(CLOCK_MONOTONIC));
+  return 1;
 }
 
 static int mini_yield(lua_State* L) {
@@ -123,6 +159,68 @@ static int mini_crash(lua_State* L) {
   abort();
 }
 
+/* A cord of another thread (Tarantool's iproto, WAL...): C fibers only, no Lua. "c-idle" switches
+ * out once and stays; "c-spin" burns about a millisecond of CPU per turn. */
+static struct fiber* c_fiber(struct cord* cord, const char* name, void (*body)(void*)) {
+  struct fiber* f = calloc(1, sizeof *f);
+  void** stack = malloc(kFiberStackWords * sizeof(void*));
+  if (f == NULL || stack == NULL) abort();
+  f->fid = cord->next_fid++;
+  snprintf(f->inline_name, sizeof f->inline_name, "%s", name);
+  f->name = f->inline_name;
+  f->stack = stack;
+  f->stack_size = kFiberStackWords * sizeof(void*);
+  coro_create(&f->ctx, body, f, stack, kFiberStackWords);
+  rlist_create(&f->state);
+  rlist_add_tail(&cord->alive, &f->link);
+  return f;
+}
+
+__attribute__((noinline)) static void c_idle_wait(struct fiber* f) {
+  f->f_ret = 1;
+  fiber_yield();
+}
+
+static void c_idle(void* arg) {
+  c_idle_wait(arg);
+  abort();
+}
+
+static volatile double spin_sink;
+
+__attribute__((noinline)) static void c_spin_turn(void) {
+  const double end = clock_seconds(CLOCK_THREAD_CPUTIME_ID) + 0.001;
+  while (clock_seconds(CLOCK_THREAD_CPUTIME_ID) < end) spin_sink = spin_sink * 0.5 + 1;
+}
+
+static void c_spin(void* arg) {
+  (void)arg;
+  for (;;) {
+    c_spin_turn();
+    fiber_yield();
+  }
+}
+
+static void cord_create(struct cord* cord, const char* name);
+
+static void* cord_thread(void* arg) {
+  static struct cord worker;
+  cord_create(&worker, arg);
+  c_fiber(&worker, "c-idle", c_idle);
+  c_fiber(&worker, "c-spin", c_spin);
+  for (;;) run_round(&worker);
+  return NULL;
+}
+
+/* mini.cord(name): a thread running a cord of its own (cord_thread), for good. */
+static int mini_cord(lua_State* L) {
+  static char name[40];
+  pthread_t thread;
+  snprintf(name, sizeof name, "%s", luaL_checkstring(L, 1));
+  if (pthread_create(&thread, NULL, cord_thread, name) != 0) return luaL_error(L, "pthread_create");
+  return 0;
+}
+
 static void cord_create(struct cord* cord, const char* name) {
   rlist_create(&cord->alive);
   rlist_create(&cord->ready);
@@ -139,11 +237,18 @@ static void cord_create(struct cord* cord, const char* name) {
 }
 
 int main(int argc, char** argv) {
-  static const luaL_Reg mini[] = {{"create", mini_create}, {"run", mini_run},
-                                  {"yield", mini_yield},   {"self", mini_self},
-                                  {"crash", mini_crash},   {NULL, NULL}};
+  static const luaL_Reg mini[] = {{"create", mini_create},
+                                  {"run", mini_run},
+                                  {"yield", mini_yield},
+                                  {"park", mini_park},
+                                  {"self", mini_self},
+                                  {"crash", mini_crash},
+                                  {"cord", mini_cord},
+                                  {"now", mini_now},
+                                  {"thread_cpu", mini_thread_cpu},
+                                  {NULL, NULL}};
   if (argc < 2) {
-    fprintf(stderr, "usage: %s SCRIPT.lua\n", argv[0]);
+    fprintf(stderr, "usage: %s SCRIPT.lua [ARG...]\n", argv[0]);
     return 2;
   }
   cord_create(&main_cord, "main");
@@ -151,6 +256,12 @@ int main(int argc, char** argv) {
   luaL_openlibs(L);
   luaL_register(L, "mini", mini);
   lua_pop(L, 1);
+  lua_createtable(L, argc, 0); /* arg, as the luajit command line gives it */
+  for (int i = 1; i < argc; ++i) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - 1);
+  }
+  lua_setglobal(L, "arg");
   if (luaL_loadfile(L, argv[1]) != 0 || lua_pcall(L, 0, 0, 0) != 0) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     return 1;
