@@ -1,5 +1,6 @@
-// Full stacks of switched-out Tarantool fibers (ljprof core --all-fibers, x86-64): each fiber of
-// named_fibers.lua is walked from the registers its coro_transfer saved at fiber.ctx.sp. Oracles:
+// Full stacks of switched-out Tarantool fibers (ljprof core --all-fibers; x86-64, and arm64 on a
+// Tarantool in miniature, below): each fiber of named_fibers.lua is walked from the registers
+// its coro_transfer saved at fiber.ctx.sp. Oracles:
 //  - the machine code of coro_transfer in /usr/bin/tarantool (objdump -d): the order of the saved
 //    words the walk reads (core/core_fibers.cc);
 //  - the fiber's own debug.traceback(), printed by the fiber: its Lua frames;

@@ -4,16 +4,10 @@
 -- switches out in; then the scheduler prints the running fiber's id and name (ljprof-running ID
 -- NAME) and aborts. `ljprof core --all-fibers` must name each fiber and give the same Lua frames,
 -- and native frames down to coro_startup.
-local function show(tag)
-  local id, name = mini.self()
-  io.stdout:write(tag, " ", id, " ", name, "\n")
-  io.stdout:write("ljprof-traceback-begin\n", debug.traceback("", 2), "\nljprof-traceback-end\n")
-  io.stdout:flush()
-end
-local function sleeper() show("ljprof-fiber") mini.yield() end
-local function read2() show("ljprof-fiber") mini.yield() return 1 end
+local function sleeper() mini.show("ljprof-fiber") mini.yield() end
+local function read2() mini.show("ljprof-fiber") mini.yield() return 1 end
 local function read1() local v = read2() return v end
-local function wait3() show("ljprof-fiber") mini.yield() end
+local function wait3() mini.show("ljprof-fiber") mini.yield() end
 local function wait2() wait3() return 1 end
 local function wait1() local r = wait2() return r end
 for _, entry in ipairs({{"sleeper", sleeper}, {"chan reader", read1}, {"cond-waiter", wait1}}) do

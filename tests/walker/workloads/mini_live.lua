@@ -7,13 +7,7 @@
 --   tarantool mini_live.lua REPORT SECONDS
 local report, seconds = arg[1], tonumber(arg[2])
 local cpu = {spin3 = 0, spin1 = 0}
-local function show(tag)
-  local id, name = mini.self()
-  io.stdout:write(tag, " ", id, " ", name, "\n")
-  io.stdout:write("ljprof-traceback-begin\n", debug.traceback("", 2), "\nljprof-traceback-end\n")
-  io.stdout:flush()
-end
-local function nap() show("ljprof-fiber") mini.park() end
+local function nap() mini.show("ljprof-fiber") mini.park() end
 local function doze() nap() return 1 end
 local function sleeper() local r = doze() return r end
 local function burn(s)

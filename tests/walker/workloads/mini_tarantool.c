@@ -10,12 +10,12 @@
  * Lua gets `mini.create(name, fn)` (a fiber on main_cord.alive, fids from 101), `mini.run()`
  * (switches to each live fiber in turn, once, from the scheduler), `mini.yield()` (back to the
  * scheduler), `mini.park()` (back to it for good), `mini.self()` (the running fiber's id and
- * name), `mini.crash()` (abort), `mini.cord(name)` (a thread running a cord of C fibers,
- * cord_thread), `mini.now()` and `mini.thread_cpu()` (CLOCK_MONOTONIC, this thread's CPU
- * time). The C side prints the return addresses a debugger would unwind through (ljprof-ra
- * lines).
- *   aarch64-linux-gnu-gcc -O1 -g -DHAVE_MADV_DONTNEED -I<luajit src> -I<synthetic>
- *     mini_tarantool.c libluajit.a -lm -ldl -pthread -o tarantool
+ * name), `mini.show(tag)` (prints them and the caller's traceback), `mini.crash()` (abort),
+ * `mini.cord(name)` (a thread running a cord of C fibers, cord_thread), `mini.now()` and
+ * `mini.thread_cpu()` (CLOCK_MONOTONIC, this thread's CPU time). The C side prints the return
+ * addresses a debugger would unwind through (ljprof-ra lines). aarch64-linux-gnu-gcc -O1 -g
+ * -DHAVE_MADV_DONTNEED -I<luajit src> -I<synthetic> mini_tarantool.c libluajit.a -lm -ldl -pthread
+ * -o tarantool
  *   ./tarantool SCRIPT.lua [ARG...] */
 #include <lauxlib.h>
 #include <lua.h>
@@ -153,6 +153,17 @@ static int mini_self(lua_State* L) {
   return 2;
 }
 
+/* mini.show(tag): "TAG ID NAME" of the running fiber, then the calling Lua code's traceback as
+ * debug.traceback gives it (the same luaL_traceback) between ljprof-traceback-begin/-end. */
+static int mini_show(lua_State* L) {
+  struct fiber* f = cord_ptr->fiber;
+  luaL_traceback(L, L, "", 1);
+  printf("%s %llu %s\nljprof-traceback-begin\n%s\nljprof-traceback-end\n", luaL_checkstring(L, 1),
+         (unsigned long long)f->fid, f->name, lua_tostring(L, -1));
+  fflush(stdout);
+  return 0;
+}
+
 static int mini_crash(lua_State* L) {
   (void)L;
   fflush(stdout);
@@ -237,16 +248,11 @@ static void cord_create(struct cord* cord, const char* name) {
 }
 
 int main(int argc, char** argv) {
-  static const luaL_Reg mini[] = {{"create", mini_create},
-                                  {"run", mini_run},
-                                  {"yield", mini_yield},
-                                  {"park", mini_park},
-                                  {"self", mini_self},
-                                  {"crash", mini_crash},
-                                  {"cord", mini_cord},
-                                  {"now", mini_now},
-                                  {"thread_cpu", mini_thread_cpu},
-                                  {NULL, NULL}};
+  static const luaL_Reg mini[] = {
+      {"create", mini_create}, {"run", mini_run},   {"yield", mini_yield},
+      {"park", mini_park},     {"self", mini_self}, {"crash", mini_crash},
+      {"cord", mini_cord},     {"now", mini_now},   {"thread_cpu", mini_thread_cpu},
+      {"show", mini_show},     {NULL, NULL}};
   if (argc < 2) {
     fprintf(stderr, "usage: %s SCRIPT.lua [ARG...]\n", argv[0]);
     return 2;
