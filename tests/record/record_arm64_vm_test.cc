@@ -310,7 +310,8 @@ TEST_F(RecordArm64Vm, MiniTarantoolLiveFibersOfEveryCordWithFullStacks) {
 
 // Samples labelled with the fiber they ran on, on both cords: the main thread's through
 // main_cord or its TPIDR_EL0, the worker thread's through its own TPIDR_EL0 (the kernel's saved
-// tp_value). Oracle: the workload's own per-fiber CPU clock (its reports before and after).
+// tp_value), and short-lived fibers' though each is gone within milliseconds. Oracle: the
+// workload's own per-fiber CPU clock (its reports before and after).
 TEST_F(RecordArm64Vm, MiniTarantoolSamplesCarryTheirFibersOnBothCords) {
   expect_recorded("mini");
   auto cpu = [&](const std::string& name) {
@@ -325,7 +326,7 @@ TEST_F(RecordArm64Vm, MiniTarantoolSamplesCarryTheirFibersOnBothCords) {
   const double spin3 = after["spin3"] - before["spin3"], spin1 = after["spin1"] - before["spin1"];
   ASSERT_GT(spin3 + spin1, 0.5) << "the fibers did not spin";
   std::map<std::string, double> by_group;  // the folded stacks' outermost frame
-  double total = 0;
+  double total = 0, in_short = 0, in_short_named = 0;
   std::istringstream folded(test::read_text(file("mini.folded")));
   for (std::string l; std::getline(folded, l);) {
     const size_t space = l.rfind(' ');
@@ -334,6 +335,10 @@ TEST_F(RecordArm64Vm, MiniTarantoolSamplesCarryTheirFibersOnBothCords) {
     const std::string first = l.substr(0, l.find(';'));
     by_group[first.rfind("fiber:", 0) == 0 ? first : "(no fiber)"] += n;
     total += n;
+    if (l.find(";short_burn ") != std::string::npos) {
+      in_short += n;
+      in_short_named += first == "fiber:short" ? n : 0;
+    }
   }
   std::string groups;
   for (const auto& [g, n] : by_group) groups += fmt::format("  {} {}\n", g, n);
@@ -344,6 +349,9 @@ TEST_F(RecordArm64Vm, MiniTarantoolSamplesCarryTheirFibersOnBothCords) {
   EXPECT_NEAR(100 * ours, 100 * spin3 / (spin3 + spin1), 5) << groups;
   EXPECT_GT(by_group["fiber:c-spin (worker)"], 0.2 * total) << groups;
   EXPECT_LT(by_group["(no fiber)"], 0.05 * total) << groups;
+  // Fibers that live a few milliseconds (one created and finished about every 10 ms).
+  ASSERT_GT(in_short, 20) << groups;
+  EXPECT_GE(in_short_named, 0.95 * in_short) << groups;
 }
 
 // Oracles: the threads' own gettid(), __builtin_thread_pointer() and cord_ptr values, printed

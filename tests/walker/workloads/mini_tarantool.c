@@ -7,7 +7,8 @@
  * (lua_newthread, kept in fiber.storage.lua.stack) under lua_pcall, and a fiber that yields from
  * a C function called from Lua leaves its C stack, Lua frames in it, switched out.
  *
- * Lua gets `mini.create(name, fn)` (a fiber on main_cord.alive, fids from 101), `mini.run()`
+ * Lua gets `mini.create(name, fn[, quiet])` (a fiber on main_cord.alive, fids from 101; quiet:
+ * without the ljprof-ra lines below), `mini.run()`
  * (switches to each live fiber in turn, once, from the scheduler), `mini.yield()` (back to the
  * scheduler), `mini.park()` (back to it for good), `mini.self()` (the running fiber's id and
  * name), `mini.show(tag)` (prints them and the caller's traceback), `mini.crash()` (abort),
@@ -33,6 +34,7 @@ enum { kFiberStackWords = 32768 };
 
 static struct cord main_cord;
 __thread struct cord* cord_ptr;
+static lua_State* main_L; /* the main cord's Lua state, which anchors each fiber's thread */
 
 static void rlist_create(struct rlist* list) {
   list->prev = list->next = list;
@@ -50,7 +52,7 @@ static void rlist_add_tail(struct rlist* head, struct rlist* item) {
 __attribute__((noinline)) static void fiber_yield(void) {
   struct cord* cord = cord_ptr;
   struct fiber* self = cord->fiber;
-  if (self->csw == 1) {
+  if (self->csw == 1 && self->stack_id == 0) {
     printf("ljprof-ra %llu yield %p\n", (unsigned long long)self->fid, __builtin_return_address(0));
     fflush(stdout);
   }
@@ -58,11 +60,21 @@ __attribute__((noinline)) static void fiber_yield(void) {
   coro_transfer(&self->ctx, &cord->sched.ctx);
 }
 
+static double clock_seconds(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Switches to `f` until it yields, adding the thread CPU time that took to f->clock_stat.acc
+ * (nanoseconds), as Tarantool's fiber clock (fiber.top) counts it. */
 __attribute__((noinline)) static void fiber_call(struct fiber* f) {
   struct cord* cord = cord_ptr;
+  const double start = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
   cord->fiber = f;
   f->csw++;
   coro_transfer(&cord->sched.ctx, &f->ctx);
+  f->clock_stat.acc += (uint64_t)((clock_seconds(CLOCK_THREAD_CPUTIME_ID) - start) * 1e9);
 }
 
 /* A fiber's body (coro_startup calls it): its function, already on its lua_State's stack. Prints
@@ -70,7 +82,9 @@ __attribute__((noinline)) static void fiber_call(struct fiber* f) {
 __attribute__((noinline)) static void fiber_main(void* arg) {
   struct fiber* f = arg;
   lua_State* co = f->storage.lua.stack;
-  printf("ljprof-ra %llu startup %p\n", (unsigned long long)f->fid, __builtin_return_address(0));
+  if (f->stack_id == 0) {
+    printf("ljprof-ra %llu startup %p\n", (unsigned long long)f->fid, __builtin_return_address(0));
+  }
   if (lua_pcall(co, 0, 0, 0) != 0) fprintf(stderr, "fiber %s: %s\n", f->name, lua_tostring(co, -1));
   f->flags |= FIBER_IS_DEAD;
   fiber_yield();
@@ -89,6 +103,7 @@ static int mini_create(lua_State* L) {
   f->name = f->inline_name;
   f->stack = stack;
   f->stack_size = kFiberStackWords * sizeof(void*);
+  f->stack_id = lua_toboolean(L, 3); /* quiet: no ljprof-ra lines (nothing else uses it here) */
   lua_State* co = lua_newthread(L);
   f->storage.lua.stack = co;
   f->storage.lua.storage_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* keeps the thread alive */
@@ -101,12 +116,26 @@ static int mini_create(lua_State* L) {
   return 1;
 }
 
+/* A fiber that finished leaves the cord's list and is freed, as Tarantool recycles it. */
+static void fiber_reap(struct fiber* f) {
+  f->link.prev->next = f->link.next;
+  f->link.next->prev = f->link.prev;
+  if (f->storage.lua.stack != NULL) {
+    luaL_unref(main_L, LUA_REGISTRYINDEX, f->storage.lua.storage_ref);
+  }
+  free(f->stack);
+  free(f);
+}
+
 /* A parked fiber (mini.park) is not switched to again; fiber.f_ret, which nothing else here
  * uses, marks it. */
 static void run_round(struct cord* cord) {
-  for (struct rlist* at = cord->alive.next; at != &cord->alive; at = at->next) {
+  struct rlist* next;
+  for (struct rlist* at = cord->alive.next; at != &cord->alive; at = next) {
     struct fiber* f = (struct fiber*)((char*)at - offsetof(struct fiber, link));
+    next = at->next;
     if (!(f->flags & FIBER_IS_DEAD) && f->f_ret == 0) fiber_call(f);
+    if (f->flags & FIBER_IS_DEAD) fiber_reap(f);
   }
 }
 
@@ -123,16 +152,22 @@ static int mini_park(lua_State* L) {
   return 0;
 }
 
-static double clock_seconds(clockid_t id) {
-  struct timespec ts;
-  clock_gettime(id, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* This thread's CPU time (os.clock is the whole process's). */
 static int mini_thread_cpu(lua_State* L) {
   lua_pushnumber(L, clock_seconds(CLOCK_THREAD_CPUTIME_ID));
   return 1;
+}
+
+/* mini.cpu(id): the CPU seconds main_cord's fiber `id` has run (fiber_call), nil if none. */
+static int mini_cpu(lua_State* L) {
+  const uint64_t id = (uint64_t)luaL_checkinteger(L, 1);
+  for (struct rlist* at = main_cord.alive.next; at != &main_cord.alive; at = at->next) {
+    struct fiber* f = (struct fiber*)((char*)at - offsetof(struct fiber, link));
+    if (f->fid != id) continue;
+    lua_pushnumber(L, (double)f->clock_stat.acc * 1e-9);
+    return 1;
+  }
+  return 0;
 }
 
 static int mini_now(lua_State* L) {
@@ -252,13 +287,14 @@ int main(int argc, char** argv) {
       {"create", mini_create}, {"run", mini_run},   {"yield", mini_yield},
       {"park", mini_park},     {"self", mini_self}, {"crash", mini_crash},
       {"cord", mini_cord},     {"now", mini_now},   {"thread_cpu", mini_thread_cpu},
-      {"show", mini_show},     {NULL, NULL}};
+      {"show", mini_show},     {"cpu", mini_cpu},   {NULL, NULL}};
   if (argc < 2) {
     fprintf(stderr, "usage: %s SCRIPT.lua [ARG...]\n", argv[0]);
     return 2;
   }
   cord_create(&main_cord, "main");
   lua_State* L = luaL_newstate();
+  main_L = L;
   luaL_openlibs(L);
   luaL_register(L, "mini", mini);
   lua_pop(L, 1);
