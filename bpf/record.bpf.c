@@ -574,13 +574,10 @@ LJ_INLINE uint32_t fill_sample_header(struct lj_rec_sample* sample,
   return n;
 }
 
-/* The cord the current thread runs (lj_rec_fiber_layout): its __thread cord_ptr, read at the
- * thread pointer: x86-64 the task's fsbase; arm64 TPIDR_EL0 as the kernel last saved it
- * (thread.uw.tp_value: set by clone's CLONE_SETTLS, saved from the register at every switch
- * out, arch/arm64/kernel/process.c tls_thread_switch; glibc's main thread writes the register
- * itself at start-up, so until its first switch out the value is 0 and main_cord stands in).
- * Without cord_tp_offset or a thread pointer, main_cord for the main thread.
- * 0: none (a thread that runs no cord, or a failed read). */
+/* The cord the current thread runs (lj_rec_fiber_layout): its __thread cord_ptr at the thread
+ * pointer: x86-64 the task's fsbase, arm64 its TPIDR_EL0 as saved at each switch out
+ * (arch/arm64/kernel/process.c tls_thread_switch; 0 until glibc's own write of it in the main
+ * thread is first saved). Without either, main_cord for the main thread. 0: none. */
 LJ_INLINE uint64_t current_cord(const struct lj_rec_fiber_layout* f, uint32_t tgid, uint32_t tid) {
   uint64_t tp = 0, cord = 0;
   if (f->cord_tp_offset != 0) {
