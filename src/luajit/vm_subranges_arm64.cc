@@ -1,5 +1,6 @@
 // AArch64 VM sub-ranges (vm_arm64.dasc, two saveregs generations): entry prologues and their
-// unlinked and empty windows, epilogues, pending frame links and the return to C.
+// unlinked and empty windows, epilogues, pending frame links, the return to C and the trace
+// exit handler.
 #include <fmt/format.h>
 
 #include <set>
@@ -400,6 +401,93 @@ void add_a64_entry_windows(Finder& f, VmCode code, const std::map<uint64_t, size
   }
 }
 
+// vm_arm64.dasc vm_cpcall: `blr` the C function, then `cbnz x19, vm_call` (call what it
+// returned) and, falling through with nothing to call, `b ->vm_leave_cp`. The entry's empty
+// window ends at the cbnz; the `b` after it still runs on a linked C frame with no Lua frame
+// (BASE holds the C function's NULL), and so does vm_leave_cp, whose rows are VM_EMPTY up to
+// its unlink. So a direct `b` that only that window falls into (no branch lands on it) and that
+// jumps to the start of a VM_EMPTY row is VM_EMPTY too.
+void add_a64_empty_fallthrough_jumps(Finder& f, VmCode code, const lj_cfi_row& blanket) {
+  std::map<uint64_t, std::pair<uint64_t, uint8_t>> rows;  // begin -> (end, hint)
+  for (const cfi::Overlay& o : f.out) rows[o.begin] = {o.end, o.row.hint};
+  auto empty_at = [&](uint64_t pc) {
+    auto it = rows.upper_bound(pc);
+    if (it == rows.begin()) return false;
+    --it;
+    return pc < it->second.first && it->second.second == LJ_CFI_VM_EMPTY;
+  };
+  const std::map<uint64_t, std::vector<uint64_t>> sources = a64_branch_sources(code);
+  lj_cfi_row no_lua_frame = blanket;
+  no_lua_frame.hint = LJ_CFI_VM_EMPTY;
+  for (size_t i = 1; i < code.size(); ++i) {
+    const Insn& b = code[i];
+    if (b.kind != InsnKind::Jump || f.covers(b.address) || sources.count(b.address) != 0) continue;
+    const Insn& before = code[i - 1];
+    const std::optional<uint64_t> to = branch_target(elf::Arch::AArch64, b);
+    if (before.kind != InsnKind::Branch || !to || !empty_at(before.address) || !empty_at(*to)) {
+      continue;
+    }
+    f.add(b.address, b.end(), "VM entry: jump to the return to C, no Lua frame on the C frame",
+          "pattern", no_lua_frame);
+  }
+}
+
+// The trace exit handler (vm_arm64.dasc vm_exit_handler, the same in every generation here):
+// entered from a trace's exit stub, `sub sp, sp, #(64*8)` and 31 `stp` (x0..x29, d0..d31) below
+// the trace's sp; L = G->cur_L, BASE = G->jit_base stored into L->base before jit_base is cleared;
+// `bl lj_trace_exit`. On return: `ldr CARG2, L->cframe; ldr BASE, L->base; and sp, CARG2,
+// #CFRAME_RAWMASK; ldr PC, SAVE_PC; str L, SAVE_L; b >1` into vm_exit_interp, where BASE and PC
+// are in their registers and sp is the C frame's again. Rows as on x86-64
+// (vm_subranges_x86.cc add_exit_handler): VM_EXIT up to the bl's first byte (sampled pcs; the
+// C frame is found through G->cur_L, not sp), VM_CUR_L for the rest of the bl (its return
+// address), VM_CUR_L_SAVED from the return to the `b` included. A handler of another shape
+// after its `sub` is Invalid up to its call.
+void add_a64_exit_handler(Finder& f, VmCode code, const lj_cfi_row& blanket) {
+  constexpr int64_t kSavedBytes = 64 * 8;
+  constexpr size_t kMinPairs = 31, kMaxHandlerInsns = 64, kMaxAfterCall = 8;
+  const char* what = "trace exit handler (every register stored, sp from the trace)";
+  auto row = [&](uint8_t hint) {
+    lj_cfi_row r = blanket;
+    r.hint = hint;
+    return r;
+  };
+  for (size_t i = 0; i < code.size(); ++i) {
+    const Insn& sub = code[i];
+    if (!is_kind(sub, InsnKind::Sub, 3) || !is_reg(sub, 0, kA64Sp) || !is_reg(sub, 1, kA64Sp) ||
+        !is_imm(sub, 2) || sub.ops[2].imm != kSavedBytes || f.covers(sub.address)) {
+      continue;
+    }
+    size_t pairs = 0, call = code.size(), k = i + 1;
+    for (; k < code.size() && k <= i + kMaxHandlerInsns && !is_transfer(code[k]); ++k) {
+      pairs += code[k].kind == InsnKind::StorePair ? 1 : 0;
+    }
+    if (k < code.size() && code[k].kind == InsnKind::CallDirect) call = k;
+    if (pairs < kMinPairs) continue;  // not the handler: some other frame of 512 bytes
+    const std::string how = f.how(sub.address, "lj_vm_exit_handler");
+    size_t jmp = call + 1;
+    bool sp_from_cframe = false;
+    for (; call < code.size() && jmp < code.size() && jmp <= call + kMaxAfterCall &&
+           !is_transfer(code[jmp]);
+         ++jmp) {
+      const Insn& a = code[jmp];
+      sp_from_cframe |= is_kind(a, InsnKind::And, 3) && is_reg(a, 0, kA64Sp) && is_imm(a, 2) &&
+                        a.ops[2].imm == -4;  // lj_frame.h CFRAME_RAWMASK
+    }
+    if (call == code.size() || jmp >= code.size() || code[jmp].kind != InsnKind::Jump ||
+        !sp_from_cframe) {
+      f.add(sub.address, code[std::min(k, code.size() - 1)].end(), what, how, invalid());
+      continue;
+    }
+    f.add(sub.address, code[call].address + 1, what, how, row(LJ_CFI_VM_EXIT));
+    f.add(code[call].address + 1, code[call].end(), "trace exit handler: return from lj_trace_exit",
+          how, row(LJ_CFI_VM_CUR_L));
+    f.add(code[call].end(), code[jmp].end(),
+          "trace exit handler: BASE and PC in L->base and the C frame", how,
+          row(LJ_CFI_VM_CUR_L_SAVED));
+    i = jmp;
+  }
+}
+
 }  // namespace
 
 // AArch64 (vm_arm64.dasc saveregs/restoreregs, two generations): the blanket rule (CFA = x29
@@ -413,6 +501,8 @@ void detect_arm64(Finder& f, VmCode code, const std::map<uint64_t, size_t>& inde
   add_a64_entry_windows(f, code, index, entries, blanket);
   add_a64_pending_links(f, code, blanket);
   add_a64_return_to_c(f, code, index, blanket);
+  add_a64_empty_fallthrough_jumps(f, code, blanket);
+  add_a64_exit_handler(f, code, blanket);
 }
 
 }  // namespace ljprof::luajit::vm_subranges_internal

@@ -725,6 +725,79 @@ TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
   }
 }
 
+// vm_arm64.dasc vm_cpcall after its C function returned, found by objdump: `blr x3; mov x19, x0;
+// mov w21, #5; cbnz x19, <vm_call>; b <vm_leave_cp>`. With nothing to call the `b` still runs
+// on the linked C frame, which holds no Lua frame: VM_EMPTY there as over the whole sequence
+// (L->base is the caller's, not a frame of this C frame: a walk from it would put the caller's
+// Lua frames inside whatever called lj_vm_cpcall).
+TEST(VmSubRanges, Arm64CpcallReturnHoldsNoLuaFrame) {
+  for (const std::string& path : arm64_vms()) {
+    SCOPED_TRACE(path);
+    if (!test::file_exists(path)) GTEST_FAIL() << path << " missing: run scripts/bootstrap";
+    std::optional<Arm64Vm> vm = read_arm64_vm(path);
+    ASSERT_TRUE(vm);
+    const auto& code = vm->code;
+    int found = 0;
+    for (size_t i = 0; i + 4 < code.size(); ++i) {
+      if (code[i].second != "blr x3" || code[i + 1].second != "mov x19, x0" ||
+          code[i + 2].second != "mov w21, #0x5" || code[i + 3].second.rfind("cbnz x19, ", 0) != 0 ||
+          code[i + 4].second.rfind("b ", 0) != 0) {
+        continue;
+      }
+      for (size_t q = i + 1; q <= i + 4; ++q) {
+        EXPECT_EQ(vm->table.row_at(code[q].first)->hint, LJ_CFI_VM_EMPTY)
+            << std::hex << code[q].first << " " << code[q].second;
+      }
+      ++found;
+    }
+    EXPECT_EQ(found, 1);
+  }
+}
+
+// The AArch64 trace exit handler (vm_arm64.dasc vm_exit_handler), found by objdump: `sub sp, sp,
+// #0x200` and a run of 31 `stp` (x0..x29, d0..d31), then the first `bl` (lj_trace_exit) and the
+// first `b` after it. VM_EXIT from the sub through the bl's first byte, VM_CUR_L for the rest of
+// the bl (its return address), VM_CUR_L_SAVED from the return through the `b`. (objdump prints the
+// code after a data mapping symbol as .word: `b` is 0x14000000 | imm26.)
+TEST(VmSubRanges, Arm64ExitHandlerByObjdump) {
+  for (const std::string& path : arm64_vms()) {
+    SCOPED_TRACE(path);
+    if (!test::file_exists(path)) GTEST_FAIL() << path << " missing: run scripts/bootstrap";
+    std::optional<Arm64Vm> vm = read_arm64_vm(path);
+    ASSERT_TRUE(vm);
+    const auto& code = vm->code;
+    auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
+    auto is_b = [&](const std::string& s) {
+      return starts(s, "b ") ||
+             (starts(s, ".word 0x") && (std::stoul(s.substr(6), nullptr, 16) >> 26) == 0x5);
+    };
+    int handlers = 0;
+    for (size_t i = 0; i + 33 < code.size(); ++i) {
+      if (code[i].second != "sub sp, sp, #0x200") continue;
+      size_t k = i + 1;
+      while (k < code.size() && starts(code[k].second, "stp ")) ++k;
+      if (k - i - 1 < 31) continue;
+      size_t call = k;
+      while (call < code.size() && !starts(code[call].second, "bl ")) ++call;
+      size_t jmp = call + 1;
+      while (jmp < code.size() && !is_b(code[jmp].second)) ++jmp;
+      ASSERT_LT(jmp, code.size());
+      ASSERT_LE(jmp, call + 8);
+      for (size_t q = i; q <= jmp; ++q) {
+        const uint8_t want = q <= call ? LJ_CFI_VM_EXIT : LJ_CFI_VM_CUR_L_SAVED;
+        EXPECT_EQ(vm->table.row_at(code[q].first)->hint, want)
+            << std::hex << code[q].first << " " << code[q].second;
+      }
+      EXPECT_EQ(vm->table.row_at(code[call].first + 1)->hint, LJ_CFI_VM_CUR_L);
+      std::printf("[ vm ranges ] %s: exit handler %#lx, lj_trace_exit call %#lx, b %#lx\n",
+                  path.c_str(), code[i].first, code[call].first, code[jmp].first);
+      ++handlers;
+      i = jmp;
+    }
+    EXPECT_EQ(handlers, 1);
+  }
+}
+
 // x86-64 ins_call (`mov [BASE-8], PC` with LJ_FR2, `mov [BASE-4], PC` without): every such
 // store in the VM, found by objdump, takes its frame link from PC (hint VM_LINK_PENDING), and no
 // other instruction does. Debian's luajit (LJ_FR2), OpenResty's luajit2 and Debian's tarantool

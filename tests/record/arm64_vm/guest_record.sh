@@ -178,6 +178,18 @@ mark "signal start"
   2>"$out/signal.log"
 echo $? >"$out/signal.rc"
 
+# A loop whose trace exits all the time (../workloads/trace_exits.lua): samples in the trace
+# exit handler and in lj_trace_exit, under Tarantool's LuaJIT fork (symbols name lj_trace_exit)
+# and Debian's luajit.
+for runtime in "$@"; do
+  name=${runtime%%=*}
+  mark "${name}_trace_exits start"
+  "$ljprof" record -F 999 -q --folded "$out/${name}_trace_exits.folded" -- "${runtime#*=}" \
+    "$workloads/trace_exits.lua" 4 "$out/${name}_trace_exits.report" \
+    >"$out/${name}_trace_exits.log" 2>&1
+  echo $? >"$out/${name}_trace_exits.rc"
+done
+
 # The Tarantool in miniature (tests/walker/workloads/mini_tarantool.c, built by the host test
 # with the arm64 Tarantool LuaJIT fork; no package has an arm64 tarantool) running mini_live.lua:
 # a live `fibers` snapshot of its two cords, then a recording labelled by fiber, between two of
