@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -704,25 +705,32 @@ std::vector<std::string> arm64_vms() {
           test::fixture("matrix/tarantool-arm64-gcc-O2/luajit")};
 }
 
-// AArch64 ins_call (`str PC, [BASE, FRAME_PC]`): every such store in the VM, found by objdump,
-// takes its frame link from PC (hint VM_LINK_PENDING), and no other instruction does.
-TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
+// Runs `check` on each of arm64_vms() with its table and objdump's code (a missing VM fails).
+void for_each_arm64_vm(const std::function<void(const std::string&, const Arm64Vm&)>& check) {
   for (const std::string& path : arm64_vms()) {
     SCOPED_TRACE(path);
     if (!test::file_exists(path)) GTEST_FAIL() << path << " missing: run scripts/bootstrap";
     std::optional<Arm64Vm> vm = read_arm64_vm(path);
     ASSERT_TRUE(vm);
+    check(path, *vm);
+  }
+}
+
+// AArch64 ins_call (`str PC, [BASE, FRAME_PC]`): every such store in the VM, found by objdump,
+// takes its frame link from PC (hint VM_LINK_PENDING), and no other instruction does.
+TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
+  for_each_arm64_vm([](const std::string&, const Arm64Vm& vm) {
     int stores = 0;
-    for (const auto& [pc, text] : vm->code) {
+    for (const auto& [pc, text] : vm.code) {
       // objdump prints code after a data mapping symbol ($d) as words: the same encoding.
       const bool call_store = text == "stur x21, [x19, #-8]" || text == ".word 0xf81f8275";
       stores += call_store ? 1 : 0;
-      EXPECT_EQ(vm->table.row_at(pc)->hint == LJ_CFI_VM_LINK_PENDING, call_store)
+      EXPECT_EQ(vm.table.row_at(pc)->hint == LJ_CFI_VM_LINK_PENDING, call_store)
           << std::hex << pc << " " << text;
     }
     // BC_CALL, BC_CALLM, vm_call_dispatch_f, vmeta_call (vm_arm64.dasc ins_call).
     EXPECT_GE(stores, 3);
-  }
+  });
 }
 
 // vm_arm64.dasc vm_cpcall after its C function returned, found by objdump: `blr x3; mov x19, x0;
@@ -731,12 +739,8 @@ TEST(VmSubRanges, Arm64CallStoresTakeTheLinkFromPc) {
 // (L->base is the caller's, not a frame of this C frame: a walk from it would put the caller's
 // Lua frames inside whatever called lj_vm_cpcall).
 TEST(VmSubRanges, Arm64CpcallReturnHoldsNoLuaFrame) {
-  for (const std::string& path : arm64_vms()) {
-    SCOPED_TRACE(path);
-    if (!test::file_exists(path)) GTEST_FAIL() << path << " missing: run scripts/bootstrap";
-    std::optional<Arm64Vm> vm = read_arm64_vm(path);
-    ASSERT_TRUE(vm);
-    const auto& code = vm->code;
+  for_each_arm64_vm([](const std::string&, const Arm64Vm& vm) {
+    const auto& code = vm.code;
     int found = 0;
     for (size_t i = 0; i + 4 < code.size(); ++i) {
       if (code[i].second != "blr x3" || code[i + 1].second != "mov x19, x0" ||
@@ -745,13 +749,13 @@ TEST(VmSubRanges, Arm64CpcallReturnHoldsNoLuaFrame) {
         continue;
       }
       for (size_t q = i + 1; q <= i + 4; ++q) {
-        EXPECT_EQ(vm->table.row_at(code[q].first)->hint, LJ_CFI_VM_EMPTY)
+        EXPECT_EQ(vm.table.row_at(code[q].first)->hint, LJ_CFI_VM_EMPTY)
             << std::hex << code[q].first << " " << code[q].second;
       }
       ++found;
     }
     EXPECT_EQ(found, 1);
-  }
+  });
 }
 
 // The AArch64 trace exit handler (vm_arm64.dasc vm_exit_handler), found by objdump: `sub sp, sp,
@@ -760,12 +764,8 @@ TEST(VmSubRanges, Arm64CpcallReturnHoldsNoLuaFrame) {
 // the bl (its return address), VM_CUR_L_SAVED from the return through the `b`. (objdump prints the
 // code after a data mapping symbol as .word: `b` is 0x14000000 | imm26.)
 TEST(VmSubRanges, Arm64ExitHandlerByObjdump) {
-  for (const std::string& path : arm64_vms()) {
-    SCOPED_TRACE(path);
-    if (!test::file_exists(path)) GTEST_FAIL() << path << " missing: run scripts/bootstrap";
-    std::optional<Arm64Vm> vm = read_arm64_vm(path);
-    ASSERT_TRUE(vm);
-    const auto& code = vm->code;
+  for_each_arm64_vm([](const std::string& path, const Arm64Vm& vm) {
+    const auto& code = vm.code;
     auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
     auto is_b = [&](const std::string& s) {
       return starts(s, "b ") ||
@@ -785,17 +785,17 @@ TEST(VmSubRanges, Arm64ExitHandlerByObjdump) {
       ASSERT_LE(jmp, call + 8);
       for (size_t q = i; q <= jmp; ++q) {
         const uint8_t want = q <= call ? LJ_CFI_VM_EXIT : LJ_CFI_VM_CUR_L_SAVED;
-        EXPECT_EQ(vm->table.row_at(code[q].first)->hint, want)
+        EXPECT_EQ(vm.table.row_at(code[q].first)->hint, want)
             << std::hex << code[q].first << " " << code[q].second;
       }
-      EXPECT_EQ(vm->table.row_at(code[call].first + 1)->hint, LJ_CFI_VM_CUR_L);
+      EXPECT_EQ(vm.table.row_at(code[call].first + 1)->hint, LJ_CFI_VM_CUR_L);
       std::printf("[ vm ranges ] %s: exit handler %#lx, lj_trace_exit call %#lx, b %#lx\n",
                   path.c_str(), code[i].first, code[call].first, code[jmp].first);
       ++handlers;
       i = jmp;
     }
     EXPECT_EQ(handlers, 1);
-  }
+  });
 }
 
 // x86-64 ins_call (`mov [BASE-8], PC` with LJ_FR2, `mov [BASE-4], PC` without): every such
