@@ -389,8 +389,9 @@ TEST_F(RecordArm64Vm, MiniTarantoolSamplesCarryTheirFibersOnBothCords) {
   const double ours = by_group["fiber:spin3"] / (by_group["fiber:spin3"] + by_group["fiber:spin1"]);
   std::cout << fmt::format(
       "mini tarantool: spin3 {:.1f}% of the spinners' samples (its clock {:.1f}%); {} of {} "
-      "samples in short-lived fibers named\n{}",
-      100 * ours, 100 * spin3 / (spin3 + spin1), in_short_named, in_short, groups);
+      "samples in short-lived fibers named; the workload: {}\n{}",
+      100 * ours, 100 * spin3 / (spin3 + spin1), in_short_named, in_short,
+      test::read_text(file("mini.out")).substr(0, 200), groups);
   EXPECT_NEAR(100 * ours, 100 * spin3 / (spin3 + spin1), 5) << groups;
   EXPECT_GT(by_group["fiber:c-spin (worker)"], 0.2 * total) << groups;
   EXPECT_LT(by_group["(no fiber)"], 0.05 * total) << groups;
