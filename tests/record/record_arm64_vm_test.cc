@@ -352,6 +352,37 @@ TEST_F(RecordArm64Vm, MiniTarantoolLiveFibersOfEveryCordWithFullStacks) {
       << "the worker cord runs on a thread of its own";
 }
 
+// `ljprof fibers --sample` (a wall-clock profile) of both cords: every tick has one sample of
+// each fiber that lives through it, so the two parked fibers (one per cord) and the fibers that
+// never end weigh the same, and the parked ones are shown at full stacks where they wait.
+TEST_F(RecordArm64Vm, MiniTarantoolWallProfileOfBothCords) {
+  ASSERT_EQ(vm_.exit_code, 0) << "the VM run failed:\n" << vm_.err << vm_.out;
+  ASSERT_EQ(test::read_text(file("mini_wall.rc")), "0\n") << test::read_text(file("mini_wall.log"));
+  std::map<std::string, double> weight;             // by fiber group
+  std::map<std::string, std::string> parked_stack;  // the parked fibers' (one stack each)
+  for (const FoldedStack& stack : read_folded(file("mini_wall.folded"))) {
+    ASSERT_FALSE(stack.frames.empty());
+    const std::string& group = stack.frames.front();
+    weight[group] += stack.count;
+    if (group == "fiber:sleeper" || group == "fiber:c-idle (worker)") {
+      EXPECT_FALSE(parked_stack.count(group)) << "two stacks for a parked fiber:\n" << stack.line;
+      parked_stack[group] = stack.line;
+    }
+  }
+  const double ticks = weight["fiber:sleeper"];
+  EXPECT_GT(ticks, 10);
+  for (const char* group :
+       {"fiber:c-idle (worker)", "fiber:spin3", "fiber:spin1", "fiber:c-spin (worker)"}) {
+    EXPECT_EQ(weight[group], ticks) << group;
+  }
+  const std::string& sleeper = parked_stack["fiber:sleeper"];
+  EXPECT_NE(sleeper.find(";coro_startup [root];"), std::string::npos) << sleeper;
+  EXPECT_NE(sleeper.find(";nap (mini_live.lua:"), std::string::npos) << sleeper;
+  const std::string& idle = parked_stack["fiber:c-idle (worker)"];
+  EXPECT_NE(idle.find(";coro_startup [root];c_idle;c_idle_wait;fiber_yield "), std::string::npos)
+      << idle;
+}
+
 // Samples labelled with the fiber they ran on, on both cords: the main thread's through
 // main_cord or its TPIDR_EL0, the worker thread's through its own TPIDR_EL0 (the kernel's saved
 // tp_value), and short-lived fibers' though each is gone within milliseconds. Oracle: the

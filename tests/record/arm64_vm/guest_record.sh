@@ -192,8 +192,8 @@ done
 
 # The Tarantool in miniature (tests/walker/workloads/mini_tarantool.c, built by the host test
 # with the arm64 Tarantool LuaJIT fork; no package has an arm64 tarantool) running mini_live.lua:
-# a live `fibers` snapshot of its two cords, then a recording labelled by fiber, between two of
-# its own reports of its spinning fibers' CPU time.
+# a live `fibers` snapshot of its two cords, a wall-clock profile of them, then a recording
+# labelled by fiber, between two of its own reports of its spinning fibers' CPU time.
 if [ -x /opt/mini/tarantool ]; then
   mark "mini tarantool start"
   /opt/mini/tarantool /opt/mini/mini_live.lua /tmp/mini.report 300 >"$out/mini.out" 2>&1 &
@@ -201,6 +201,9 @@ if [ -x /opt/mini/tarantool ]; then
   wait_for_line "$out/mini.out" '^ready'
   "$ljprof" fibers -p "$mini" --json >"$out/mini_fibers.json" 2>"$out/mini_fibers.log"
   echo $? >"$out/mini_fibers.rc"
+  "$ljprof" fibers -p "$mini" --sample 20 -d 2 --folded "$out/mini_wall.folded" \
+    >"$out/mini_wall.log" 2>&1
+  echo $? >"$out/mini_wall.rc"
   cp /tmp/mini.report "$out/mini.before"
   "$ljprof" record -p "$mini" -F 999 -d "$seconds" -q --group-by fiber \
     --folded "$out/mini.folded" >"$out/mini.log" 2>&1
