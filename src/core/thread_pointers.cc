@@ -127,9 +127,64 @@ Status read_list(const CoreFile& core, const ThreadListLayout& l, uint64_t head,
   return Ok{};
 }
 
+// The tid offset in struct pthread as libc (or, before glibc 2.34, libpthread) publishes it.
+std::optional<uint32_t> pthread_tid_offset(const CoreFile& core) {
+  for (uint32_t i = 0; i < core.files().size(); ++i) {
+    const MappedFile& f = core.files()[i];
+    if (!f.usable() || defined_symbol(core, i, "_thread_db_pthread_tid") == nullptr) continue;
+    auto tid = read_descriptor(f, "_thread_db_pthread_tid", 32);
+    if (tid.ok()) return tid->offset;
+  }
+  return std::nullopt;
+}
+
+// The lists' descriptors are missing (not the list unreadable): fall back to the TCB scan.
+bool lists_unpublished(const CoreFile& core) {
+  for (uint32_t i = 0; i < core.files().size(); ++i) {
+    if (defined_symbol(core, i, "_thread_db_rtld_global__dl_stack_used") != nullptr) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
+Result<std::vector<ListedThread>> x86_tcb_threads(const CoreFile& core) {
+  // How much of the top of a mapping is looked at (sizeof(struct pthread) is about 2.3 KiB; the
+  // static TLS block lies below it), and the block's alignment (nptl TCB_ALIGNMENT).
+  constexpr uint64_t kTopBytes = 8192, kTcbAlign = 64;
+  const std::optional<uint32_t> pid = core.live_pid();
+  if (!pid || core.arch() != elf::Arch::X86_64) {
+    return make_error("{}: the thread control block scan is for a running x86-64 process",
+                      core.path());
+  }
+  const std::optional<uint32_t> tid_offset = pthread_tid_offset(core);
+  if (!tid_offset || *tid_offset + 4 > kTopBytes) {
+    return make_error(
+        "{}: no mapped libc or libpthread exports _thread_db_pthread_tid, so a live thread's "
+        "control block cannot be told from an exited one's",
+        core.path());
+  }
+  std::vector<ListedThread> out;
+  std::array<uint64_t, kTopBytes / 8> words{};
+  for (const AddressRange& r : core.anonymous_writable()) {
+    if (r.end - r.start < kTopBytes) continue;
+    const uint64_t base = r.end - kTopBytes;
+    if (!core.read(base, words.data(), kTopBytes).ok()) continue;
+    for (uint64_t off = 0; off + *tid_offset + 4 <= kTopBytes; off += kTcbAlign) {
+      const uint64_t p = base + off;
+      if (words[off / 8] != p || words[off / 8 + 2] != p) continue;
+      uint32_t tid = 0;
+      std::memcpy(&tid, reinterpret_cast<const uint8_t*>(words.data()) + off + *tid_offset, 4);
+      if (tid != 0 && thread_alive(*pid, tid)) out.push_back({p, tid});
+    }
+  }
+  return out;
+}
+
 Result<std::vector<ListedThread>> glibc_threads(const CoreFile& core) {
+  if (core.live_pid() && core.arch() == elf::Arch::X86_64 && lists_unpublished(core)) {
+    return x86_tcb_threads(core);
+  }
   LJ_ASSIGN_OR_RETURN(const ThreadListLayout l, thread_list_layout(core));
   std::vector<ListedThread> listed;
   LJ_TRY(read_list(core, l, l.rtld_global + l.stack_used, listed));

@@ -30,6 +30,17 @@ struct ListedThread {
 // libc the _thread_db_* descriptors (a static or non-glibc program), a descriptor is not the
 // shape glibc gives it, or a list is unreadable, does not return to its head, or is longer than
 // 1<<14 nodes: a list read while it changed is an error, never a made-up thread.
+// A running x86-64 process whose glibc predates 2.34 publishes no descriptors of those lists
+// (they moved into _rtld_global then); for it this falls back to x86_tcb_threads.
 Result<std::vector<ListedThread>> glibc_threads(const CoreFile& core);
+
+// The running x86-64 process's threads found by their thread control blocks instead: glibc puts
+// a thread's struct pthread at the top of its stack mapping (nptl/allocatestack.c), and its
+// first words point at themselves twice (sysdeps/x86_64/nptl/tls.h tcbhead_t: `tcb` at 0, `self`
+// at 16); the top 8 KiB of every anonymous writable mapping are searched for that pair. A block
+// counts when its `tid` (_thread_db_pthread_tid's offset) is a thread of the process now (glibc
+// keeps an exited thread's block with its cached stack). The main thread's block is not on a
+// stack mapping and is not found. An error for anything but a running x86-64 process.
+Result<std::vector<ListedThread>> x86_tcb_threads(const CoreFile& core);
 
 }  // namespace ljprof::core

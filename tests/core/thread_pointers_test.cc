@@ -46,6 +46,23 @@ TEST(ThreadPointers, LiveProcessThreadsFromGlibcsListNotTheExitedOnes) {
   test::expect_threads_as_printed(*core, *threads, printed, test::cord_ptr_tls(exe, false));
 }
 
+// The fallback for a glibc without the lists' descriptors (before 2.34): the thread control
+// blocks at the top of the threads' stack mappings. Main's block lies elsewhere (not found).
+TEST(ThreadPointers, LiveProcessThreadsByTheirControlBlocks) {
+  test::TempDir dir;
+  const std::string exe = build_tls_threads(dir);
+  test::Background process({exe}, dir.file("out"));
+  ASSERT_TRUE(test::wait_for_text(dir.file("out"), "ready", 30));
+  test::TlsThreadsOutput printed = test::parse_tls_threads(test::read_text(dir.file("out")));
+  ASSERT_EQ(printed.threads.size(), 3u);
+  printed.threads.pop_back();  // main's, printed last
+  auto core = core::CoreFile::from_process(static_cast<uint32_t>(process.pid()));
+  ASSERT_TRUE(core.ok()) << core.message();
+  auto threads = core::x86_tcb_threads(*core);
+  ASSERT_TRUE(threads.ok()) << threads.message();
+  test::expect_threads_as_printed(*core, *threads, printed, test::cord_ptr_tls(exe, false));
+}
+
 TEST(ThreadPointers, CoreThreadsFromGlibcsListAgreeWithTheNotes) {
   test::TempDir dir;
   const std::string exe = build_tls_threads(dir);
