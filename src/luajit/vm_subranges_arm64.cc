@@ -377,9 +377,9 @@ std::map<uint64_t, std::vector<uint64_t>> a64_branch_sources(VmCode code) {
 // Each entry's unlinked window from the first instruction after its prologue (`entries`, see
 // add_a64_prologues_and_epilogues), then the linked, empty window after its link.
 void add_a64_entry_windows(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
+                           const std::map<uint64_t, std::vector<uint64_t>>& branch_sources,
                            const std::vector<std::pair<size_t, bool>>& entries,
                            const lj_cfi_row& blanket) {
-  const std::map<uint64_t, std::vector<uint64_t>> branch_sources = a64_branch_sources(code);
   std::vector<size_t> linked;  // where each entry's linked, empty window starts
   for (auto [e, fp_is_sp] : entries) {
     if (std::optional<size_t> l = add_a64_unlinked_window(f, code, index, e, blanket, fp_is_sp)) {
@@ -407,7 +407,9 @@ void add_a64_entry_windows(Finder& f, VmCode code, const std::map<uint64_t, size
 // (BASE holds the C function's NULL), and so does vm_leave_cp, whose rows are VM_EMPTY up to
 // its unlink. So a direct `b` that only that window falls into (no branch lands on it) and that
 // jumps to the start of a VM_EMPTY row is VM_EMPTY too.
-void add_a64_empty_fallthrough_jumps(Finder& f, VmCode code, const lj_cfi_row& blanket) {
+void add_a64_empty_fallthrough_jumps(
+    Finder& f, VmCode code, const std::map<uint64_t, std::vector<uint64_t>>& branch_sources,
+    const lj_cfi_row& blanket) {
   std::map<uint64_t, std::pair<uint64_t, uint8_t>> rows;  // begin -> (end, hint)
   for (const cfi::Overlay& o : f.out) rows[o.begin] = {o.end, o.row.hint};
   auto empty_at = [&](uint64_t pc) {
@@ -416,12 +418,13 @@ void add_a64_empty_fallthrough_jumps(Finder& f, VmCode code, const lj_cfi_row& b
     --it;
     return pc < it->second.first && it->second.second == LJ_CFI_VM_EMPTY;
   };
-  const std::map<uint64_t, std::vector<uint64_t>> sources = a64_branch_sources(code);
   lj_cfi_row no_lua_frame = blanket;
   no_lua_frame.hint = LJ_CFI_VM_EMPTY;
   for (size_t i = 1; i < code.size(); ++i) {
     const Insn& b = code[i];
-    if (b.kind != InsnKind::Jump || f.covers(b.address) || sources.count(b.address) != 0) continue;
+    if (b.kind != InsnKind::Jump || f.covers(b.address) || branch_sources.count(b.address) != 0) {
+      continue;
+    }
     const Insn& before = code[i - 1];
     const std::optional<uint64_t> to = branch_target(elf::Arch::AArch64, b);
     if (before.kind != InsnKind::Branch || !to || !empty_at(before.address) || !empty_at(*to)) {
@@ -498,10 +501,12 @@ void add_a64_exit_handler(Finder& f, VmCode code, const lj_cfi_row& blanket) {
 void detect_arm64(Finder& f, VmCode code, const std::map<uint64_t, size_t>& index,
                   const lj_cfi_row& blanket) {
   const std::vector<std::pair<size_t, bool>> entries = add_a64_prologues_and_epilogues(f, code);
-  add_a64_entry_windows(f, code, index, entries, blanket);
+  // Where direct branches land, from where: asked by two patterns, computed once.
+  const std::map<uint64_t, std::vector<uint64_t>> branch_sources = a64_branch_sources(code);
+  add_a64_entry_windows(f, code, index, branch_sources, entries, blanket);
   add_a64_pending_links(f, code, blanket);
   add_a64_return_to_c(f, code, index, blanket);
-  add_a64_empty_fallthrough_jumps(f, code, blanket);
+  add_a64_empty_fallthrough_jumps(f, code, branch_sources, blanket);
   add_a64_exit_handler(f, code, blanket);
 }
 
